@@ -1,0 +1,5 @@
+"""``python -m replay`` runs the command line."""
+
+from replay.cli.main import main
+
+raise SystemExit(main())

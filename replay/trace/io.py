@@ -1,0 +1,141 @@
+"""Reading and writing trace files.
+
+``trace_writer`` streams tables into one Parquet file (zstd) under a temporary name and renames it
+into place on success, so a failed producer never leaves a partial trace.  ``open_trace`` turns the
+ways a file can fail to be a Parquet trace into one clear ``ReplayError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from replay import __version__
+from replay.atomic import atomic_file
+from replay.errors import ReplayError
+from replay.trace import schema
+
+ROW_GROUP_ROWS = 256 * 1024
+
+
+def trace_metadata(source: str, source_args: Mapping[str, Any]) -> dict[bytes, bytes]:
+    """The key-value metadata every trace carries: format version and provenance."""
+    return {
+        schema.META_VERSION.encode(): str(schema.TRACE_VERSION).encode(),
+        schema.META_SOURCE.encode(): source.encode(),
+        schema.META_SOURCE_ARGS.encode(): json.dumps(source_args, sort_keys=True).encode(),
+        schema.META_CREATED_BY.encode(): f"replay {__version__}".encode(),
+    }
+
+
+def conform(table: pa.Table | pl.DataFrame) -> pa.Table:
+    """Cast the trace columns to their v1 types, add missing nullable ones as nulls, keep extras.
+
+    The trace columns come first in the documented order; extra columns follow in their own order.
+    """
+    if isinstance(table, pl.DataFrame):
+        table = table.to_arrow()
+    columns, fields = [], []
+    for col in schema.COLUMNS:
+        if col.name in table.column_names:
+            array = table.column(col.name)
+            if array.type != col.type:
+                array = array.cast(col.type)
+        elif col.nullable:
+            array = pa.nulls(table.num_rows, col.type)
+        else:
+            raise ValueError(f"trace table lacks the required column {col.name!r}")
+        columns.append(array)
+        fields.append(pa.field(col.name, col.type, nullable=col.nullable))
+    for name in table.column_names:
+        if name not in schema.BY_NAME:
+            columns.append(table.column(name))
+            fields.append(table.schema.field(name))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+class TraceWriter:
+    """Appends tables to one Parquet trace file; made by ``trace_writer``."""
+
+    def __init__(self, path: Path, metadata: dict[bytes, bytes]):
+        self._path = path
+        self._metadata = metadata
+        self._writer: pq.ParquetWriter | None = None
+        self.rows = 0
+
+    def write(self, table: pa.Table | pl.DataFrame) -> None:
+        table = conform(table).replace_schema_metadata(self._metadata)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._path, table.schema, compression="zstd")
+        self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.rows += table.num_rows
+
+    def close(self) -> None:
+        if self._writer is None:
+            self.write(pa.Table.from_pylist([], schema=schema.SCHEMA))
+        self._writer.close()
+
+
+@contextlib.contextmanager
+def trace_writer(path: str | os.PathLike, *, source: str,
+                 source_args: Mapping[str, Any]) -> Iterator[TraceWriter]:
+    """Write a trace in pieces; the file appears, complete, only when the block succeeds."""
+    with atomic_file(path) as tmp:
+        writer = TraceWriter(tmp, trace_metadata(source, source_args))
+        try:
+            yield writer
+        finally:
+            writer.close()
+
+
+def write_trace(table: pa.Table | pl.DataFrame, path: str | os.PathLike, *, source: str,
+                source_args: Mapping[str, Any]) -> int:
+    """Write a whole table as a trace file; returns the number of rows."""
+    with trace_writer(path, source=source, source_args=source_args) as writer:
+        writer.write(table)
+    return writer.rows
+
+
+def open_trace(path: str | os.PathLike) -> pq.ParquetFile:
+    """Open a trace file, or raise a one-line ``ReplayError`` saying why it cannot be read."""
+    path = Path(path)
+    if not path.exists():
+        raise ReplayError(f"{path}: no such file")
+    if path.is_dir():
+        raise ReplayError(f"{path}: is a directory, not a trace file")
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
+        raise ReplayError(f"{path}: not a readable Parquet file ({_first_line(err)})") from None
+
+
+def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.DataFrame:
+    """Read a trace that passes validation into a polars DataFrame (all columns by default)."""
+    from replay.trace.validate import validate
+
+    problems = validate(path)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise ReplayError(f"{path}: {problems[0]}{more}; `replay validate` lists them all")
+    try:
+        return pl.read_parquet(path, columns=columns)
+    except Exception as err:  # pyarrow and polars raise many types for damaged data pages
+        raise ReplayError(f"{path}: cannot read the trace ({_first_line(err)})") from None
+
+
+def source_of(path: str | os.PathLike) -> dict[str, str]:
+    """The provenance metadata of a trace file (``replay.*`` keys, decoded)."""
+    meta = open_trace(path).schema_arrow.metadata or {}
+    return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"replay.")}
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip() or type(err).__name__
+    return text.splitlines()[0]

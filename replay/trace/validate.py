@@ -1,0 +1,85 @@
+"""Check a file against trace format v1 and report every problem, not just the first.
+
+Schema problems (missing or mistyped columns, missing version metadata) are found from the footer;
+value problems (nulls where none are allowed, unsorted ``ts``, negative resources, unknown verbs)
+in one streaming pass over the columns concerned.
+"""
+
+from __future__ import annotations
+
+import os
+
+import polars as pl
+import pyarrow as pa
+
+from replay.trace import schema
+from replay.trace.io import open_trace
+
+
+def validate(path: str | os.PathLike) -> list[str]:
+    """Every way ``path`` departs from the format, one sentence each; empty when it is valid.
+
+    A file that is not Parquet at all raises ``ReplayError`` instead.
+    """
+    arrow_schema = open_trace(path).schema_arrow
+    problems = _metadata_problems(arrow_schema.metadata or {})
+    well_typed = []
+    for col in schema.COLUMNS:
+        if col.name not in arrow_schema.names:
+            problems.append(f"missing column {col.name!r}")
+        elif arrow_schema.field(col.name).type != col.type:
+            found = arrow_schema.field(col.name).type
+            problems.append(f"column {col.name!r} has type {found}, expected {col.type}")
+        else:
+            well_typed.append(col.name)
+    return problems + _value_problems(path, well_typed)
+
+
+def _metadata_problems(metadata: dict[bytes, bytes]) -> list[str]:
+    version = metadata.get(schema.META_VERSION.encode())
+    if version is None:
+        return [f"no {schema.META_VERSION} in the file's key-value metadata"]
+    if version.decode(errors="replace") != str(schema.TRACE_VERSION):
+        return [f"{schema.META_VERSION} is {version.decode(errors='replace')!r}; "
+                f"this version of replay reads version {schema.TRACE_VERSION}"]
+    return []
+
+
+def _value_problems(path: str | os.PathLike, columns: list[str]) -> list[str]:
+    checks: list[tuple[str, pl.Expr, str]] = []  # (name, boolean "bad row" expression, sentence)
+    for name in columns:
+        if not schema.BY_NAME[name].nullable:
+            checks.append((f"null {name}", pl.col(name).is_null(), f"null in column {name!r}"))
+    if "ts" in columns:
+        checks.append(("unsorted", pl.col("ts").diff() < pl.duration(microseconds=0),
+                       "ts is not sorted (a row earlier than the row before it)"))
+        if "received_ts" in columns:
+            checks.append(("received after ts", pl.col("received_ts") > pl.col("ts"),
+                           "received_ts is later than ts"))
+    for name in schema.RESOURCE_COLUMNS:
+        if name in columns:
+            checks.append((f"negative {name}", pl.col(name) < 0, f"negative {name}"))
+    if "verb" in columns:
+        checks.append(("unknown verb", ~pl.col("verb").is_in(schema.VERBS),
+                       f"verb not one of {', '.join(schema.VERBS)}"))
+    if "code" in columns:
+        checks.append(("bad code", ~pl.col("code").is_between(100, 599),
+                       "code is not an HTTP status (100-599)"))
+    if not checks:
+        return []
+    frame = pl.scan_parquet(path).select(columns)
+    aggregates = []
+    for key, bad, _ in checks:
+        bad = bad.fill_null(False)
+        aggregates += [bad.sum().alias(f"{key}:count"), bad.arg_true().first().alias(f"{key}:first")]
+    try:
+        found = frame.select(aggregates).collect().row(0, named=True)
+    except (pl.exceptions.PolarsError, pa.ArrowException, OSError) as err:
+        return [f"cannot read the column data ({str(err).strip().splitlines()[0]})"]
+    problems = []
+    for key, _, sentence in checks:
+        count = found[f"{key}:count"] or 0
+        if count:
+            rows = "row" if count == 1 else "rows"
+            problems.append(f"{sentence}: {count} {rows}, first at row index {found[f'{key}:first']}")
+    return problems

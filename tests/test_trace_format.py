@@ -1,0 +1,150 @@
+"""Trace format v1: the schema, the writer, and the validator's reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import REPO, SAMPLE_TRACE
+from replay.errors import ReplayError
+from replay.trace import schema
+from replay.trace.io import conform, read_trace, source_of, trace_writer, write_trace
+from replay.trace.validate import validate
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def rows(n: int = 3, **overrides) -> pl.DataFrame:
+    base = {
+        "ts": [T0 + dt.timedelta(seconds=i) for i in range(n)],
+        "verb": ["create"] * n,
+        "resource": ["pods"] * n,
+        "name": [f"p{i}" for i in range(n)],
+        "code": [201] * n,
+        "component": ["workload"] * n,
+        "cpu_milli": [100] * n,
+    }
+    base.update(overrides)
+    return pl.DataFrame(base)
+
+
+def write(path, frame: pl.DataFrame | pa.Table, metadata: bool = True):
+    if metadata:
+        write_trace(frame, path, source="test", source_args={"case": path.name})
+    else:
+        pq.write_table(frame.to_arrow() if isinstance(frame, pl.DataFrame) else frame, path)
+    return path
+
+
+def test_readme_documents_exactly_the_schema():
+    readme = (REPO / "traces" / "README.md").read_text()
+    assert schema.markdown_table() in readme
+
+
+def test_round_trip_keeps_types_metadata_and_extra_columns(tmp_path):
+    frame = rows().with_columns(scheduled_s=pl.lit(1.5))
+    path = write(tmp_path / "t.parquet", frame)
+    assert validate(path) == []
+    back = read_trace(path)
+    assert back.columns[: len(schema.COLUMN_NAMES)] == list(schema.COLUMN_NAMES)
+    assert back["scheduled_s"].to_list() == [1.5] * 3
+    assert back["name"].to_list() == ["p0", "p1", "p2"]
+    assert pq.read_schema(path).field("ts").type == schema.TIMESTAMP
+    meta = source_of(path)
+    assert meta["replay.trace_version"] == "1" and meta["replay.source"] == "test"
+
+
+def test_conform_refuses_a_table_without_required_columns():
+    with pytest.raises(ValueError, match="'verb'"):
+        conform(rows().drop("verb"))
+
+
+def test_failed_writer_leaves_no_file(tmp_path):
+    out = tmp_path / "t.parquet"
+    with pytest.raises(RuntimeError):
+        with trace_writer(out, source="test", source_args={}) as writer:
+            writer.write(rows())
+            raise RuntimeError("producer failed")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_empty_trace_is_valid(tmp_path):
+    path = tmp_path / "empty.parquet"
+    with trace_writer(path, source="test", source_args={}):
+        pass
+    assert validate(path) == []
+    assert read_trace(path).height == 0
+
+
+@pytest.mark.parametrize("frame, expected", [
+    (rows(ts=[T0, T0 + dt.timedelta(seconds=2), T0 + dt.timedelta(seconds=1)]), "ts is not sorted"),
+    (rows(cpu_milli=[1, -5, -1]), "negative cpu_milli: 2 rows, first at row index 1"),
+    (rows(verb=["create", "frobnicate", "patch"]), "verb not one of"),
+    (rows(code=[201, 0, 201]), "code is not an HTTP status"),
+    (rows(received_ts=[T0 + dt.timedelta(seconds=5)] * 3), "received_ts is later than ts"),
+])
+def test_validate_names_each_value_problem(tmp_path, frame, expected):
+    problems = validate(write(tmp_path / "t.parquet", frame))
+    assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("column, replacement, expected", [
+    ("component", None, "missing column 'component'"),
+    ("code", pa.array(["201", "201", "201"]), "column 'code' has type string, expected int32"),
+    ("ts", pa.array([1, 2, 3], pa.timestamp("ms", tz="UTC")), "column 'ts' has type timestamp[ms"),
+    ("name", pa.array(["a", None, "c"]), "null in column 'name': 1 row, first at row index 1"),
+])
+def test_validate_names_each_problem_a_writer_could_not_make(tmp_path, column, replacement, expected):
+    table = conform(rows())
+    index = table.schema.get_field_index(column)
+    table = table.remove_column(index) if replacement is None else \
+        table.set_column(index, column, replacement)
+    path = tmp_path / "t.parquet"
+    pq.write_table(table.replace_schema_metadata({b"replay.trace_version": b"1"}), path)
+    assert any(expected in p for p in validate(path)), validate(path)
+
+
+def test_validate_reports_every_problem_at_once(tmp_path):
+    bad = rows(verb=["create", "nope", "patch"], cpu_milli=[1, -5, 2])
+    bad = bad.with_columns(ts=pl.Series([T0, T0, T0 - dt.timedelta(seconds=1)]))
+    problems = validate(write(tmp_path / "t.parquet", bad))
+    assert len(problems) == 3, problems
+
+
+def test_validate_wants_the_version_metadata(tmp_path):
+    path = write(tmp_path / "t.parquet", conform(rows()), metadata=False)
+    assert validate(path) == ["no replay.trace_version in the file's key-value metadata"]
+
+
+@pytest.mark.parametrize("content", [b"", b"not parquet at all\n", b"PAR1garbage"])
+def test_non_parquet_file_is_a_clear_error(tmp_path, content):
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(content)
+    with pytest.raises(ReplayError, match="not a readable Parquet file"):
+        validate(path)
+
+
+def test_truncated_file_is_a_clear_error(tmp_path):
+    data = SAMPLE_TRACE.read_bytes()
+    path = tmp_path / "cut.parquet"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ReplayError, match="cut.parquet: not a readable Parquet file"):
+        validate(path)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ReplayError, match="no such file"):
+        validate(tmp_path / "nope.parquet")
+
+
+def test_sample_trace_is_valid_and_small():
+    assert validate(SAMPLE_TRACE) == []
+    assert SAMPLE_TRACE.stat().st_size < 1_000_000
+    trace = read_trace(SAMPLE_TRACE, columns=["resource", "subresource", "verb"])
+    counts = trace.group_by("resource", "subresource", "verb").len()
+    bindings = counts.filter(pl.col("subresource") == "binding")["len"].sum()
+    assert bindings > 1000
