@@ -45,7 +45,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--bind", choices=ideal.POLICIES, metavar="POLICY",
                         help=f"also write the bindings of one ideal scheduler ({', '.join(ideal.POLICIES)})")
     parser.add_argument("--bind-delay-ms", type=float, default=DEFAULTS.bind_delay_ms,
-                        help="with --bind: time from the scheduler's decision to the binding's commit")
+                        help="with --bind: time from a pod's create to the scheduler's decision; "
+                             "the binding commits 1 ms after the decision")
     parser.add_argument("--start", type=_timestamp, default=DEFAULTS.start,
                         help="trace start, ISO 8601 (UTC if no offset)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")

@@ -168,12 +168,12 @@ class _LeastAllocated(_Capacity):
 
 
 def place(policy: str, node_alloc: np.ndarray, shape_requests: np.ndarray, pod_shape: np.ndarray,
-          ready_us: np.ndarray, lifetime_us: np.ndarray, bind_delay_us: int) -> Placement:
+          ready_us: np.ndarray, lifetime_us: np.ndarray, commit_delay_us: int) -> Placement:
     """Place pods that become ready at ``ready_us`` (sorted) and stay ``lifetime_us`` once bound.
 
     ``node_alloc`` is (nodes, 3) and ``shape_requests`` (shapes, 3): cpu_milli, memory_bytes,
-    gpu_milli.  A pod decided at time t is bound at t + ``bind_delay_us`` and leaves at its binding
-    plus its lifetime; capacity is taken at decision time and given back when it leaves.
+    gpu_milli.  A pod decided at time t is bound at t + ``commit_delay_us`` and leaves at its
+    binding plus its lifetime; capacity is taken at decision time and given back when it leaves.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")
@@ -192,7 +192,7 @@ def place(policy: str, node_alloc: np.ndarray, shape_requests: np.ndarray, pod_s
         cluster.take(node, shapes[pod])
         decided[pod] = now
         chosen[pod] = node
-        heapq.heappush(leaving, (now + bind_delay_us + lifetime[pod], pod))
+        heapq.heappush(leaving, (now + commit_delay_us + lifetime[pod], pod))
 
     def leave_until(now: int) -> None:
         while leaving and leaving[0][0] <= now:

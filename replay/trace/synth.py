@@ -9,8 +9,10 @@ The workload (all documented in ``traces/README.md``):
   tailed: with the default sigma 1.5, 1% of pods live more than 9x the mean), capped at
   ``max_lifetime_factor`` x the mean so that a trace has an end;
 - a pod's delete at its creation + lifetime, or, with ``bind``, at its binding + lifetime;
-- with ``bind``, the bindings one ideal scheduler would have written (see ``ideal``); a pod that
-  never fits stays pending and is never deleted;
+- with ``bind``, the bindings one ideal scheduler would have written (see ``ideal``): it decides
+  ``bind_delay_ms`` after a pod's create (or when a leaving pod frees room for it), the binding's
+  ``received_ts`` is the decision and it commits 1 ms later; a pod that never fits stays pending
+  and is never deleted;
 - optional kubelet heartbeats (``patch nodes/status``) every ``heartbeat_interval`` seconds per
   node, each node at its own phase, until the last pod write.
 
@@ -37,7 +39,7 @@ from replay.trace import ideal
 from replay.trace.io import ROW_GROUP_ROWS, conform, trace_writer
 
 SOURCE = "synth"
-API_LATENCY_US = 1_000  # received_ts = ts - 1 ms for the synthesized writes other than bindings
+API_LATENCY_US = 1_000  # every synthesized write commits 1 ms after the API server receives it
 KUBE_SCHEDULER_AGENT = "kube-scheduler/v1.32.2 (linux/amd64) kubernetes/synth"
 KUBELET_AGENT = "kubelet/v1.32.2 (linux/amd64) kubernetes/synth"
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -165,8 +167,8 @@ def synthesize(spec: SynthSpec, out: str | os.PathLike) -> SynthResult:
     if spec.bind:
         requests = np.array([[s.cpu_milli, s.memory_bytes, s.gpu_milli] for s in spec.pod_shapes])
         placement = ideal.place(spec.bind, workload.node_alloc, requests, workload.pod_shape,
-                                workload.created_us, workload.lifetime_us,
-                                round(spec.bind_delay_ms * 1000))
+                                workload.created_us + round(spec.bind_delay_ms * 1000),
+                                workload.lifetime_us, API_LATENCY_US)
     pieces = _rows(spec, workload, placement)
     table = pa.concat_tables([piece for piece, _ in pieces])
     kind = np.concatenate([np.full(piece.num_rows, k, np.int8) for piece, k in pieces])
@@ -240,7 +242,7 @@ def _rows(spec: SynthSpec, w: _Workload, placement: ideal.Placement | None) -> l
     else:
         bound = np.flatnonzero(placement.node >= 0)
         decided = start_us + placement.decided_us[bound]
-        bind_ts = decided + round(spec.bind_delay_ms * 1000)
+        bind_ts = decided + API_LATENCY_US
         pieces.append((_writes("create", "binding", bind_ts, spec.namespace,
                                pod_names.take(bound), "kube-scheduler", received=decided,
                                node=node_names.take(placement.node[bound]),
