@@ -117,17 +117,22 @@ def open_trace(path: str | os.PathLike) -> pq.ParquetFile:
 
 
 def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.DataFrame:
-    """Read a trace that passes validation into a polars DataFrame (all columns by default)."""
-    from replay.trace.validate import validate
+    """Read a trace into a polars DataFrame (all columns by default), refusing one that does not
+    pass validation with the first problem found."""
+    from replay.trace.validate import schema_problems, value_problems
 
-    problems = validate(path)
+    problems, well_typed = schema_problems(open_trace(path).schema_arrow)
+    if not problems:
+        try:
+            frame = pl.read_parquet(path, columns=columns)
+        except Exception as err:  # pyarrow and polars raise many types for damaged data pages
+            raise ReplayError(f"{path}: cannot read the trace ({_first_line(err)})") from None
+        present = [c for c in well_typed if c in frame.columns]
+        problems = value_problems(frame.lazy(), present)
     if problems:
         more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
         raise ReplayError(f"{path}: {problems[0]}{more}; `replay validate` lists them all")
-    try:
-        return pl.read_parquet(path, columns=columns)
-    except Exception as err:  # pyarrow and polars raise many types for damaged data pages
-        raise ReplayError(f"{path}: cannot read the trace ({_first_line(err)})") from None
+    return frame
 
 
 def source_of(path: str | os.PathLike) -> dict[str, str]:

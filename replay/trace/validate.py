@@ -21,7 +21,12 @@ def validate(path: str | os.PathLike) -> list[str]:
 
     A file that is not Parquet at all raises ``ReplayError`` instead.
     """
-    arrow_schema = open_trace(path).schema_arrow
+    problems, well_typed = schema_problems(open_trace(path).schema_arrow)
+    return problems + value_problems(pl.scan_parquet(path), well_typed)
+
+
+def schema_problems(arrow_schema: pa.Schema) -> tuple[list[str], list[str]]:
+    """Problems found in a trace's schema and metadata, and the columns that are well typed."""
     problems = _metadata_problems(arrow_schema.metadata or {})
     well_typed = []
     for col in schema.COLUMNS:
@@ -32,7 +37,7 @@ def validate(path: str | os.PathLike) -> list[str]:
             problems.append(f"column {col.name!r} has type {found}, expected {col.type}")
         else:
             well_typed.append(col.name)
-    return problems + _value_problems(path, well_typed)
+    return problems, well_typed
 
 
 def _metadata_problems(metadata: dict[bytes, bytes]) -> list[str]:
@@ -45,7 +50,8 @@ def _metadata_problems(metadata: dict[bytes, bytes]) -> list[str]:
     return []
 
 
-def _value_problems(path: str | os.PathLike, columns: list[str]) -> list[str]:
+def value_problems(frame: pl.LazyFrame, columns: list[str]) -> list[str]:
+    """Problems in the values of the well-typed ``columns``, found in one pass."""
     checks: list[tuple[str, pl.Expr, str]] = []  # (name, boolean "bad row" expression, sentence)
     for name in columns:
         if not schema.BY_NAME[name].nullable:
@@ -67,7 +73,6 @@ def _value_problems(path: str | os.PathLike, columns: list[str]) -> list[str]:
                        "code is not an HTTP status (100-599)"))
     if not checks:
         return []
-    frame = pl.scan_parquet(path).select(columns)
     aggregates = []
     for key, bad, _ in checks:
         bad = bad.fill_null(False)

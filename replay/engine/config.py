@@ -1,0 +1,236 @@
+"""The run configuration: seed, model, the watch pipeline's stage costs, and the watchers.
+
+A TOML file (every time in milliseconds, every key optional) is laid over a profile:
+``default`` holds realistic costs, ``zero`` makes every stage free so that a study can switch on one
+stage at a time.  Unknown keys, negative times and impossible parameters are errors that name the
+key.  See ``docs/config.md`` for the full reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+from replay.engine.distributions import (Constant, Distribution, Exponential, LogNormal,
+                                         parse_distribution)
+from replay.errors import ReplayError
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
+
+# Stage name -> its parameters, in pipeline order.  The first two are single queues shared by all
+# watchers (the API server's); the rest exist once per watcher.
+STAGES: dict[str, tuple[str, ...]] = {
+    "storage_to_cache": ("latency", "service"),
+    "cacher_queue": ("service", "per_watcher"),
+    "watcher_queue": ("service",),
+    "network": ("latency",),
+    "handler": ("service",),
+}
+SHARED_STAGES = ("storage_to_cache", "cacher_queue")
+ROLES = ("scheduler", "binder", "dispatcher", "kubelet", "observer")
+
+PROFILES: dict[str, dict[str, dict[str, Distribution]]] = {
+    "default": {
+        "storage_to_cache": {"latency": Constant(1.0), "service": Exponential(0.02)},
+        "cacher_queue": {"service": Constant(0.005), "per_watcher": Constant(0.001)},
+        "watcher_queue": {"service": Constant(0.01)},
+        "network": {"latency": LogNormal(0.5, 5.0)},
+        "handler": {"service": Exponential(0.1)},
+    },
+    "zero": {stage: {p: Constant(0.0) for p in params} for stage, params in STAGES.items()},
+}
+
+StageCosts = Mapping[str, Mapping[str, Distribution]]
+
+
+@dataclass(frozen=True)
+class WatcherSpec:
+    """One informer: who it is, what it watches, and any stage costs of its own.
+
+    ``node`` restricts a kubelet to its own node and the pods bound to it.
+    """
+
+    name: str
+    role: str
+    resources: tuple[str, ...] = ("pods", "nodes")
+    node: str | None = None
+    stages: StageCosts = field(default_factory=dict)
+
+    def describe(self) -> dict:
+        out: dict[str, Any] = {"name": self.name, "role": self.role,
+                               "resources": list(self.resources)}
+        if self.node is not None:
+            out["node"] = self.node
+        if self.stages:
+            out["stages"] = _describe_stages(self.stages)
+        return out
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    seed: int = 0
+    profile: str = "default"
+    model: str | None = None
+    model_params: Mapping[str, Any] = field(default_factory=dict)
+    stages: StageCosts = field(default_factory=lambda: copy.deepcopy(PROFILES["default"]))
+    watchers: tuple[WatcherSpec, ...] | None = None  # None: the model picks them
+
+    def costs(self, watcher: WatcherSpec | None = None) -> StageCosts:
+        """The stage costs that apply to ``watcher``: its own overrides over the run's."""
+        if watcher is None or not watcher.stages:
+            return self.stages
+        merged = {stage: dict(params) for stage, params in self.stages.items()}
+        for stage, params in watcher.stages.items():
+            merged[stage].update(params)
+        return merged
+
+    def describe(self) -> dict:
+        """The resolved configuration, as recorded in a run's manifest."""
+        out: dict[str, Any] = {"seed": self.seed, "profile": self.profile,
+                               "model": {"name": self.model, **self.model_params},
+                               "stages": _describe_stages(self.stages)}
+        if self.watchers is not None:
+            out["watchers"] = [w.describe() for w in self.watchers]
+        return out
+
+
+def _describe_stages(stages: StageCosts) -> dict:
+    return {s: {p: d.describe() for p, d in params.items()} for s, params in stages.items()}
+
+
+def load_config(path: str | os.PathLike | None = None, *, overrides: list[str] = (),
+                seed: int | None = None, model: str | None = None) -> RunConfig:
+    """The configuration from ``path`` (or the default profile), with ``-p KEY=VALUE`` model
+    parameter ``overrides``, ``seed`` and ``model`` from the command line on top."""
+    where = str(path) if path is not None else "command line"
+    raw: dict[str, Any] = {}
+    if path is not None:
+        raw = _read_toml(Path(path))
+    try:
+        config = _build(raw)
+    except ValueError as err:
+        raise ReplayError(f"{where}: {err}") from None
+    params = dict(config.model_params)
+    for item in overrides:
+        key, value = parse_override(item)
+        params[key] = value
+    return RunConfig(seed=config.seed if seed is None else seed, profile=config.profile,
+                     model=model or config.model, model_params=params, stages=config.stages,
+                     watchers=config.watchers)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE read as a TOML value (``3``, ``0.5``, ``true``, ``"x"``, ``[1, 2]``)
+    and taken as a plain string when it is not one (``policy=most-allocated``)."""
+    key, sep, text = item.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ReplayError(f"-p {item!r}: expected KEY=VALUE")
+    if key == "name":
+        raise ReplayError("-p name=...: choose the model with --model")
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return key, value
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        raise ReplayError(f"{path}: no such config file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ReplayError(f"{path}: not valid TOML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ReplayError(f"{path}: cannot read the config ({err})") from None
+
+
+def _build(raw: dict[str, Any]) -> RunConfig:
+    _no_unknown(raw, {"seed", "profile", "model", "stages", "watchers"}, "")
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+    profile = raw.get("profile", "default")
+    if profile not in PROFILES:
+        raise ValueError(f"profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
+    model_table = raw.get("model", {})
+    if not isinstance(model_table, dict):
+        raise ValueError("model: expected a table")
+    model_params = dict(model_table)
+    model = model_params.pop("name", None)
+    if model is not None and not isinstance(model, str):
+        raise ValueError(f"model.name: expected a string, got {model!r}")
+    stages = copy.deepcopy(PROFILES[profile])
+    for stage, params in _stage_tables(raw.get("stages", {}), "stages", shared_ok=True).items():
+        stages[stage].update(params)
+    watchers = None
+    if "watchers" in raw:
+        watchers = _watchers(raw["watchers"])
+    return RunConfig(seed=seed, profile=profile, model=model, model_params=model_params,
+                     stages=stages, watchers=watchers)
+
+
+def _stage_tables(raw: Any, where: str, shared_ok: bool) -> dict[str, dict[str, Distribution]]:
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: expected a table of stages")
+    out = {}
+    for stage, params in raw.items():
+        if stage not in STAGES:
+            raise ValueError(f"{where}.{stage}: unknown stage (stages are {', '.join(STAGES)})")
+        if not shared_ok and stage in SHARED_STAGES:
+            raise ValueError(f"{where}.{stage}: this stage is one queue shared by all watchers "
+                             "and cannot be set per watcher")
+        if not isinstance(params, dict):
+            raise ValueError(f"{where}.{stage}: expected a table")
+        _no_unknown(params, set(STAGES[stage]), f"{where}.{stage}")
+        out[stage] = {p: parse_distribution(d, f"{where}.{stage}.{p}") for p, d in params.items()}
+    return out
+
+
+def _watchers(raw: Any) -> tuple[WatcherSpec, ...]:
+    if not isinstance(raw, list):
+        raise ValueError("watchers: expected an array of tables ([[watchers]])")
+    out: list[WatcherSpec] = []
+    for i, item in enumerate(raw):
+        where = f"watchers[{i}]"
+        if not isinstance(item, dict):
+            raise ValueError(f"{where}: expected a table")
+        _no_unknown(item, {"name", "role", "resources", "node", "replicas", "stages"}, where)
+        name, role = item.get("name"), item.get("role", "observer")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{where}.name: required, a non-empty string")
+        if role not in ROLES:
+            raise ValueError(f"{where}.role: expected one of {', '.join(ROLES)}, got {role!r}")
+        resources = item.get("resources", ["pods", "nodes"])
+        if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
+            raise ValueError(f"{where}.resources: expected a list of resource names")
+        node = item.get("node")
+        if node is not None and not isinstance(node, str):
+            raise ValueError(f"{where}.node: expected a node name")
+        replicas = item.get("replicas", 1)
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise ValueError(f"{where}.replicas: expected an integer >= 1")
+        stages = _stage_tables(item.get("stages", {}), f"{where}.stages", shared_ok=False)
+        names = [name] if replicas == 1 else [f"{name}-{k}" for k in range(replicas)]
+        out += [WatcherSpec(n, role, tuple(resources), node, stages) for n in names]
+    seen: set[str] = set()
+    for watcher in out:
+        if watcher.name in seen:
+            raise ValueError(f"watchers: the name {watcher.name!r} is used twice")
+        seen.add(watcher.name)
+    return tuple(out)
+
+
+def _no_unknown(table: dict, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ValueError(f"{prefix}{unknown[0]}: unknown key (expected {', '.join(sorted(allowed))})")

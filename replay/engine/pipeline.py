@@ -1,0 +1,259 @@
+"""The list-watch delay pipeline: when each stage hands each write on to each watcher.
+
+For write i committed at ``commit_i`` (in commit order, rv = i) and each watcher w it matches:
+
+    cached_i     = max(commit_i + latency_i, cached_{i-1}) + service_i          storage_to_cache
+    dispatched_i = max(cached_i, dispatched_{i-1}) + service_i
+                   + per_watcher_i * (number of watchers matching write i)      cacher_queue
+    sent         = max(dispatched_i, previous sent of w) + service               watcher_queue
+    received     = max(sent + latency, previous received of w)                  network
+    applied      = max(received, previous applied of w) + handler service        handler
+    dequeued     = applied - handler service                                    (client_queue
+                                                                                 ends here)
+
+Every queue is FIFO (Lindley's recursion) and a stream never reorders, so delay grows with load.
+The recursions are defined once here and evaluated two ways that give identical results:
+``Pipeline.scan`` over whole arrays (a Lindley recursion is a cumulative maximum, see ``lindley``)
+for the observe model, and ``Pipeline.step`` one write at a time for the what-if models, whose
+writes depend on what was delivered before.
+
+Draws: the shared stages draw with counter = rv; a watcher's own stages draw with counter = the
+index of the delivery among that watcher's deliveries (0, 1, 2, ...), so ``step`` can draw ahead
+in blocks per watcher.  All times are integer microseconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from replay.engine.config import STAGES, RunConfig, WatcherSpec
+from replay.engine.distributions import Distribution
+from replay.rng import Stream, name_hash
+
+STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
+                 "dequeued_ts", "applied_ts")
+
+
+def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
+    """Departures of a FIFO queue: ``d_i = max(a_i, d_{i-1}) + s_i``, without a Python loop.
+
+    With ``S_i`` the running sum of service, ``d_i = S_i + max_{j<=i}(a_j - S_{j-1})``.
+    """
+    total = np.cumsum(service)
+    return total + np.maximum.accumulate(arrival - total + service)
+
+
+def segment_starts(segment: np.ndarray) -> np.ndarray:
+    """Positions where a new run of equal ``segment`` ids begins."""
+    if len(segment) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
+
+
+def segmented_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Running maximum restarting at each new ``segment`` id (ids sorted ascending)."""
+    if len(values) == 0:
+        return values.copy()
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    ids = (segment - segment[0]).astype(np.int64)
+    if (int(ids[-1]) + 1) * span < 2**62:  # lift each segment above the previous one
+        lift = ids * span
+        return np.maximum.accumulate(values - low + lift) - lift + low
+    out = np.empty_like(values)
+    bounds = np.r_[segment_starts(segment), len(values)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        out[lo:hi] = np.maximum.accumulate(values[lo:hi])
+    return out
+
+
+def segmented_cumsum(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """Running sum restarting at each new ``segment`` id (ids sorted ascending)."""
+    total = np.cumsum(values)
+    starts = segment_starts(segment)
+    lengths = np.diff(np.r_[starts, len(values)])
+    return total - np.repeat(total[starts] - values[starts], lengths)
+
+
+def segmented_lindley(arrival: np.ndarray, service: np.ndarray, segment: np.ndarray) -> np.ndarray:
+    """``lindley`` run separately on each segment (one queue per watcher)."""
+    total = segmented_cumsum(service, segment)
+    return total + segmented_cummax(arrival - total + service, segment)
+
+
+@dataclass(frozen=True)
+class _Cost:
+    """One stage parameter: its distribution and its stream."""
+
+    dist: Distribution
+    stream: Stream
+
+    def draw(self, counters: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
+        return self.dist.sample_us(self.stream, counters, keys)
+
+
+class _Ahead:
+    """Draws of one watcher's stage parameter, made in growing blocks for ``Pipeline.step``."""
+
+    __slots__ = ("cost", "key", "buffer", "next", "start")
+
+    def __init__(self, cost: _Cost, key: np.uint64):
+        self.cost, self.key = cost, key
+        self.buffer: list[int] = []
+        self.next = 0  # index into buffer
+        self.start = 0  # counter of buffer[0]
+
+    def take(self) -> int:
+        if self.next == len(self.buffer):
+            self.start += len(self.buffer)
+            size = min(max(16, 2 * len(self.buffer)), 4096)
+            counters = np.arange(self.start, self.start + size, dtype=np.uint64)
+            self.buffer = self.cost.draw(counters, self.key).tolist()
+            self.next = 0
+        value = self.buffer[self.next]
+        self.next += 1
+        return value
+
+
+@dataclass
+class Delivery:
+    """Stage times of one write at one watcher, in microseconds."""
+
+    watcher: int
+    sent: int
+    received: int
+    dequeued: int
+    applied: int
+
+
+class Pipeline:
+    """The pipeline for a fixed list of watchers; ``scan`` and ``step`` share these costs."""
+
+    PER_WATCHER = (("watcher_queue", "service"), ("network", "latency"), ("handler", "service"))
+
+    def __init__(self, config: RunConfig, watchers: list[WatcherSpec]):
+        self.watchers = watchers
+        hashes = np.array([name_hash(w.name) for w in watchers], dtype=np.uint64)
+        streams = {(stage, param): Stream.of(config.seed, stage, param)
+                   for stage, params in STAGES.items() for param in params}
+        # Each watcher's key in each per-watcher stream
+        self.keys = {key: streams[key].watcher_keys(hashes) for key in self.PER_WATCHER}
+
+        def cost(stage: str, param: str, watcher: WatcherSpec | None = None) -> _Cost:
+            return _Cost(config.costs(watcher)[stage][param], streams[stage, param])
+
+        self.storage_latency = cost("storage_to_cache", "latency")
+        self.storage_service = cost("storage_to_cache", "service")
+        self.cacher_service = cost("cacher_queue", "service")
+        self.cacher_per_watcher = cost("cacher_queue", "per_watcher")
+        # Per watcher stage costs: (stage, param) -> one _Cost per watcher
+        self.own = {key: [cost(*key, w) for w in watchers] for key in self.PER_WATCHER}
+        # ... and the watchers that share each cost, to draw for all of them in one call
+        self.sharing: dict[tuple[str, str], dict[_Cost, list[int]]] = {}
+        for key, costs in self.own.items():
+            common = cost(*key)
+            groups: dict[_Cost, list[int]] = {common: []}
+            for index, (watcher, own) in enumerate(zip(watchers, costs)):
+                groups.setdefault(common if not watcher.stages else own, []).append(index)
+            self.sharing[key] = groups
+        self._reset_step_state()
+
+    # -- whole arrays ------------------------------------------------------------------------
+    def scan(self, commit: np.ndarray, delivery_write: np.ndarray,
+             delivery_watcher: np.ndarray) -> dict[str, np.ndarray]:
+        """Stage times of every delivery at once.
+
+        ``commit`` holds the commit times of writes rv = 1..n in order; each delivery is a write
+        index (0-based) and a watcher index, sorted by watcher and then by write.  Returns one array
+        per ``STAGE_COLUMNS`` entry, aligned with the deliveries.
+        """
+        rv = np.arange(1, len(commit) + 1, dtype=np.uint64)
+        matches = np.bincount(delivery_write, minlength=len(commit)).astype(np.int64)
+        cached = lindley(commit + self.storage_latency.draw(rv), self.storage_service.draw(rv))
+        dispatch_cost = self.cacher_service.draw(rv) + self.cacher_per_watcher.draw(rv) * matches
+        dispatched = lindley(cached, dispatch_cost)
+
+        seq = _sequence_within(delivery_watcher)
+        queue_cost, net_cost, handler_cost = (
+            self._draw_own(key, seq, delivery_watcher) for key in self.PER_WATCHER)
+        from_cacher = dispatched[delivery_write]
+        sent = segmented_lindley(from_cacher, queue_cost, delivery_watcher)
+        received = segmented_cummax(sent + net_cost, delivery_watcher)
+        applied = segmented_lindley(received, handler_cost, delivery_watcher)
+        return dict(zip(STAGE_COLUMNS, (commit[delivery_write], cached[delivery_write], from_cacher,
+                                        sent, received, applied - handler_cost, applied)))
+
+    def _draw_own(self, key: tuple[str, str], seq: np.ndarray, watcher: np.ndarray) -> np.ndarray:
+        """Per-delivery draws of a per-watcher stage; watchers sharing a distribution draw in one
+        vectorised call."""
+        out = np.zeros(len(seq), dtype=np.int64)
+        groups = self.sharing[key]
+        for cost, members in groups.items():
+            if cost.dist.is_zero or not members:
+                continue
+            mask = slice(None) if len(groups) == 1 else np.isin(watcher, members)
+            out[mask] = cost.draw(seq[mask].astype(np.uint64), self.keys[key][watcher[mask]])
+        return out
+
+    # -- one write at a time -----------------------------------------------------------------
+    def _reset_step_state(self) -> None:
+        self._rv = 0
+        self._cached = self._dispatched = np.iinfo(np.int64).min
+        self._shared: dict[str, list[int]] = {}
+        self._last = [[np.iinfo(np.int64).min] * 3 for _ in self.watchers]  # sent, recv, applied
+        self._ahead = {key: [_Ahead(c, k) for c, k in zip(costs, self.keys[key])]
+                       for key, costs in self.own.items()}
+
+    def step(self, commit: int, targets: list[int]) -> tuple[int, int, int, list[Delivery]]:
+        """Commit the next write (rv = previous + 1) at ``commit`` to the watchers ``targets``.
+
+        Returns ``(rv, cached, dispatched, deliveries)``; the same numbers ``scan`` gives.
+        """
+        self._rv += 1
+        rv = self._rv
+        arrive = commit + self._shared_draw("storage_latency", rv)
+        self._cached = max(arrive, self._cached) + self._shared_draw("storage_service", rv)
+        cost = self._shared_draw("cacher_service", rv)
+        cost += self._shared_draw("cacher_per_watcher", rv) * len(targets)
+        self._dispatched = max(self._cached, self._dispatched) + cost
+        out = []
+        queue, network, handler = (self._ahead[key] for key in self.PER_WATCHER)
+        for w in targets:
+            last = self._last[w]
+            sent = max(self._dispatched, last[0]) + queue[w].take()
+            received = max(sent + network[w].take(), last[1])
+            service = handler[w].take()
+            applied = max(received, last[2]) + service
+            last[0], last[1], last[2] = sent, received, applied
+            out.append(Delivery(w, sent, received, applied - service, applied))
+        return rv, self._cached, self._dispatched, out
+
+    def _shared_draw(self, name: str, rv: int) -> int:
+        """Draws for the shared stages, made 4096 writes at a time."""
+        block = (rv - 1) // 4096
+        cached = self._shared.get(name)
+        if cached is None or cached[0] != block:
+            counters = np.arange(block * 4096 + 1, block * 4096 + 4097, dtype=np.uint64)
+            cached = [block, getattr(self, name).draw(counters).tolist()]
+            self._shared[name] = cached
+        return cached[1][(rv - 1) % 4096]
+
+
+def view_lag_us(commit: np.ndarray, applied: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """How stale one watcher's view is at each time in ``at``: the age of the oldest write it
+    had been committed but not yet applied (0 when it is up to date).
+
+    ``commit`` and ``applied`` are the watcher's deliveries in commit order; ``applied`` never
+    decreases along them, so the writes not applied by t are a suffix, and the oldest is the first.
+    """
+    first_pending = np.searchsorted(applied, at, side="right")
+    pending = first_pending < len(commit)
+    oldest = commit[np.minimum(first_pending, max(len(commit) - 1, 0))] if len(commit) else at
+    return np.where(pending & (oldest <= at), at - oldest, 0)
+
+
+def _sequence_within(segment: np.ndarray) -> np.ndarray:
+    """0, 1, 2, ... within each run of equal ``segment`` ids."""
+    return segmented_cumsum(np.ones(len(segment), dtype=np.int64), segment) - 1

@@ -1,0 +1,75 @@
+"""What every model is: a name, a description, declared parameters, its watchers and a replay.
+
+A model turns a trace and a run configuration into the run tables (``RunTables``).  Parameters are
+declared with ``Param`` so that ``replay models`` can list them and a mistyped one is an error that
+names it.  The engine owns time, ordering, randomness and the watch pipeline; a model never reads a
+clock or a global random generator.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping
+
+import polars as pl
+
+from replay.engine.config import RunConfig, WatcherSpec
+from replay.engine.rundir import RunTables
+from replay.errors import ReplayError
+
+
+@dataclass(frozen=True)
+class Param:
+    """A model parameter: its default (whose type is the parameter's type) and what it means."""
+
+    name: str
+    default: Any
+    help: str
+    choices: tuple[Any, ...] | None = None
+    minimum: float | None = None
+
+    def parse(self, value: Any, model: str) -> Any:
+        where = f"model {model!r} parameter {self.name!r}"
+        kind = type(self.default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if type(value) is not kind:
+            raise ReplayError(f"{where}: expected {kind.__name__}, got {value!r}")
+        if self.choices is not None and value not in self.choices:
+            raise ReplayError(f"{where}: expected one of {', '.join(map(str, self.choices))}, "
+                              f"got {value!r}")
+        if self.minimum is not None and value < self.minimum:
+            raise ReplayError(f"{where}: must be >= {self.minimum}, got {value!r}")
+        return value
+
+
+class Model:
+    """Base class of all models; subclasses set the class attributes and implement ``replay``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def __init__(self, params: Mapping[str, Any] | None = None):
+        self.settings = self.resolve(params or {})
+
+    @classmethod
+    def resolve(cls, given: Mapping[str, Any]) -> dict[str, Any]:
+        """Defaults overlaid with ``given``; an unknown or mistyped parameter is an error."""
+        declared = {p.name: p for p in cls.params}
+        unknown = sorted(set(given) - set(declared))
+        if unknown:
+            known = ", ".join(declared) or "none"
+            raise ReplayError(f"model {cls.name!r} has no parameter {unknown[0]!r} "
+                              f"(parameters: {known})")
+        return {name: p.parse(given[name], cls.name) if name in given else p.default
+                for name, p in declared.items()}
+
+    def default_watchers(self, trace: pl.DataFrame) -> list[WatcherSpec]:
+        """The watchers when the config lists none."""
+        raise NotImplementedError
+
+    def replay(self, trace: pl.DataFrame, config: RunConfig,
+               watchers: list[WatcherSpec]) -> RunTables:
+        """Replay ``trace`` with these ``watchers`` and return the run's tables."""
+        raise NotImplementedError

@@ -1,0 +1,214 @@
+"""The watch pipeline's semantics: hand-worked cases, invariants, queueing theory, and the
+agreement of the vectorised scan with the step-by-step evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from replay.engine.config import PROFILES, RunConfig, WatcherSpec
+from replay.engine.distributions import Constant, Exponential, LogNormal, Uniform, Empirical
+from replay.engine.pipeline import (STAGE_COLUMNS, Pipeline, lindley, segmented_cummax,
+                                    segmented_lindley, view_lag_us)
+
+
+def naive_lindley(arrival, service):
+    out, last = [], None
+    for a, s in zip(arrival, service):
+        last = (a if last is None else max(a, last)) + s
+        out.append(last)
+    return out
+
+
+ints = st.lists(st.integers(0, 10**6), min_size=0, max_size=60)
+
+
+@given(st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 5000)), max_size=80))
+def test_lindley_is_the_fifo_recursion(pairs):
+    arrival = np.sort(np.array([a for a, _ in pairs], dtype=np.int64))
+    service = np.array([s for _, s in pairs], dtype=np.int64)
+    assert lindley(arrival, service).tolist() == naive_lindley(arrival, service)
+
+
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(-10**9, 10**9), st.integers(0, 9)),
+                max_size=80))
+def test_segmented_scans_restart_per_segment(items):
+    items.sort(key=lambda t: t[0])
+    segment = np.array([g for g, _, _ in items], dtype=np.int64)
+    values = np.array([v for _, v, _ in items], dtype=np.int64)
+    service = np.array([s for _, _, s in items], dtype=np.int64)
+    expected_max, expected_lindley = [], []
+    for g in sorted(set(segment.tolist())):
+        part = segment == g
+        expected_max += np.maximum.accumulate(values[part]).tolist()
+        expected_lindley += naive_lindley(values[part], service[part])
+    assert segmented_cummax(values, segment).tolist() == expected_max
+    assert segmented_lindley(values, service, segment).tolist() == expected_lindley
+
+
+def zero_config(seed=0, **stages) -> RunConfig:
+    costs = {stage: dict(params) for stage, params in PROFILES["zero"].items()}
+    for key, dist in stages.items():
+        stage, param = key.rsplit("__", 1)
+        costs[stage][param] = dist
+    return RunConfig(seed=seed, profile="zero", stages=costs)
+
+
+def scan(config, watchers, commit, targets):
+    """Run Pipeline.scan on per-write target lists; returns rows (watcher, write, *times)."""
+    write = np.array([i for i, t in enumerate(targets) for _ in t], dtype=np.int64)
+    owner = np.array([w for t in targets for w in t], dtype=np.int64)
+    order = np.lexsort((write, owner))
+    write, owner = write[order], owner[order]
+    times = Pipeline(config, watchers).scan(np.asarray(commit, dtype=np.int64), write, owner)
+    return [(int(w), int(i), *(int(times[c][k]) for c in STAGE_COLUMNS))
+            for k, (w, i) in enumerate(zip(owner, write))]
+
+
+def test_hand_worked_example():
+    """Two watchers, constant costs; every number below is worked out by hand."""
+    config = zero_config(storage_to_cache__latency=Constant(1.0),
+                         storage_to_cache__service=Constant(0.5),
+                         cacher_queue__service=Constant(0.1),
+                         cacher_queue__per_watcher=Constant(0.2),
+                         watcher_queue__service=Constant(0.3),
+                         network__latency=Constant(2.0),
+                         handler__service=Constant(4.0))
+    watchers = [WatcherSpec("a", "scheduler"), WatcherSpec("b", "observer")]
+    # write 0 at t=0 to both; write 1 at t=100us to a only; write 2 at t=200us to both
+    rows = scan(config, watchers, [0, 100, 200], [[0, 1], [0], [0, 1]])
+    # cached: 0+1000+500=1500; max(1100,1500)+500=2000; max(1200,2000)+500=2500
+    # dispatched: 1500+100+400=2000; max(2000,2000)+100+200=2300; 2500+100+400=3000
+    # a: sent 2300, 2600, 3300; received 4300, 4600, 5300; applied 8300, 12300, 16300
+    # b: sent 2300, 3300; received 4300, 5300; applied 8300, 12300
+    assert rows == [
+        (0, 0, 0, 1500, 2000, 2300, 4300, 4300, 8300),
+        (0, 1, 100, 2000, 2300, 2600, 4600, 8300, 12300),
+        (0, 2, 200, 2500, 3000, 3300, 5300, 12300, 16300),
+        (1, 0, 0, 1500, 2000, 2300, 4300, 4300, 8300),
+        (1, 2, 200, 2500, 3000, 3300, 5300, 8300, 12300),
+    ]
+
+
+def test_a_stream_never_reorders():
+    """A slow packet holds back the next one: received = max(sent + latency, previous)."""
+    config = zero_config(network__latency=Empirical((10.0, 0.0), (1.0, 1.0)))
+    rows = scan(config, [WatcherSpec("a", "observer")], list(range(0, 4000, 100)),
+                [[0]] * 40)
+    received = [r[6] for r in rows]
+    assert received == sorted(received)
+    assert {r[6] - r[5] for r in rows} > {0}  # some waited behind a slow one
+
+
+dists = st.one_of(
+    st.builds(Constant, st.floats(0, 5)),
+    st.builds(Exponential, st.floats(0, 5)),
+    st.builds(Uniform, st.just(0.1), st.floats(0.1, 3)),
+    st.builds(LogNormal, st.just(0.5), st.floats(0.5, 8)),
+)
+stage_keys = ["storage_to_cache__latency", "storage_to_cache__service", "cacher_queue__service",
+              "cacher_queue__per_watcher", "watcher_queue__service", "network__latency",
+              "handler__service"]
+cases = st.fixed_dictionaries({
+    "costs": st.fixed_dictionaries({k: dists for k in stage_keys}),
+    "gaps": st.lists(st.integers(0, 3000), min_size=1, max_size=60),
+    "watchers": st.integers(1, 4),
+    "seed": st.integers(0, 2**31),
+    "data": st.data(),
+})
+
+
+@settings(max_examples=150, deadline=None)
+@given(cases)
+def test_invariants_and_step_equals_scan(case):
+    config = zero_config(case["seed"], **case["costs"])
+    watchers = [WatcherSpec(f"w{i}", "observer") for i in range(case["watchers"])]
+    commit = np.cumsum(case["gaps"]).tolist()
+    targets = [case["data"].draw(st.lists(st.integers(0, len(watchers) - 1), unique=True))
+               for _ in commit]
+    targets = [sorted(t) for t in targets]
+    rows = scan(config, watchers, commit, targets)
+
+    # each watcher receives each matching write exactly once
+    assert sorted((w, i) for w, i, *_ in rows) == sorted(
+        (w, i) for i, t in enumerate(targets) for w in t)
+    for w, i, *times in rows:
+        assert times == sorted(times), "stage times must not decrease along a row"
+        assert times[0] == commit[i]
+    for w in range(len(watchers)):
+        mine = [r for r in rows if r[0] == w]
+        applied = [r[-1] for r in mine]
+        assert applied == sorted(applied), "a watcher applies writes in commit order"
+        assert [r[1] for r in mine] == sorted(r[1] for r in mine)
+
+    pipeline = Pipeline(config, watchers)
+    stepped = []
+    for i, t in enumerate(targets):
+        rv, cached, dispatched, deliveries = pipeline.step(commit[i], t)
+        assert rv == i + 1
+        stepped += [(d.watcher, i, commit[i], cached, dispatched, d.sent, d.received, d.dequeued,
+                     d.applied) for d in deliveries]
+    assert sorted(stepped) == sorted(rows)
+
+
+def test_zero_cost_pipeline_applies_at_commit():
+    watchers = [WatcherSpec(f"w{i}", "observer") for i in range(3)]
+    commit = list(range(0, 5000, 7))
+    rows = scan(zero_config(), watchers, commit, [[0, 1, 2]] * len(commit))
+    assert all(len(set(r[2:])) == 1 for r in rows)
+
+
+def test_same_seed_same_draws_other_seed_other_draws():
+    costs = {"network__latency": LogNormal(0.5, 5.0), "handler__service": Exponential(0.1)}
+    args = ([WatcherSpec("a", "observer")], list(range(0, 10**6, 1000)), [[0]] * 1000)
+    assert scan(zero_config(1, **costs), *args) == scan(zero_config(1, **costs), *args)
+    assert scan(zero_config(1, **costs), *args) != scan(zero_config(2, **costs), *args)
+
+
+def test_another_watcher_does_not_change_my_draws():
+    costs = {"network__latency": LogNormal(0.5, 5.0)}
+    commit = list(range(0, 10**6, 1000))
+    alone = scan(zero_config(3, **costs), [WatcherSpec("a", "observer")], commit, [[0]] * 1000)
+    crowd = scan(zero_config(3, **costs), [WatcherSpec("a", "observer"),
+                                           WatcherSpec("b", "observer")], commit,
+                 [[0, 1]] * 1000)
+    assert alone == [r for r in crowd if r[0] == 0]
+
+
+def client_queue_wait_ms(service, rate_per_s=100.0, n=200_000, seed=5):
+    """Mean wait in the client queue of one watcher whose only cost is its handler."""
+    gaps = np.random.default_rng(seed).exponential(1e6 / rate_per_s, n)
+    commit = np.cumsum(np.rint(gaps)).astype(np.int64)
+    config = zero_config(seed, handler__service=service)
+    times = Pipeline(config, [WatcherSpec("a", "observer")]).scan(
+        commit, np.arange(n), np.zeros(n, dtype=np.int64))
+    return float(np.mean(times["dequeued_ts"] - times["received_ts"])) / 1000
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_mm1_wait_matches_theory(rho):
+    """M/M/1: Wq = rho / (mu - lambda); 200k events at rate 100/s, tolerance 5%."""
+    lam = 100.0
+    mu = lam / rho
+    expected_ms = rho / (mu - lam) * 1000
+    assert client_queue_wait_ms(Exponential(1000 / mu)) == pytest.approx(expected_ms, rel=0.05)
+
+
+@pytest.mark.parametrize("rho", [0.5, 0.8])
+def test_md1_wait_matches_theory(rho):
+    """M/D/1: Wq = rho / (2 mu (1 - rho)); 200k events at rate 100/s, tolerance 3%."""
+    lam = 100.0
+    mu = lam / rho
+    expected_ms = rho / (2 * mu * (1 - rho)) * 1000
+    assert client_queue_wait_ms(Constant(1000 / mu)) == pytest.approx(expected_ms, rel=0.03)
+
+
+def test_view_lag_is_the_age_of_the_oldest_unapplied_write():
+    commit = np.array([0, 10, 20, 30])
+    applied = np.array([5, 25, 26, 50])
+    at = np.array([0, 4, 5, 12, 24, 25, 26, 29, 31, 60])
+    # t=4: write 0 committed, not applied -> 4; t=12: write 1 (10) pending -> 2
+    # t=24: write 1 pending -> 14; t=25: write 2 (20) pending -> 5
+    # t=26: all applied and write 3 not yet committed -> 0; t=31: write 3 pending -> 1
+    assert view_lag_us(commit, applied, at).tolist() == [0, 4, 0, 2, 14, 5, 0, 0, 1, 0]

@@ -1,0 +1,179 @@
+"""``replay run`` end to end: run directories, determinism, observe semantics on traces."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from conftest import REPO, SAMPLE_TRACE
+from replay.engine.config import load_config
+from replay.engine.run import run_replay
+from replay.trace.io import write_trace
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+
+
+def read_run(run_dir):
+    return {t: pl.read_parquet(run_dir / f"{t}.parquet") for t in TABLES}
+
+
+@pytest.fixture(scope="module")
+def sample_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "sample"
+    run_replay(SAMPLE_TRACE, load_config(), out=out)
+    return out
+
+
+def test_run_directory_is_complete(sample_run):
+    manifest = json.loads((sample_run / "manifest.json").read_text())
+    tables = read_run(sample_run)
+    assert manifest["tables"] == {t: tables[t].height for t in TABLES}
+    assert manifest["model"]["name"] == "observe"
+    assert len(manifest["trace"]["sha256"]) == 64
+    assert manifest["config"]["stages"]["network"]["latency"]["dist"] == "lognormal"
+    assert tables["deliveries"].schema["applied_ts"] == pl.Datetime("us", "UTC")
+    assert tables["deliveries"].schema["watcher"] == pl.String
+
+
+def test_observe_keeps_the_recorded_truth(sample_run):
+    tables = read_run(sample_run)
+    trace = pl.read_parquet(SAMPLE_TRACE)
+    assert tables["events"].height == trace.height  # every synthesized write succeeded
+    assert tables["events"]["rv"].to_list() == list(range(1, trace.height + 1))
+    bindings = trace.filter(pl.col("subresource") == "binding").height
+    assert tables["attempts"].height == bindings
+    assert (tables["attempts"]["outcome"] == "bound").all()
+    pods = tables["pods"]
+    assert pods.height == trace.filter((pl.col("resource") == "pods")
+                                       & (pl.col("verb") == "create")
+                                       & pl.col("subresource").is_null()).height
+    assert (pods["bound_ts"] > pods["created_ts"]).all()
+    assert (pods["deleted_ts"] > pods["bound_ts"]).all()
+    watchers = tables["watchers"]
+    assert watchers.filter(pl.col("role") == "kubelet").height == 200
+    assert watchers.filter(pl.col("role") == "scheduler")["watcher"].to_list() == ["kube-scheduler"]
+
+
+def test_kubelets_see_only_their_node_and_its_pods(sample_run):
+    tables = read_run(sample_run)
+    kubelet = tables["deliveries"].filter(pl.col("role") == "kubelet").join(
+        tables["events"], on="rv").join(tables["watchers"], on="watcher")
+    pods = kubelet.filter(pl.col("resource") == "pods")
+    bound = tables["pods"].select(pl.col("pod").str.split("/").list.last().alias("name"),
+                                  pl.col("node").alias("bound"))
+    pods = pods.join(bound, on="name")
+    assert (pods["bound"] == pods["node_right"]).all()
+    assert set(pods["verb"].unique()) == {"create", "delete"}  # the binding and the delete
+    nodes = kubelet.filter(pl.col("resource") == "nodes")
+    assert (nodes["name"] == nodes["node_right"]).all()
+
+
+def test_components_sum_to_end_to_end(sample_run):
+    d = read_run(sample_run)["deliveries"]
+    stages = ["commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
+              "dequeued_ts", "applied_ts"]
+    for a, b in zip(stages, stages[1:]):
+        assert (d[b] >= d[a]).all(), f"{b} before {a}"
+
+
+def test_same_inputs_same_tables_whatever_the_thread_count(tmp_path):
+    runs = []
+    for threads in ("1", None):
+        env = dict(os.environ)
+        env.pop("POLARS_MAX_THREADS", None)
+        if threads:
+            env["POLARS_MAX_THREADS"] = threads
+        out = tmp_path / f"run-{threads}"
+        done = subprocess.run([sys.executable, "-m", "replay", "run", str(SAMPLE_TRACE),
+                               "--seed", "4", "--out", str(out)], env=env, capture_output=True,
+                              text=True)
+        assert done.returncode == 0, done.stderr
+        runs.append(out)
+    a, b = (read_run(r) for r in runs)
+    for table in TABLES:
+        assert a[table].equals(b[table]), table
+    assert (runs[0] / "manifest.json").read_text() == (runs[1] / "manifest.json").read_text()
+
+
+def test_another_seed_changes_delays_not_truth(tmp_path):
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    run_replay(SAMPLE_TRACE, load_config(seed=1), out=a)
+    run_replay(SAMPLE_TRACE, load_config(seed=2), out=b)
+    ra, rb = read_run(a), read_run(b)
+    assert ra["events"].equals(rb["events"])
+    assert not ra["deliveries"].equals(rb["deliveries"])
+
+
+def test_cli_run_default_out_and_force(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = cli("run", SAMPLE_TRACE)
+    assert first.code == 0, first.err
+    assert "wrote runs/sample-observe" in first.out
+    assert "end-to-end watch delay, scheduler: p50" in first.out
+    again = cli("run", SAMPLE_TRACE)
+    assert again.code == 1 and "already exists" in again.err
+    forced = cli("run", SAMPLE_TRACE, "--force", "--seed", "3")
+    assert forced.code == 0
+    manifest = json.loads((tmp_path / "runs/sample-observe/manifest.json").read_text())
+    assert manifest["seed"] == 3
+    assert not [p for p in (tmp_path / "runs").iterdir() if p.name.startswith(".")]
+
+
+def small_trace(path, rows):
+    """Write a trace of (seconds, verb, resource, subresource, name, node, code, cpu) rows."""
+    frame = pl.DataFrame(
+        [(T0 + dt.timedelta(seconds=s), verb, res, sub, "ns" if res == "pods" else None, name,
+          node, code, cpu, "kube-scheduler" if sub == "binding" else "workload")
+         for s, verb, res, sub, name, node, code, cpu in rows],
+        schema=["ts", "verb", "resource", "subresource", "namespace", "name", "node", "code",
+                "cpu_milli", "component"], orient="row")
+    write_trace(frame, path, source="test", source_args={})
+    return path
+
+
+def test_failed_binding_is_a_conflict_and_reaches_nobody(tmp_path):
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "create", "nodes", None, "n1", "n1", 201, 4000),
+        (1, "create", "pods", None, "p", None, 201, 1000),
+        (2, "create", "pods", "binding", "p", "n1", 409, None),
+        (3, "create", "pods", "binding", "p", "n1", 201, None),
+        (9, "delete", "pods", None, "p", None, 200, None),
+        (10, "create", "pods", None, "p", None, 201, 500),  # the same name again: a new pod
+    ])
+    out = tmp_path / "run"
+    run_replay(trace, load_config(), out=out)
+    t = read_run(out)
+    assert t["events"].height == 5
+    assert t["attempts"]["outcome"].to_list() == ["conflict", "bound"]
+    assert t["attempts"]["reason"].to_list() == ["api_conflict", None]
+    # the retry was enqueued when the first attempt failed
+    assert t["attempts"]["enqueued_ts"][1] == T0 + dt.timedelta(seconds=2)
+    pods = t["pods"]
+    assert pods["attempts"].to_list() == [2, 0]
+    assert pods["cpu_milli"].to_list() == [1000, 500]
+    assert pods["node"].to_list() == ["n1", None]
+    kubelet = t["deliveries"].filter(pl.col("watcher") == "kubelet/n1")["rv"].to_list()
+    assert kubelet == [1, 3, 4]  # its node, the binding, the delete; not the second pod
+
+
+def test_run_without_bindings_names_the_what_if_models(cli, tmp_path):
+    trace = small_trace(tmp_path / "t.parquet", [(0, "create", "pods", None, "p", None, 201, 1)])
+    result = cli("run", trace, "--out", tmp_path / "run")
+    assert result.code == 1 and "records no bindings" in result.err
+    assert not (tmp_path / "run").exists()
+
+
+def test_bad_config_is_one_line(cli, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text("[stages.network]\nlatency = { dist = \"lognormal\", median_ms = 2, p99_ms = 1 }\n")
+    result = cli("run", SAMPLE_TRACE, "--config", config, "--out", tmp_path / "run")
+    assert result.code == 1
+    assert result.err.count("\n") == 1 and "p99_ms" in result.err
