@@ -156,6 +156,10 @@ def test_failed_binding_is_a_conflict_and_reaches_nobody(tmp_path):
     assert t["attempts"]["reason"].to_list() == ["api_conflict", None]
     # the retry was enqueued when the first attempt failed
     assert t["attempts"]["enqueued_ts"][1] == T0 + dt.timedelta(seconds=2)
+    # the failed one is forgotten when it fails, the bound one when the scheduler sees it
+    applied = t["deliveries"].filter(pl.col("watcher") == "kube-scheduler", pl.col("rv") == 3)
+    assert t["attempts"]["forgotten_ts"].to_list() == [T0 + dt.timedelta(seconds=2),
+                                                       applied["applied_ts"][0]]
     pods = t["pods"]
     assert pods["attempts"].to_list() == [2, 0]
     assert pods["cpu_milli"].to_list() == [1000, 500]

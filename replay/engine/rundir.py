@@ -44,7 +44,7 @@ TABLES: dict[str, pa.Schema] = {
         ("attempt_id", pa.int64()), ("pod", pa.string()), ("scheduler", pa.string()),
         ("enqueued_ts", TS), ("started_ts", TS), ("decided_ts", TS), ("committed_ts", TS),
         ("node", pa.string()), ("outcome", pa.string()), ("reason", pa.string()),
-        ("view_lag_ms", pa.float64()),
+        ("view_lag_ms", pa.float64()), ("forgotten_ts", TS),
     ]),
     "pods": pa.schema([
         ("pod", pa.string()), ("created_ts", TS), ("first_attempt_ts", TS), ("bound_ts", TS),

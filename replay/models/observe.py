@@ -102,6 +102,8 @@ def _attempts(trace: pl.DataFrame, history: PodHistory, rv_of_row: np.ndarray,
     commit.  ``started_ts`` is not recorded in a trace and stays null.  ``decided_ts`` is the
     binding's ``received_ts``.  ``view_lag_ms`` is the age, at decision, of the oldest write the
     scheduler watches that was committed but not yet applied (null if it is not a watcher).
+    ``forgotten_ts``: the scheduler assumed its own binding from the decision until it applied
+    that binding from its watch, or, for a failed binding, until the failure came back.
     """
     rows = np.flatnonzero(mask(trace, IS_BINDING))
     code = pl.col("code")
@@ -121,11 +123,13 @@ def _attempts(trace: pl.DataFrame, history: PodHistory, rv_of_row: np.ndarray,
     applied = seen.applied_at(bindings["scheduler"], np.where(has_create, rv_of_row[create_row], 0))
     enqueued = np.where(previous >= 0, previous, np.where(applied >= 0, applied, created_us))
     lag = seen.view_lag_ms(bindings["scheduler"], bindings["decided_ts"])
+    confirmed = seen.applied_at(bindings["scheduler"], rv_of_row[rows])
+    forgotten = np.where(bindings["outcome"].to_numpy() == "bound", confirmed, committed_us)
     table = bindings.select(
         attempt_id=pl.int_range(1, pl.len() + 1, dtype=pl.Int64), pod="pod", scheduler="scheduler",
         enqueued_ts=_timestamps(enqueued), started_ts=pl.lit(None, dtype=TS),
         decided_ts="decided_ts", committed_ts="committed_ts", node="node", outcome="outcome",
-        reason="reason", view_lag_ms=lag)
+        reason="reason", view_lag_ms=lag, forgotten_ts=_timestamps(forgotten))
     return table, rows
 
 
