@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from replay import __version__
-from replay.cli import run, synth, validate
+from replay.cli import importer, ingest, run, synth, validate
 from replay.errors import ReplayError
 
-COMMANDS = (synth, validate, run)
+COMMANDS = (synth, ingest, importer, validate, run)
 
 
 def build_parser() -> argparse.ArgumentParser:

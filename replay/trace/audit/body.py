@@ -1,0 +1,221 @@
+"""The few fields of an object body that become trace columns, and nothing else.
+
+A body is decoded into structs that name only pod requests, node allocatable, a binding's target
+and identifying metadata; every other key (Secret data, environment values, annotations, tokens)
+is skipped by the decoder and never becomes a Python object, let alone a trace value.
+
+A pod's effective request is computed as Kubernetes computes it
+(``k8s.io/component-helpers/resource.PodRequests``), per resource:
+
+- a container that sets a limit but no request for a resource requests its limit (API defaulting);
+- the app containers' requests are summed, together with restartable init containers (sidecars,
+  ``restartPolicy: Always``);
+- each ordinary init container needs its request plus the sidecars started before it; the pod
+  needs the larger of the app sum and the largest such init need;
+- ``spec.overhead`` (RuntimeClass overhead) is added.
+
+Quantities are summed exactly, as integer counts of 10^-9 (the API server's own precision: it
+rounds finer quantities up to 1n), and rounded up once at the end, as ``MilliValue()`` and
+``Value()`` do.  ``nvidia.com/gpu`` and ``amd.com/gpu`` count as GPUs (a pod asking for both gets the sum).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple, Optional, Union
+
+import msgspec
+
+from replay.quantity import QuantityError, parse_quantity
+
+Quantities = Optional[dict[str, Union[str, int, float]]]
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+NANO = 10**9
+INT64_MAX = 2**63 - 1
+# Labels naming the gang (pod group) a pod belongs to: scheduler-plugins' coscheduling, and its
+# older spelling.  Annotations are never read: their values may be secrets.
+GROUP_LABELS = ("scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io")
+
+
+class Resources(msgspec.Struct, gc=False):
+    requests: Quantities = None
+    limits: Quantities = None
+
+
+class Container(msgspec.Struct, gc=False):
+    resources: Optional[Resources] = None
+    restart_policy: Optional[str] = msgspec.field(default=None, name="restartPolicy")
+
+
+class Spec(msgspec.Struct, gc=False):
+    containers: Optional[list[Container]] = None
+    init_containers: Optional[list[Container]] = msgspec.field(default=None, name="initContainers")
+    overhead: Quantities = None
+    scheduler_name: Optional[str] = msgspec.field(default=None, name="schedulerName")
+    priority: Optional[int] = None
+    node_name: Optional[str] = msgspec.field(default=None, name="nodeName")
+
+
+class Metadata(msgspec.Struct, gc=False):
+    name: Optional[str] = None
+    uid: Optional[str] = None
+    labels: Optional[dict[str, str]] = None
+
+
+class NodeStatus(msgspec.Struct, gc=False):
+    allocatable: Quantities = None
+
+
+class Target(msgspec.Struct, gc=False):
+    name: Optional[str] = None
+
+
+class Body(msgspec.Struct, gc=False):
+    """A pod, a node or a binding, as far as the trace is concerned."""
+
+    metadata: Optional[Metadata] = None
+    spec: Optional[Spec] = None
+    status: Optional[NodeStatus] = None
+    target: Optional[Target] = None
+
+
+class Amounts(NamedTuple):
+    """cpu_milli, memory_bytes, gpu_milli; None where the body did not say."""
+
+    cpu: Optional[int]
+    memory: Optional[int]
+    gpu: Optional[int]
+
+
+NONE = Amounts(None, None, None)
+_decoder = msgspec.json.Decoder(Body)
+
+
+class BadBody(ValueError):
+    """A body field that is not what Kubernetes would have stored; the message names the key."""
+
+
+def decode_body(raw: msgspec.Raw, key: str) -> Optional[Body]:
+    """The body in ``raw`` (under the event key ``key``); None when absent or a JSON patch list."""
+    if not raw or memoryview(raw)[:1] != b"{":
+        return None
+    try:
+        return _decoder.decode(raw)
+    except msgspec.ValidationError as err:
+        message, _, where = str(err).partition(" - at `$")
+        raise BadBody(f"key {key}{where.rstrip('`')}: {message[0].lower()}{message[1:]}") from None
+
+
+def pod_requests(spec: Spec, key: str) -> Amounts:
+    """The pod's effective request (see the module docstring); ``key`` locates errors."""
+    apps = _zero()
+    for i, container in enumerate(spec.containers):
+        apps = _plus(apps, _requests(container, f"{key}.spec.containers[{i}]"))
+    if spec.init_containers:
+        apps = _with_init_containers(apps, spec.init_containers, key)
+    if spec.overhead:
+        apps = _plus(apps, _amounts(spec.overhead, f"{key}.spec.overhead"))
+    cpu, memory, gpu = apps
+    return _in_range(Amounts(_milli(cpu), _units(memory), _milli(gpu)), f"{key}.spec")
+
+
+def _with_init_containers(apps: tuple, init_containers: list[Container], key: str) -> tuple:
+    """The larger of the app containers (plus sidecars) and the neediest init container."""
+    sidecars, init_need = _zero(), _zero()
+    for i, container in enumerate(init_containers):
+        need = _requests(container, f"{key}.spec.initContainers[{i}]")
+        if container.restart_policy == "Always":
+            apps = _plus(apps, need)
+            sidecars = _plus(sidecars, need)
+            need = sidecars
+        else:
+            need = _plus(need, sidecars)
+        init_need = tuple(map(max, init_need, need))
+    return tuple(map(max, apps, init_need))
+
+
+def allocatable(status: NodeStatus, key: str, partial: bool) -> Amounts:
+    """A node's allocatable; with ``partial`` (a patch) resources the body omits stay None."""
+    given = status.allocatable
+    if given is None:
+        return NONE
+    cpu, memory, gpu = _amounts(given, f"{key}.status.allocatable")
+    has_gpu = any(name in given for name in GPU_RESOURCES)
+    return _in_range(Amounts(_milli(cpu) if "cpu" in given or not partial else None,
+                             _units(memory) if "memory" in given or not partial else None,
+                             _milli(gpu) if has_gpu or not partial else None),
+                     f"{key}.status.allocatable")
+
+
+def group_of(metadata: Optional[Metadata]) -> Optional[str]:
+    """The pod group named by one of ``GROUP_LABELS``, if any."""
+    labels = metadata.labels if metadata is not None else None
+    if labels:
+        for label in GROUP_LABELS:
+            if label in labels:
+                return labels[label]
+    return None
+
+
+def _requests(container: Container, key: str) -> tuple:
+    """A container's requests, where a resource with only a limit requests its limit."""
+    resources = container.resources
+    if resources is None:
+        return _zero()
+    requests = resources.requests or {}
+    if resources.limits:
+        requests = {**resources.limits, **requests}
+    return _amounts(requests, f"{key}.resources")
+
+
+def _amounts(quantities: Quantities, key: str) -> tuple:
+    """(cpu, memory, gpu) of a resource list in units of 10^-9; resources not named are zero."""
+    if not quantities:
+        return _zero()
+    gpu = 0
+    for name in GPU_RESOURCES:
+        gpu += _quantity(quantities, name, key)
+    return (_quantity(quantities, "cpu", key), _quantity(quantities, "memory", key), gpu)
+
+
+def _quantity(quantities: dict, name: str, key: str) -> int:
+    text = quantities.get(name)
+    if text is None:
+        return 0
+    try:
+        return _nano(text)
+    except QuantityError as err:
+        raise BadBody(f"key {key} ({name}): {err}") from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _nano(text: Union[str, int, float]) -> int:
+    """A quantity in units of 10^-9, rounded up; a request cannot be negative."""
+    value = parse_quantity(text)
+    if value < 0:
+        raise QuantityError(f"negative quantity {text!r}")
+    return math.ceil(value * NANO)
+
+
+def _in_range(amounts: Amounts, key: str) -> Amounts:
+    """``amounts``, unless one does not fit the trace's 64-bit columns."""
+    if any(a is not None and a > INT64_MAX for a in amounts):
+        raise BadBody(f"key {key}: a quantity too large for a 64-bit integer")
+    return amounts
+
+
+def _milli(nano: int) -> int:
+    return -(-nano // (NANO // 1000))
+
+
+def _units(nano: int) -> int:
+    return -(-nano // NANO)
+
+
+def _plus(a: tuple, b: tuple) -> tuple:
+    return (a[0] + b[0], a[1] + b[1], a[2] + b[2])
+
+
+def _zero() -> tuple:
+    return (0, 0, 0)

@@ -1,0 +1,199 @@
+"""The shape of an audit event (audit.k8s.io ``Event``, v1 and v1beta1), as msgspec structs.
+
+The structs name only the fields ingest uses: unknown keys are skipped without being built into
+Python objects, and object bodies stay raw bytes (``msgspec.Raw``) until ``body.py`` reads the few
+fields it needs from them, so a body's other contents are never even decoded.
+
+A block of lines is decoded into ``Event`` structs in one call (``decode_events``), the fastest
+way.  When that fails (a blank line, a line that is not an event, a field of the wrong type), the
+block is read line by line instead: each line into a small ``Head`` (kind, apiVersion, stage,
+verb), which says whether it is an event and whether it can become a row, and only those that can
+into an ``Event``.  Fields of events that make no row are therefore not checked.
+
+Timestamps are decoded by msgspec's RFC 3339 parser: ``Z`` or a numeric offset is required, any
+number of fractional digits is accepted, and the value is rounded to the nearest microsecond (a
+half rounds up).  The API server itself writes exactly six digits, so rounding only touches
+hand-made logs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Optional
+
+import msgspec
+
+Time = Optional[Annotated[datetime, msgspec.Meta(tz=True)]]
+NO_BODY = msgspec.Raw()
+
+AUDIT_GROUP = "audit.k8s.io/"
+API_VERSIONS = ("audit.k8s.io/v1", "audit.k8s.io/v1beta1")
+STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
+COMPLETE = "ResponseComplete"
+
+
+class BadEvent(ValueError):
+    """A line that cannot be read as an audit event; the message says why, without a location."""
+
+
+class Head(msgspec.Struct, gc=False):
+    """What every line is decoded into: enough to tell whether it can become a row."""
+
+    kind: Optional[str] = None
+    api_version: Optional[str] = msgspec.field(default=None, name="apiVersion")
+    stage: Optional[str] = None
+    verb: Optional[str] = None
+    items: msgspec.Raw = NO_BODY  # only in an EventList
+
+
+class User(msgspec.Struct, gc=False):
+    username: Optional[str] = None
+
+
+class ObjectRef(msgspec.Struct, gc=False):
+    resource: Optional[str] = None
+    namespace: Optional[str] = None
+    name: Optional[str] = None
+    uid: Optional[str] = None
+    subresource: Optional[str] = None
+
+
+class Status(msgspec.Struct, gc=False):
+    code: Optional[int] = None
+
+
+class Event(msgspec.Struct, gc=False):
+    """The fields of an audit event that trace columns are made from."""
+
+    kind: Optional[str] = None
+    api_version: Optional[str] = msgspec.field(default=None, name="apiVersion")
+    stage: Optional[str] = None
+    items: msgspec.Raw = NO_BODY
+    audit_id: Optional[str] = msgspec.field(default=None, name="auditID")
+    level: Optional[str] = None
+    verb: Optional[str] = None
+    request_uri: Optional[str] = msgspec.field(default=None, name="requestURI")
+    user: Optional[User] = None
+    user_agent: Optional[str] = msgspec.field(default=None, name="userAgent")
+    object_ref: Optional[ObjectRef] = msgspec.field(default=None, name="objectRef")
+    response_status: Optional[Status] = msgspec.field(default=None, name="responseStatus")
+    request_object: msgspec.Raw = msgspec.field(default=NO_BODY, name="requestObject")
+    response_object: msgspec.Raw = msgspec.field(default=NO_BODY, name="responseObject")
+    received: Time = msgspec.field(default=None, name="requestReceivedTimestamp")
+    stage_time: Time = msgspec.field(default=None, name="stageTimestamp")
+    legacy_time: Time = msgspec.field(default=None, name="timestamp")  # before v1beta1's two
+
+
+_head = msgspec.json.Decoder(Head)
+_event = msgspec.json.Decoder(Event)
+_events = msgspec.json.Decoder(list[Event])
+_items = msgspec.json.Decoder(list[msgspec.Raw])
+_any = msgspec.json.Decoder()
+
+
+def decode_head(line: bytes) -> Head:
+    """The head of one JSON line; ``BadEvent`` when it is not JSON or not an audit event."""
+    try:
+        head = _head.decode(line)
+    except msgspec.ValidationError as err:
+        raise BadEvent(_not_an_event(line, err)) from None
+    except msgspec.DecodeError as err:
+        raise BadEvent(f"not valid JSON ({_reason(err)})") from None
+    return head if is_plain(head) else _odd_head(head, line)
+
+
+_STAGES = frozenset(STAGES)
+_KINDS = frozenset({None, "Event"})
+_VERSIONS = frozenset({None, *API_VERSIONS})
+
+
+def decode_events(text: bytes, lines: int) -> Optional[list[Event]]:
+    """The events of all ``lines`` lines of ``text`` in one call.
+
+    None when any line is blank or is not a JSON object of the expected types: the caller then
+    goes line by line, to skip blank lines and to find a bad line and its number.
+    """
+    try:
+        events = _event.decode_lines(text)
+    except msgspec.MsgspecError:
+        return None
+    return events if len(events) == lines else None
+
+
+def is_plain(head: Head | Event) -> bool:
+    """Whether a head is an audit event as ``decode_head`` would accept it (not an EventList)."""
+    return (head.stage in _STAGES and head.verb is not None and head.kind in _KINDS
+            and head.api_version in _VERSIONS)
+
+
+def _odd_head(head: Head, line: bytes) -> Head:
+    """An ``EventList``'s head, or ``BadEvent`` saying how the line departs from an event."""
+    if head.stage is None or head.verb is None:
+        if head.kind == "EventList":
+            return head
+        raise BadEvent(_not_an_event(line))
+    if head.kind not in _KINDS:
+        raise BadEvent(f"not an audit event: its kind is {head.kind!r}, not 'Event'")
+    if head.api_version not in _VERSIONS:
+        raise BadEvent(f"unsupported apiVersion {head.api_version!r} (expected "
+                       f"{' or '.join(API_VERSIONS)})")
+    raise BadEvent(f"unknown stage {head.stage!r} (expected one of {', '.join(STAGES)})")
+
+
+def decode_event(line: bytes) -> Event:
+    """The full event of a line whose head was already accepted."""
+    try:
+        return _event.decode(line)
+    except msgspec.ValidationError as err:
+        raise BadEvent(_field_problem(err)) from None
+
+
+def decode_items(items: msgspec.Raw) -> list[bytes]:
+    """The events of an ``EventList`` (the webhook backend's batch), each still undecoded."""
+    try:
+        return [bytes(item) for item in _items.decode(items)]
+    except msgspec.ValidationError:
+        raise BadEvent("an EventList whose items are not a list") from None
+
+
+def decode_document(text: bytes) -> list[bytes]:
+    """The events of a file holding one JSON document: an event, an array or an ``EventList``."""
+    try:
+        value = _any.decode(text)
+    except msgspec.DecodeError as err:
+        raise BadEvent(f"not valid JSON ({_reason(err)})") from None
+    if isinstance(value, list):
+        return [bytes(item) for item in _items.decode(text)]
+    return [text]
+
+
+def _field_problem(err: msgspec.ValidationError) -> str:
+    """msgspec's "Expected `int`, got `str` - at `$.responseStatus.code`" in this project's words."""
+    message, _, where = str(err).partition(" - at `$")
+    key = where.rstrip("`").lstrip(".")
+    if "datetime" in message:
+        return f"key {key}: not an RFC 3339 time with a time zone"
+    return f"key {key}: {message[0].lower()}{message[1:]}" if key else message
+
+
+def _not_an_event(line: bytes, err: msgspec.ValidationError | None = None) -> str:
+    """Why a JSON line is not an audit event, naming the log pipelines that wrap events."""
+    value = _any.decode(line)
+    if not isinstance(value, dict):
+        return f"not an audit event: a JSON {type(value).__name__}, not an object"
+    if "protoPayload" in value:
+        return ("not an audit event: a Google Cloud Logging entry (GKE); the event is rewritten "
+                "in protoPayload, which is not the API server's format")
+    properties = value.get("properties")
+    if isinstance(properties, dict) and isinstance(properties.get("log"), (dict, str)):
+        return ("not an audit event: an Azure diagnostic log record (AKS); the audit event is "
+                "wrapped in properties.log")
+    if err is not None:
+        return f"not an audit event: {_field_problem(err)}"
+    keys = ", ".join(list(value)[:6]) or "none"
+    return f"not an audit event: no stage and verb (keys: {keys})"
+
+
+def _reason(err: msgspec.DecodeError) -> str:
+    text = str(err)
+    return text[0].lower() + text[1:] if text else "malformed"

@@ -1,0 +1,38 @@
+"""The object a request addresses, read from its ``requestURI`` when the event has no ``objectRef``.
+
+Follows the API server's own parsing (``k8s.io/apiserver/pkg/endpoints/request.RequestInfoFactory``):
+``/api/v1[/namespaces/NS]/RESOURCE[/NAME[/SUBRESOURCE]]`` and the same under
+``/apis/GROUP/VERSION``; ``status`` and ``finalize`` after ``/namespaces/NAME`` are subresources of
+the namespace itself.  Any other path is a non-resource request (``/healthz``, ``/metrics``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+NAMESPACE_SUBRESOURCES = ("status", "finalize")
+
+
+class Target(NamedTuple):
+    resource: str
+    namespace: Optional[str]
+    name: str
+    subresource: Optional[str]
+
+
+def parse_request_uri(uri: str) -> Optional[Target]:
+    """The resource, namespace, name and subresource in ``uri``; None for non-resource paths."""
+    parts = [p for p in uri.partition("?")[0].split("/") if p]
+    if len(parts) >= 3 and parts[0] == "api":
+        parts = parts[2:]
+    elif len(parts) >= 4 and parts[0] == "apis":
+        parts = parts[3:]
+    else:
+        return None
+    namespace = None
+    if parts[0] == "namespaces" and len(parts) > 1:
+        namespace = parts[1]
+        if len(parts) > 2 and parts[2] not in NAMESPACE_SUBRESOURCES:
+            parts = parts[2:]
+    parts += [None] * (3 - len(parts))
+    return Target(parts[0], namespace, parts[1] or "", parts[2])

@@ -1,0 +1,119 @@
+"""Alibaba's 2023 GPU cluster trace (``cluster-trace-gpu-v2023``, Weng et al., USENIX ATC 2023).
+
+Mapping (``traces/README.md``, "Recorded traces", has the same in a table):
+
+- one ``create nodes`` per row of the node list, at the trace start, named by ``sn``, with
+  allocatable ``cpu_milli``, ``memory_mib`` x 2^20 bytes and ``gpu`` x 1000 gpu_milli;
+- one ``create pods`` per pod at ``creation_time``, with its requests: ``cpu_milli``,
+  ``memory_mib`` x 2^20, and ``num_gpu`` x ``gpu_milli`` (``gpu_milli`` is the share of each GPU:
+  below 1000 only for pods that share one GPU, 1000 for pods with several whole GPUs);
+- one ``delete pods`` per pod at ``deletion_time``.  Every pod has one; pods that never ran
+  (``Pending``, no ``scheduled_time``) were withdrawn then, and pods still alive when the trace was
+  taken share the last deletion time, 12,902,960 s, which marks the end of the trace.
+
+Times are whole seconds after the trace start, which the data does not date: ``--start`` (default
+2023-01-01T00:00:00Z) sets it.  The trace says when a pod was scheduled but not where, so there is
+no binding; ``scheduled_ts`` (an extra column on pod creates, null for pods never scheduled)
+keeps the recorded time for comparison with a replay's placements.  Extra columns ``num_gpu``
+(GPUs of a node, GPUs a pod asks for) and ``gpu_model`` (a node's model, a pod's ``gpu_spec``)
+keep what ``gpu_milli`` alone cannot say.  Pods are in namespace ``default``, written by
+``workload``; nodes are created by their ``kubelet`` (user ``system:node:NAME``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+from pathlib import Path
+
+import polars as pl
+
+from replay.cli.synth import _timestamp as iso_time
+from replay.errors import ReplayError
+from replay.trace.importers.csvfile import read_csv
+
+NAME = "alibaba-gpu-2023"
+HELP = "import Alibaba's 2023 GPU cluster trace (openb_pod_list, openb_node_list)"
+DESCRIPTION = ("Import Alibaba's cluster-trace-gpu-v2023: node creates at the trace start, a pod "
+               "create at each creation_time and a pod delete at each deletion_time, with the "
+               "recorded scheduled_time kept in the extra column scheduled_ts.")
+START = datetime(2023, 1, 1, tzinfo=timezone.utc)
+MIB = 2**20
+NAMESPACE = "default"
+
+NODE_COLUMNS = {"sn": pl.String, "cpu_milli": pl.Int64, "memory_mib": pl.Int64, "gpu": pl.Int64,
+                "model": pl.String}
+POD_COLUMNS = {"name": pl.String, "cpu_milli": pl.Int64, "memory_mib": pl.Int64,
+               "num_gpu": pl.Int64, "gpu_milli": pl.Int64, "gpu_spec": pl.String,
+               "creation_time": pl.Int64, "deletion_time": pl.Int64,
+               "scheduled_time": pl.Int64}
+NOT_NULL = {"sn", "name", "cpu_milli", "memory_mib", "gpu", "num_gpu", "gpu_milli",
+            "creation_time", "deletion_time"}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--pods", required=True, metavar="CSV",
+                        help="openb_pod_list_*.csv (name, cpu_milli, memory_mib, num_gpu, "
+                             "gpu_milli, gpu_spec, creation_time, deletion_time, scheduled_time)")
+    parser.add_argument("--nodes", required=True, metavar="CSV",
+                        help="openb_node_list_*.csv (sn, cpu_milli, memory_mib, gpu, model)")
+    parser.add_argument("--start", type=iso_time, default=START,
+                        help="the time of second 0 of the trace, ISO 8601 (UTC if no offset; "
+                             "default 2023-01-01T00:00:00Z)")
+
+
+def source_args(args: argparse.Namespace) -> dict:
+    return {"pods": Path(args.pods).name, "nodes": Path(args.nodes).name,
+            "start": args.start.isoformat()}
+
+
+def rows(args: argparse.Namespace) -> pl.DataFrame:
+    """Node creates, then pod creates and deletes, each in file order (``run_import`` sorts)."""
+    nodes = _checked(read_csv(args.nodes, NODE_COLUMNS), args.nodes)
+    pods = _checked(read_csv(args.pods, POD_COLUMNS), args.pods)
+    start_us = int(args.start.timestamp()) * 10**6
+    return pl.concat([_node_creates(nodes, start_us), _pod_writes(pods, start_us)],
+                     how="diagonal_relaxed")
+
+
+def _checked(frame: pl.DataFrame, path: str) -> pl.DataFrame:
+    """``frame``, unless a required value is missing or a number is negative (file:line: column)."""
+    for name in frame.columns:
+        column = frame[name]
+        bad = column.is_null() if name in NOT_NULL else pl.Series([False] * len(frame))
+        if column.dtype.is_integer():
+            bad = bad | (column < 0).fill_null(False)
+        if bad.any():
+            row = bad.arg_true()[0]
+            what = "is empty" if column[row] is None else f"is negative ({column[row]})"
+            raise ReplayError(f"{path}:{row + 2}: column {name} {what}")
+    return frame
+
+
+def _node_creates(nodes: pl.DataFrame, start_us: int) -> pl.DataFrame:
+    return nodes.select(
+        ts=_time(pl.lit(0), start_us), verb=pl.lit("create"), resource=pl.lit("nodes"),
+        name=pl.col("sn"), node=pl.col("sn"), cpu_milli=pl.col("cpu_milli"),
+        memory_bytes=pl.col("memory_mib") * MIB, gpu_milli=pl.col("gpu") * 1000,
+        code=pl.lit(201, pl.Int32), component=pl.lit("kubelet"),
+        user=pl.lit("system:node:") + pl.col("sn"), num_gpu=pl.col("gpu").cast(pl.Int32),
+        gpu_model=pl.col("model"))
+
+
+def _pod_writes(pods: pl.DataFrame, start_us: int) -> pl.DataFrame:
+    """All pod creates, then all deletes: at equal times (after the stable sort) creates come first."""
+    common = dict(resource=pl.lit("pods"), namespace=pl.lit(NAMESPACE), name=pl.col("name"),
+                  component=pl.lit("workload"))
+    creates = pods.select(
+        ts=_time(pl.col("creation_time"), start_us), verb=pl.lit("create"), **common,
+        cpu_milli=pl.col("cpu_milli"), memory_bytes=pl.col("memory_mib") * MIB,
+        gpu_milli=pl.col("num_gpu") * pl.col("gpu_milli"), code=pl.lit(201, pl.Int32),
+        scheduled_ts=_time(pl.col("scheduled_time"), start_us),
+        num_gpu=pl.col("num_gpu").cast(pl.Int32), gpu_model=pl.col("gpu_spec"))
+    deletes = pods.select(ts=_time(pl.col("deletion_time"), start_us), verb=pl.lit("delete"),
+                          **common, code=pl.lit(200, pl.Int32))
+    return pl.concat([creates, deletes], how="diagonal_relaxed")
+
+
+def _time(seconds: pl.Expr, start_us: int) -> pl.Expr:
+    return (seconds * 10**6 + start_us).cast(pl.Datetime("us", "UTC"))

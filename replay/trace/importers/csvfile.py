@@ -1,0 +1,48 @@
+"""Read the CSV files of public traces strictly, with errors that name file, line and column."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from replay.errors import ReplayError
+
+
+def read_csv(path: str | Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """The columns ``schema`` names from a CSV file with a header; errors name file, line, column.
+
+    Other columns are ignored; an empty field is null.  Reading is strict: a value that is not of
+    its column's type is an error, not a null.
+    """
+    path = Path(path)
+    try:
+        header = pl.read_csv(path, n_rows=0, infer_schema=False).columns
+    except FileNotFoundError:
+        raise ReplayError(f"{path}: no such file") from None
+    except (OSError, pl.exceptions.PolarsError) as err:
+        raise ReplayError(f"{path}: cannot read as CSV ({_first_line(err)})") from None
+    missing = [name for name in schema if name not in header]
+    if missing:
+        raise ReplayError(f"{path}: no column {', '.join(map(repr, missing))} in the header "
+                          f"(found: {', '.join(header)})")
+    text = pl.read_csv(path, columns=list(schema), infer_schema=False)
+    return pl.DataFrame([_typed(path, text, name, dtype) for name, dtype in schema.items()])
+
+
+def _typed(path: Path, text: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Series:
+    """Column ``name`` cast to ``dtype``; the first value that does not cast is an error."""
+    raw = text[name]
+    if dtype == pl.String:
+        return raw
+    values = raw.str.strip_chars().cast(dtype, strict=False)
+    bad = values.is_null() & raw.str.strip_chars().ne("").fill_null(False)
+    if bad.any():
+        row = bad.arg_true()[0]
+        raise ReplayError(f"{path}:{row + 2}: column {name}: {raw[row]!r} is not "
+                          f"{'an integer' if dtype.is_integer() else dtype}")
+    return values
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip() or type(err).__name__).splitlines()[0]

@@ -1,0 +1,69 @@
+"""`replay import alibaba-gpu-2023` on the real trace, and the importers' CSV errors."""
+
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+from conftest import shared_data
+from replay.trace.importers import importers
+from replay.trace.validate import validate
+
+
+def alibaba(cli, out, *extra):
+    folder = shared_data("alibaba-gpu-v2023")
+    return cli("import", "alibaba-gpu-2023", "--pods", folder / "openb_pod_list_default.csv",
+               "--nodes", folder / "openb_node_list_all_node.csv", "--out", out, *extra)
+
+
+def test_alibaba_trace_counts_and_validates(cli, tmp_path):
+    out = tmp_path / "ali.parquet"
+    result = alibaba(cli, out)
+    assert result.code == 0, result.err
+    assert "1,523 create nodes, 8,152 create pods, 8,152 delete pods" in result.out
+    assert validate(out) == []
+    assert cli("validate", out).code == 0
+    trace = pl.read_parquet(out)
+    creates = trace.filter(verb="create", resource="pods")
+    assert creates["scheduled_ts"].null_count() == 897  # the pods that never ran
+    assert trace["ts"].min().isoformat() == "2023-01-01T00:00:00+00:00"
+    pod = creates.filter(name="openb-pod-0001").row(0, named=True)  # num_gpu 1, gpu_milli 460
+    assert (pod["cpu_milli"], pod["memory_bytes"], pod["gpu_milli"]) == (6000, 12288 * 2**20, 460)
+    node = trace.filter(resource="nodes").row(0, named=True)
+    assert node["name"] == node["node"] == "openb-node-0000" and node["gpu_milli"] == 0
+    assert creates["gpu_milli"].max() == 8000  # eight whole GPUs
+    first = alibaba(cli, tmp_path / "again.parquet", "--start", "2023-01-01T00:00:00Z")
+    assert first.code == 0 and (tmp_path / "again.parquet").read_bytes() == out.read_bytes()
+
+
+def test_start_moves_the_epoch(cli, tmp_path):
+    out = tmp_path / "ali.parquet"
+    assert alibaba(cli, out, "--start", "2024-06-01T12:00:00").code == 0
+    assert pl.read_parquet(out)["ts"].min().isoformat() == "2024-06-01T12:00:00+00:00"
+
+
+@pytest.mark.parametrize("nodes, message", [
+    ("sn,cpu_milli,memory_mib,model\nn0,1000,1024,\n", "no column 'gpu' in the header"),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,0,\nn1,lots,1024,0,\n",
+     "nodes.csv:3: column cpu_milli: 'lots' is not an integer"),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,-1,\n", "nodes.csv:2: column gpu is negative"),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn0,,1024,1,\n", "nodes.csv:2: column cpu_milli is empty"),
+])
+def test_csv_errors_name_file_line_and_column(cli, tmp_path, nodes, message):
+    (tmp_path / "nodes.csv").write_text(nodes)
+    (tmp_path / "pods.csv").write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+        "deletion_time,scheduled_time\np0,1000,1024,1,500,,LS,Running,0,10,1\n")
+    out = tmp_path / "t.parquet"
+    result = cli("import", "alibaba-gpu-2023", "--pods", tmp_path / "pods.csv", "--nodes",
+                 tmp_path / "nodes.csv", "--out", out)
+    assert result.code == 1 and message in result.err and result.err.count("\n") == 1
+    assert not out.exists()
+
+
+def test_missing_file_and_registry(cli, tmp_path):
+    result = cli("import", "alibaba-gpu-2023", "--pods", tmp_path / "no.csv", "--nodes",
+                 tmp_path / "no.csv", "--out", tmp_path / "t.parquet")
+    assert result.code == 1 and "no.csv: no such file" in result.err
+    assert "alibaba-gpu-2023" in importers()
+    assert cli("import", "alibaba-gpu-2023", "--help").code == 0

@@ -1,0 +1,247 @@
+"""`replay ingest` on made-up audit logs: columns, order, duplicates, privacy and bad input."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import sys
+
+import polars as pl
+import pytest
+
+from audit_events import event, pod, stamp, write_log
+from replay.trace.audit import ingest
+from replay.trace.audit.component import component
+from replay.trace.validate import validate
+
+
+def rows(out) -> list[dict]:
+    return pl.read_parquet(out).to_dicts()
+
+
+def test_write_columns_come_from_the_event(cli, tmp_path):
+    log = write_log(tmp_path / "a.log", [
+        event(level="Request", user_agent="kube-controller-manager/v1.32", request=pod(
+            [{"requests": {"cpu": "500m", "memory": "1Gi"}},
+             {"limits": {"cpu": "1", "memory": "512Mi", "nvidia.com/gpu": "2"}}],
+            init=[{"resources": {"requests": {"cpu": "2", "memory": "1e3"}}}],
+            overhead={"cpu": "250m", "memory": "64Mi"}, priority=7))])
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", log, "--out", out)
+    assert result.code == 0, result.err
+    row = rows(out)[0]
+    # max(containers 1.5 cpu, init 2 cpu) + overhead; memory 1Gi + 512Mi + 64Mi; 2 GPUs from limits
+    assert (row["cpu_milli"], row["memory_bytes"], row["gpu_milli"]) == (2250, 1600 * 2**20, 2000)
+    assert (row["verb"], row["resource"], row["namespace"], row["name"]) == ("create", "pods", "default", "web-1")
+    assert (row["code"], row["priority"], row["scheduler_name"]) == (201, 7, "default-scheduler")
+    assert row["component"] == "controller-manager" and row["audit_id"] == "id-1"
+    assert row["received_ts"] < row["ts"] and validate(out) == []
+
+
+def test_sidecars_add_to_the_app_containers():
+    from replay.trace.audit.body import Container, Resources, Spec, pod_requests
+
+    def c(cpu, always=False):
+        return Container(Resources(requests={"cpu": cpu}), "Always" if always else None)
+
+    spec = Spec(containers=[c("1")], init_containers=[c("500m", True), c("3"), c("200m", True)])
+    # apps 1 + sidecars 0.7 = 1.7; the init container needs 3 + the 0.5 sidecar before it
+    assert pod_requests(spec, "k").cpu == 3500
+
+
+def test_bindings_nodes_and_metadata_level(cli, tmp_path):
+    binding = {"kind": "Binding", "apiVersion": "v1", "metadata": {"name": "web-1"},
+               "target": {"kind": "Node", "name": "node-7"}}
+    node = {"metadata": {"name": "node-7"},
+            "status": {"allocatable": {"cpu": "31850m", "memory": "127Gi", "nvidia.com/gpu": "8"}}}
+    log = write_log(tmp_path / "a.log", [
+        event(subresource="binding", user="system:kube-scheduler", level="Request",
+              request=binding, audit_id="b", second=1, code=409),
+        event(resource="nodes", name="node-7", namespace=None, user="system:node:node-7",
+              level="Request", request=node, audit_id="n", second=2),
+        event(subresource="binding", user="x", user_agent="godel-binder/v1", audit_id="m", second=3),
+        event(verb="patch", resource="nodes", name="node-7", namespace=None, subresource="status",
+              level="Request", request={"status": {"allocatable": {"cpu": "30"}}}, audit_id="p",
+              second=4, code=200)])
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", log, "--out", out)
+    assert result.code == 0, result.err
+    b, n, m, p = rows(out)
+    assert (b["node"], b["code"], b["component"], b["cpu_milli"]) == ("node-7", 409, "kube-scheduler", None)
+    assert (n["node"], n["cpu_milli"], n["memory_bytes"], n["gpu_milli"]) == ("node-7", 31850, 127 * 2**30, 8000)
+    assert (m["node"], m["component"]) == (None, "godel-binder")  # Metadata level: no target
+    assert (p["cpu_milli"], p["memory_bytes"], p["gpu_milli"]) == (30000, None, None)  # a patch
+    assert "lack the body" in result.err or "lacking the body they need (Metadata-level log): 1" in result.err
+
+
+@pytest.mark.parametrize("user, agent, expected", [
+    ("system:kube-scheduler", None, "kube-scheduler"),
+    ("system:node:n1", "kubelet/v1.32", "kubelet"),
+    ("system:serviceaccount:kube-system:replicaset-controller", None, "controller-manager"),
+    ("system:serviceaccount:kube-system:generic-garbage-collector", None, "controller-manager"),
+    ("system:serviceaccount:kube-system:coredns", None, "user"),
+    ("system:serviceaccount:godel:sched", "godel-scheduler/v0.1 (linux/amd64)", "godel-scheduler"),
+    ("admin", "godel-dispatcher", "godel-dispatcher"),
+    ("admin", "kubectl/v1.32", "user"),
+    (None, None, "user"),
+])
+def test_component_from_user_and_agent(user, agent, expected):
+    assert component(user, agent) == expected
+
+
+def test_rows_are_sorted_stably_and_duplicates_kept_once(cli, tmp_path):
+    first = write_log(tmp_path / "1.log", [
+        event(name="a", audit_id="a", second=2), event(name="b", audit_id="b", second=1),
+        event(name="c", audit_id="c", second=2), event(name="a", audit_id="a", second=2)])
+    second = write_log(tmp_path / "2.log", [
+        event(name="d", audit_id="d", second=2), event(name="e", audit_id="e", stage="RequestReceived"),
+        event(verb="get", name="f", audit_id="f", second=0), event(name="b", audit_id="b", second=1)])
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", first, second, "--out", out)
+    assert result.code == 0, result.err
+    assert [r["name"] for r in rows(out)] == ["b", "a", "c", "d"]
+    assert "duplicate events dropped: 2" in result.err and "RequestReceived 1" in result.err
+    assert "reads dropped: 1" in result.err
+    assert cli("ingest", first, second, "--keep-reads", "--out", out).code == 0
+    assert [r["name"] for r in rows(out)] == ["f", "b", "a", "c", "d"]
+
+
+def test_output_is_deterministic_with_and_without_workers(tmp_path, monkeypatch):
+    import importlib
+
+    from replay.trace.audit import reader
+
+    module = importlib.import_module("replay.trace.audit.ingest")  # the package exports ingest()
+
+    events = [event(name=f"p{i}", audit_id=f"id{i % 450}", second=(i * 7919 % 1000) / 100,
+                    level="Request", request=pod([{"requests": {"cpu": f"{i % 9}00m"}}]))
+              for i in range(600)]
+    log = write_log(tmp_path / "a.log", events)
+    monkeypatch.setattr(reader, "BLOCK", 4096)
+    monkeypatch.setattr(module, "IN_PROCESS_BLOCKS", 2)
+    outs = [tmp_path / f"{n}.parquet" for n in ("a", "b", "c")]
+    ingest([str(log)], outs[0], workers=1)
+    ingest([str(log)], outs[1], workers=1)
+    summary = ingest([str(log)], outs[2], workers=2)
+    assert outs[0].read_bytes() == outs[1].read_bytes() == outs[2].read_bytes()
+    assert summary.rows == 450 and summary.duplicates == 150 and validate(outs[2]) == []
+
+
+def test_gzip_stdin_eventlist_and_pretty_documents(cli, tmp_path, monkeypatch):
+    events = [event(name=f"p{i}", audit_id=f"id{i}", second=i) for i in range(4)]
+    gz = tmp_path / "a.log.gz"
+    gz.write_bytes(gzip.compress((json.dumps(events[0]) + "\n").encode())
+                   + gzip.compress(json.dumps({"kind": "EventList", "items": events[1:3]}).encode()))
+    pretty = tmp_path / "b.json"
+    pretty.write_text(json.dumps(events[3], indent=2))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\n" + json.dumps(events[0]).encode())))
+    out = tmp_path / "t.parquet"
+    stdin_log = tmp_path / "stdin.log"
+    stdin_log.write_text("\n" + json.dumps(events[0]))
+    result = cli("ingest", gz, pretty, "--out", out)
+    assert result.code == 0, result.err
+    assert [r["name"] for r in rows(out)] == ["p0", "p1", "p2", "p3"]
+
+
+def test_stdin_is_read(tmp_path):
+    import subprocess
+
+    line = json.dumps(event()) + "\n"
+    done = subprocess.run([sys.executable, "-m", "replay", "ingest", "-", "--out", tmp_path / "t.parquet"],
+                          input=gzip.compress(line.encode()), capture_output=True)
+    assert done.returncode == 0, done.stderr
+    assert pl.read_parquet(tmp_path / "t.parquet").height == 1
+
+
+SECRETS = ("c3VwZXItc2VjcmV0", "hunter2-password", "eyJhbGciOiJSUzI1NiJ9.token-value",
+           "annotation-secret-value", "env-secret-value", "AKIA-ACCESS-KEY")
+
+
+def test_no_body_value_reaches_the_output(cli, tmp_path):
+    secret = {"kind": "Secret", "apiVersion": "v1",
+              "metadata": {"name": "db", "annotations": {"note": SECRETS[3]}},
+              "data": {"password": SECRETS[0]}, "stringData": {"pw": SECRETS[1]}}
+    leaky_pod = pod([{"requests": {"cpu": "1"}}])
+    leaky_pod["metadata"]["annotations"] = {"kubectl.kubernetes.io/last-applied": SECRETS[3]}
+    leaky_pod["spec"]["containers"][0]["env"] = [{"name": "KEY", "value": SECRETS[4]}]
+    leaky_pod["spec"]["containers"][0]["args"] = ["--token", SECRETS[2]]
+    token = {"kind": "TokenRequest", "status": {"token": SECRETS[2]}}
+    log = write_log(tmp_path / "a.log", [
+        event(resource="secrets", name="db", level="RequestResponse", request=secret,
+              response=secret, audit_id="s"),
+        event(level="Request", request=leaky_pod, response=leaky_pod, audit_id="p", second=1),
+        event(resource="serviceaccounts", subresource="token", name="default", level="RequestResponse",
+              request={"spec": {"audiences": [SECRETS[5]]}}, response=token, audit_id="t", second=2),
+        event(verb="patch", resource="configmaps", name="cm", level="Request",
+              request={"data": {"aws": SECRETS[5]}}, audit_id="c", second=3)])
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", log, "--out", out)
+    assert result.code == 0, result.err
+    assert pl.read_parquet(out).height == 4
+    data = out.read_bytes()
+    values = json.dumps(pl.read_parquet(out).to_dicts(), default=str)
+    text = result.out + result.err
+    for secret_value in SECRETS:
+        assert secret_value.encode() not in data and secret_value not in values
+        assert secret_value not in text
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"kind":"Event","verb":"create"\n', "a.log:1: not valid JSON"),
+    (json.dumps(event(second=1)).encode() + b"\n[1, 2]\n", "a.log:2: not an audit event: a JSON list"),
+    (json.dumps(event()).replace("2026-03-01T10:00:10.000000Z", "yesterday").encode(),
+     "a.log:1: key stageTimestamp: not an RFC 3339 time with a time zone"),
+    (json.dumps(event()).replace(".000000Z", ".000000").encode(), "key stageTimestamp"),
+    (json.dumps(event()).replace('"code": 201', '"code": "201"').encode(),
+     "a.log:1: key responseStatus.code: expected `int | null`, got `str`"),
+    (json.dumps(event(level="Request", request=pod([{"requests": {"cpu": "lots"}}]))).encode(),
+     "a.log:1: key requestObject.spec.containers[0].resources (cpu): not a quantity: 'lots'"),
+    (json.dumps({**event(), "apiVersion": "audit.k8s.io/v2"}).encode(), "unsupported apiVersion"),
+    (json.dumps({**event(), "stage": "Done"}).encode(), "unknown stage 'Done'"),
+    (b'{"properties": {"log": {}}}', "an Azure diagnostic log record"),
+    (b"", "no audit events in"),
+    (b"\n\n", "the input is empty"),
+])
+def test_bad_input_is_one_line_and_leaves_no_file(cli, tmp_path, content, message):
+    log = tmp_path / "a.log"
+    log.write_bytes(content)
+    out = tmp_path / "out" / "t.parquet"
+    result = cli("ingest", log, "--out", out)
+    assert result.code == 1 and message in result.err, result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+    assert not out.exists() and list(out.parent.iterdir()) == []
+
+
+def test_truncated_gzip_and_unreadable_files(cli, tmp_path):
+    lines = "".join(json.dumps(event(name=f"p{i}", audit_id=str(i), second=i % 50)) + "\n"
+                    for i in range(200)).encode()
+    gz = tmp_path / "cut.log.gz"
+    gz.write_bytes(gzip.compress(lines)[:-200])
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", gz, "--out", out)
+    assert result.code == 1 and "cut.log.gz:" in result.err and "truncated gzip stream" in result.err
+    skipped = cli("ingest", gz, "--skip-bad-lines", "--out", out)
+    assert skipped.code == 0 and "bad lines skipped: 1" in skipped.err
+    assert 150 < pl.read_parquet(out).height < 200
+    assert "no such file" in cli("ingest", tmp_path / "nope.log", "--out", out).err.lower()
+    assert "is a directory" in cli("ingest", tmp_path, "--out", out).err
+
+
+def test_skip_bad_lines_counts_them(cli, tmp_path):
+    log = tmp_path / "a.log"
+    log.write_text(json.dumps(event(audit_id="1")) + "\nnot json\n{}\n"
+                   + json.dumps(event(audit_id="2", second=1)) + "\n")
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", log, "--skip-bad-lines", "--out", out)
+    assert result.code == 0 and pl.read_parquet(out).height == 2
+    assert "bad lines skipped: 2 (first: " in result.err and "a.log:2: not valid JSON" in result.err
+
+
+def test_source_args_record_names_not_contents(tmp_path):
+    from replay.trace.io import source_of
+
+    log = write_log(tmp_path / "a.log", [event()])
+    ingest([str(log)], tmp_path / "t.parquet", keep_reads=True)
+    args = json.loads(source_of(tmp_path / "t.parquet")["replay.source_args"])
+    assert args == {"files": ["a.log"], "keep_reads": True, "skip_bad_lines": False}
