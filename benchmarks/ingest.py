@@ -1,0 +1,85 @@
+"""Time ``replay ingest`` on a large generated audit log and print events/s and peak memory.
+
+    python benchmarks/ingest.py [--size 2G] [--log PATH] [--workers 2] [--compare]
+
+Generates the log with ``make_audit_log.py`` unless ``--log`` names one (it is kept for reuse),
+ingests it, and prints wall time, events per second and the peak resident memory of this process
+and of the largest worker.  ``--compare`` also times the candidate JSON decoders on the first
+200 MB of the log (decoding only, no rows), the numbers that chose msgspec.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+from make_audit_log import parse_size, write_log
+
+from replay.trace.audit import ingest
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=parse_size, default=parse_size("2G"))
+    parser.add_argument("--log", type=Path, help="audit log to use (made if missing)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--compare", action="store_true", help="also time JSON decoders")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=Path(args.log).parent if args.log else None) as tmp:
+        log = args.log or Path(tmp) / "audit.log"
+        if not log.exists():
+            write_log(log, args.size)
+        started = time.perf_counter()
+        summary = ingest([str(log)], Path(tmp) / "trace.parquet", workers=args.workers)
+        elapsed = time.perf_counter() - started
+        me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        workers = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        print(f"ingest: {log.stat().st_size / 2**30:.2f} GiB, {summary.events:,} events -> "
+              f"{summary.rows:,} rows, workers={args.workers}")
+        print(f"  wall {elapsed:.1f} s  ({summary.events / elapsed:,.0f} events/s)  "
+              f"peak RSS {me:,.0f} MiB (largest worker {workers:,.0f} MiB)")
+        if args.compare:
+            compare_decoders(log)
+
+
+def compare_decoders(log: Path, size: int = 200 * 2**20) -> None:
+    """Events per second of each way to decode the log's lines (no filtering, no rows)."""
+    import duckdb
+    import msgspec
+    import orjson
+    import polars as pl
+
+    from replay.trace.audit.event import Event, Head
+
+    data = log.open("rb").read(size)
+    data = data[:data.rfind(b"\n") + 1]
+    sample = Path(tempfile.mkstemp(suffix=".json")[1])
+    sample.write_bytes(data)
+    lines = data.count(b"\n")
+    candidates = {
+        "json (stdlib dicts)": lambda: [json.loads(x) for x in data.splitlines()],
+        "orjson (dicts)": lambda: [orjson.loads(x) for x in data.splitlines()],
+        "msgspec Head struct, per line": lambda: [msgspec.json.Decoder(Head).decode(x)
+                                                  for x in data.splitlines()],
+        "msgspec Event struct, decode_lines": lambda: msgspec.json.Decoder(Event).decode_lines(data),
+        "polars read_ndjson (4 columns)": lambda: pl.read_ndjson(
+            sample, schema={"stage": pl.String, "verb": pl.String, "auditID": pl.String,
+                            "stageTimestamp": pl.String}),
+        "duckdb read_json (6 columns)": lambda: duckdb.sql(
+            f"SELECT count(*) FROM read_json('{sample}', format='newline_delimited', columns="
+            "{stage:'VARCHAR', verb:'VARCHAR', auditID:'VARCHAR', stageTimestamp:'VARCHAR', "
+            "objectRef:'STRUCT(resource VARCHAR, name VARCHAR)', requestObject:'JSON'})").fetchall(),
+    }
+    for name, decode in candidates.items():
+        started = time.perf_counter()
+        decode()
+        print(f"  {name:38s} {lines / (time.perf_counter() - started):>12,.0f} events/s")
+    sample.unlink()
+
+
+if __name__ == "__main__":
+    main()
