@@ -91,7 +91,7 @@ class LogNormal(Distribution):
 
     def sample_us(self, stream, counters, keys=None):
         mu = math.log(self.median_ms * 1000)
-        return _rint(np.exp(mu + self.sigma * stream.normals(counters, keys)))
+        return _rint(np.exp(mu + self.sigma * stream.normals(counters, keys).astype(np.float64)))
 
     @property
     def mean_us(self) -> float:

@@ -74,9 +74,13 @@ class RunTables:
 
 
 def conform_table(name: str, table: pa.Table | pl.DataFrame) -> pa.Table:
-    """Select and cast ``table`` to the columns of run table ``name``, in order."""
+    """Select and cast ``table`` to the columns of run table ``name``, in order.
+
+    Strings keep whatever Arrow layout they arrive in (string, large_string, string_view or
+    dictionary): Parquet has one string type, and converting millions of them costs seconds.
+    """
     if isinstance(table, pl.DataFrame):
-        table = table.to_arrow()
+        table = table.to_arrow(compat_level=pl.CompatLevel.newest())  # zero-copy
     schema = TABLES[name]
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
@@ -86,11 +90,15 @@ def conform_table(name: str, table: pa.Table | pl.DataFrame) -> pa.Table:
 
 
 def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
-    """Cast to the table's type, except that dictionary-encoded strings stay encoded (they are
-    written as plain strings, without materialising a copy of each)."""
-    if pa.types.is_dictionary(column.type) and pa.types.is_string(target):
-        return column.cast(pa.dictionary(pa.int32(), pa.string()))
+    if pa.types.is_string(target) and _is_string_like(column.type):
+        return column
     return column.cast(target)
+
+
+def _is_string_like(kind: pa.DataType) -> bool:
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
 
 
 def write_parquet(table: pa.Table, path: Path) -> None:
