@@ -53,3 +53,14 @@ def match(watchers: list[WatcherSpec], resource: pl.Series,
         order = np.lexsort((write, owner))
         write, owner = write[order], owner[order]
     return write, owner
+
+
+def watchers_table(watchers: list[WatcherSpec]) -> pl.DataFrame:
+    """The run's ``watchers`` table: every watcher, including those that received nothing."""
+    return pl.DataFrame({
+        "watcher": [w.name for w in watchers],
+        "role": [w.role for w in watchers],
+        "resources": [",".join(w.resources) for w in watchers],
+        "node": [w.node for w in watchers],
+    }, schema={"watcher": pl.String, "role": pl.String, "resources": pl.String,
+               "node": pl.String})

@@ -19,7 +19,7 @@ import pyarrow as pa
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, view_lag_us
 from replay.engine.rundir import RunTables
-from replay.engine.watchers import match
+from replay.engine.watchers import match, watchers_table
 from replay.models.base import Model
 from replay.models.recorded import (IS_BINDING, IS_POD_CREATE, IS_POD_DELETE, OK, PodHistory,
                                     mask, pod_name)
@@ -211,13 +211,3 @@ def _pods(trace: pl.DataFrame, history: PodHistory, attempts: pl.DataFrame,
         "memory_bytes": at(create, "memory_bytes"),
         "gpu_milli": at(create, "gpu_milli"),
     }).sort(pl.coalesce("created_ts", "bound_ts", "deleted_ts"), "pod", nulls_last=True)
-
-
-def watchers_table(watchers: list[WatcherSpec]) -> pl.DataFrame:
-    return pl.DataFrame({
-        "watcher": [w.name for w in watchers],
-        "role": [w.role for w in watchers],
-        "resources": [",".join(w.resources) for w in watchers],
-        "node": [w.node for w in watchers],
-    }, schema={"watcher": pl.String, "role": pl.String, "resources": pl.String,
-               "node": pl.String})
