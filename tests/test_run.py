@@ -168,10 +168,15 @@ def test_failed_binding_is_a_conflict_and_reaches_nobody(tmp_path):
     assert kubelet == [1, 3, 4]  # its node, the binding, the delete; not the second pod
 
 
-def test_run_without_bindings_names_the_what_if_models(cli, tmp_path):
+def test_no_bindings_and_no_what_if_model_names_the_models(cli, tmp_path, monkeypatch):
+    from replay import models
+
+    only_observe = {n: p for n, p in models.registered().items() if n == "observe"}
+    monkeypatch.setattr(models, "registered", lambda: only_observe)
     trace = small_trace(tmp_path / "t.parquet", [(0, "create", "pods", None, "p", None, 201, 1)])
     result = cli("run", trace, "--out", tmp_path / "run")
     assert result.code == 1 and "records no bindings" in result.err
+    assert "none installed" in result.err
     assert not (tmp_path / "run").exists()
 
 

@@ -158,6 +158,9 @@ class Pipeline:
             for index, (watcher, own) in enumerate(zip(watchers, costs)):
                 groups.setdefault(common if not watcher.stages else own, []).append(index)
             self.sharing[key] = groups
+        self._hop_stream = Stream.of(config.seed, "direct", "latency")
+        self._hop_costs = [cost("network", "latency", w) for w in watchers]
+        self._hops: dict[int, _Ahead] = {}
         self._reset_step_state()
 
     # -- whole arrays ------------------------------------------------------------------------
@@ -229,6 +232,16 @@ class Pipeline:
             last[0], last[1], last[2] = sent, received, applied
             out.append(Delivery(w, sent, received, applied - service, applied))
         return rv, self._cached, self._dispatched, out
+
+    def hop(self, watcher: int) -> int:
+        """The latency of one message sent straight to ``watcher``, outside any watch stream
+        (same distribution as its network stage, drawn from a stream of its own)."""
+        ahead = self._hops.get(watcher)
+        if ahead is None:
+            cost = _Cost(self._hop_costs[watcher].dist, self._hop_stream)
+            ahead = self._hops[watcher] = _Ahead(cost, self._hop_stream.watcher_keys(
+                np.uint64(name_hash(self.watchers[watcher].name))))
+        return ahead.take()
 
     def _shared_draw(self, name: str, rv: int) -> int:
         """Draws for the shared stages, made 4096 writes at a time."""

@@ -1,0 +1,393 @@
+"""The what-if engine: replays a trace's workload while a model's components make the placements.
+
+It owns time (``core.Environment``), the truth (``cluster.Truth``), the watch pipeline
+(``Pipeline.step``, the same definitions the observe model scans with), randomness (named
+streams) and the run's tables.  A model plugs in by creating views for its watchers, asking to
+be told about the writes it reacts to (``react``), setting timers (``env.at``) and committing
+writes (``commit``); see ``replay.models.whatif`` and docs/models.md.
+
+Every write commits at the simulation's current time, so commits are in time order and get
+resource versions 1, 2, ... in that order.  Each watcher whose filter matches a write is sent it
+through the pipeline; the delivery is appended to the watcher's view inbox (applied lazily) and,
+if the model reacts to it, an event is scheduled at its applied time.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Callable
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+
+from replay.engine.cluster import (NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_BIND,
+                                   POD_CREATE, POD_DELETE, SHAPE, Pod, Truth, Write)
+from replay.engine.config import RunConfig, WatcherSpec
+from replay.engine.core import Environment
+from replay.engine.pipeline import Pipeline
+from replay.engine.rundir import RunTables
+from replay.engine.scheduler import Attempt
+from replay.engine.view import View
+from replay.engine.watchers import watchers_table
+from replay.engine.workload import NEVER, Workload
+from replay.progress import progress
+from replay.rng import stream
+
+TS = pl.Datetime("us", "UTC")
+NODE_KINDS = (NODE_SET, NODE_DELETE, NODE_OTHER)
+
+
+class Simulation:
+    def __init__(self, trace: pl.DataFrame, config: RunConfig, watchers: list[WatcherSpec],
+                 instant: frozenset[str] = frozenset()):
+        """``instant`` names watchers that see every write at its commit, outside the pipeline
+        (the oracle's)."""
+        self.trace, self.config, self.watchers = trace, config, watchers
+        self.workload = Workload.of(trace)
+        self.truth = Truth(self.workload.node_names)
+        start = int(self.workload.ts[0]) if len(self.workload.ts) else 0
+        self.env = Environment(start)
+        self.index = {w.name: i for i, w in enumerate(watchers)}
+        self.instant = [w.name in instant for w in watchers]
+        piped = [i for i, w in enumerate(watchers) if w.name not in instant]
+        self.pipeline = Pipeline(config, [watchers[i] for i in piped])
+        self.piped_of = {i: k for k, i in enumerate(piped)}
+        self.watcher_of_piped = piped
+        self._filters(watchers)
+        self.views: dict[int, View] = {}
+        self.reactions: dict[int, tuple[Callable[[Write], bool], Callable[[Write], None]]] = {}
+        self.pods: list[Pod] = []
+        self.pod_of_incarnation: dict[int, Pod] = {}
+        self.attempts: list[Attempt] = []
+        self.listeners: list[Callable[[Write], None]] = []
+        self._resources = trace["resource"].to_numpy()
+        self._log = _Log()
+
+    # -- what a model uses --------------------------------------------------------------------
+    def view(self, watcher: str) -> View:
+        """The cache of ``watcher`` (made on first use): only watchers with a view keep one."""
+        index = self.index[watcher]
+        if index not in self.views:
+            self.views[index] = View(len(self.truth.nodes), self._alloc_of)
+        return self.views[index]
+
+    def react(self, watcher: str, wants: Callable[[Write], bool],
+              handler: Callable[[Write], None]) -> None:
+        """Call ``handler(write)`` when ``watcher`` has applied a write for which ``wants(write)``
+        (asked at commit time) is true; its view is synced first."""
+        self.reactions[self.index[watcher]] = (wants, handler)
+
+    def on_commit(self, listener: Callable[[Write], None]) -> None:
+        """Call ``listener(write)`` as each write commits, after the truth has applied it (for
+        what the API server itself does on a write, such as assigning a pod to a scheduler)."""
+        self.listeners.append(listener)
+
+    def random(self, name: str) -> np.random.Generator:
+        """A generator of the model's own, named, derived from the run's seed."""
+        return stream(self.config.seed, "model", name)
+
+    def new_attempt(self, pod: Pod, scheduler: str, enqueued: int, started: int, node: int,
+                    lag_us: int) -> Attempt:
+        pod.attempts += 1
+        if pod.first_attempt < 0:
+            pod.first_attempt = started
+        attempt = Attempt(len(self.attempts) + 1, pod, scheduler, enqueued, started, node=node,
+                          view_lag_us=lag_us)
+        self.attempts.append(attempt)
+        return attempt
+
+    def settle(self, attempt: Attempt, outcome: str, reason: str | None = None) -> None:
+        attempt.outcome, attempt.reason = outcome, reason
+
+    def commit(self, kind: int, pod: Pod | None, component: str, node: int = -1,
+               attempt: Attempt | None = None, row: int = -1, code: int = 0,
+               alloc: tuple[int, int, int] | None = None, origin: bool = True) -> Write:
+        """Commit a write now: apply it to the truth, log it and send it to its watchers."""
+        now = self.env.now
+        rv = self._log.rv + 1
+        code = code or (201 if SHAPE[kind][0] == "create" else 200)
+        write = Write(rv, now, kind, pod, node, component, attempt.id if attempt else 0, row, code)
+        self.truth.apply(write, alloc)
+        for listener in self.listeners:
+            listener(write)
+        self._log.event(write, origin)
+        if attempt is not None:
+            attempt.committed = now
+        if kind == POD_BIND and pod.run_us != NEVER:
+            self.env.at(now + pod.run_us, self._end_of_run, pod)
+        self._send(write)
+        return write
+
+    # -- the workload -------------------------------------------------------------------------
+    def _feed(self, i: int) -> None:
+        """Commit workload write ``i`` and schedule the next one at its recorded time."""
+        w = self.workload
+        kind, row = int(w.kind[i]), int(w.row[i])
+        if kind == POD_CREATE:
+            self.commit(POD_CREATE, self._new_pod(int(w.pod[i])), "workload", row=row,
+                        origin=False)
+        elif kind == POD_DELETE:
+            pod = self.pod_of_incarnation.get(int(w.pod[i]))
+            if pod is not None and pod.deleted < 0:
+                self.commit(POD_DELETE, pod, "workload", row=row, origin=False)
+        else:
+            alloc = tuple(int(v) for v in w.alloc[i]) if kind == NODE_SET else None
+            self.commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
+                        origin=False)
+        if i + 1 < len(w.row):
+            self.env.at(int(w.ts[i + 1]), self._feed, i + 1)
+
+    def _new_pod(self, incarnation: int) -> Pod:
+        w = self.workload
+        pod = Pod(len(self.pods), w.namespace[incarnation], w.name[incarnation],
+                  tuple(int(v) for v in w.request[incarnation]), created=self.env.now,
+                  run_us=int(w.run_us[incarnation]), scheduler_name=w.scheduler_name[incarnation],
+                  group=w.group[incarnation], priority=int(w.priority[incarnation]))
+        self.pods.append(pod)
+        self.pod_of_incarnation[incarnation] = pod
+        return pod
+
+    def replacement(self, pod: Pod, suffix: str) -> Pod:
+        """A new pod like ``pod`` (a controller's replacement for a failed one), created now."""
+        new = Pod(len(self.pods), pod.namespace, f"{pod.name}-{suffix}", pod.request,
+                  created=self.env.now, run_us=pod.run_us, scheduler_name=pod.scheduler_name,
+                  group=pod.group, priority=pod.priority, origin="model")
+        self.pods.append(new)
+        return new
+
+    def _end_of_run(self, pod: Pod) -> None:
+        if pod.deleted < 0:
+            self.commit(POD_DELETE, pod, "workload", origin=False)
+
+    # -- watch --------------------------------------------------------------------------------
+    def _filters(self, watchers: list[WatcherSpec]) -> None:
+        self.by_resource: dict[str, list[int]] = {}
+        self.by_node: dict[tuple[int, str], list[int]] = {}
+        node_index = self.truth.node_index
+        for i, w in enumerate(watchers):
+            for resource in w.resources:
+                if w.node is None:
+                    self.by_resource.setdefault(resource, []).append(i)
+                elif w.node in node_index:
+                    self.by_node.setdefault((node_index[w.node], resource), []).append(i)
+
+    def _send(self, write: Write) -> None:
+        kind = write.kind
+        if kind == OTHER:
+            resource, node = self._resources[write.row], -1
+        elif kind in NODE_KINDS:
+            resource, node = "nodes", write.node
+        else:
+            resource, node = "pods", write.pod.node
+        targets = self.by_resource.get(resource, [])
+        if node >= 0:
+            targets = targets + self.by_node.get((node, resource), [])
+        piped = [self.piped_of[t] for t in targets if not self.instant[t]]
+        _, cached, dispatched, deliveries = self.pipeline.step(write.commit, piped)
+        log = self._log
+        log.stage(cached, dispatched)
+        for d in deliveries:
+            self._deliver(self.watcher_of_piped[d.watcher], write, d.sent, d.received,
+                          d.dequeued, d.applied)
+        for t in targets:
+            if self.instant[t]:
+                now = write.commit
+                self._deliver(t, write, now, now, now, now)
+
+    def _deliver(self, watcher: int, write: Write, sent: int, received: int, dequeued: int,
+                 applied: int) -> None:
+        self._log.delivery(write.rv, watcher, sent, received, dequeued, applied)
+        view = self.views.get(watcher)
+        if view is not None:
+            view.inbox.append((applied, write))
+        reaction = self.reactions.get(watcher)
+        if reaction is not None and reaction[0](write):
+            self.env.at(applied, self._react, watcher, write)
+
+    def _react(self, watcher: int, write: Write) -> None:
+        view = self.views.get(watcher)
+        if view is not None:
+            view.sync(self.env.now)
+        self.reactions[watcher][1](write)
+
+    def _alloc_of(self, write: Write) -> tuple[int, int, int]:
+        return tuple(self.truth.nodes[write.node].alloc) if write.kind == NODE_SET else (0, 0, 0)
+
+    # -- running and the tables ---------------------------------------------------------------
+    def run(self) -> RunTables:
+        w = self.workload
+        if len(w.row):
+            self.env.at(int(w.ts[0]), self._feed, 0)
+        end = int(w.ts[-1]) if len(w.ts) else 0
+        with progress(max(end - self.env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
+            start, done = self.env.now, [0]
+
+            def tick(now: int) -> None:
+                seconds = min(now, end) - start
+                bar.update(max(seconds // 1_000_000 - done[0], 0))
+                done[0] = max(done[0], seconds // 1_000_000)
+
+            self.env.run(on_step=tick)
+        for view in self.views.values():  # deliveries still in flight at the end
+            view.sync(self.env.now)
+        return RunTables(events=self._events_table(), deliveries=self._log.deliveries_table(
+            self.watchers), attempts=self._attempts_table(), pods=self._pods_table(),
+            watchers=watchers_table(self.watchers))
+
+    def _events_table(self) -> pl.DataFrame:
+        log, trace, nodes = self._log, self.trace, self.workload.node_names
+        kind = np.frombuffer(log.kind, dtype=np.int8)
+        row = np.frombuffer(log.row, dtype=np.int64)
+        pod = np.frombuffer(log.pod, dtype=np.int64)
+        node = np.frombuffer(log.node, dtype=np.int64)
+        from_trace = row >= 0
+        pick = pl.Series(np.where(from_trace, row, 0))
+        shape = [SHAPE[k] for k in kind.tolist()]
+        pods = self.pods
+        req = np.array([pods[p].request if p >= 0 else (0, 0, 0) for p in pod.tolist()],
+                       dtype=np.int64).reshape(-1, 3)
+        names = [(pods[p].namespace, pods[p].name) if p >= 0 else (None, None) for p in pod.tolist()]
+        own_node = [nodes[n] if n >= 0 and k in (POD_BIND, *NODE_KINDS) else None
+                    for n, k in zip(node.tolist(), kind.tolist())]
+        creates = kind == POD_CREATE
+
+        def column(name: str, model_values: list | np.ndarray, dtype) -> pl.Series:
+            recorded = trace[name].gather(pick)
+            mine = pl.Series(name, model_values, dtype=dtype)
+            return pl.select(pl.when(pl.Series(from_trace)).then(recorded).otherwise(mine)
+                             ).to_series().alias(name)
+
+        frame = pl.DataFrame([
+            pl.Series("rv", np.arange(1, len(kind) + 1, dtype=np.int64)),
+            pl.Series("commit_ts", np.frombuffer(log.commit, dtype=np.int64)).cast(TS),
+            column("verb", [s[0] for s in shape], pl.String),
+            column("resource", [s[1] for s in shape], pl.String),
+            column("subresource", [s[2] for s in shape], pl.String),
+            pl.Series("namespace", [n[0] for n in names], dtype=pl.String),
+            pl.Series("name", [n[1] for n in names], dtype=pl.String),
+            pl.Series("node", own_node, dtype=pl.String),
+        ])
+        frame = frame.with_columns(
+            pl.when(pl.col("namespace").is_null() & pl.col("name").is_null())
+            .then(trace["namespace"].gather(pick)).otherwise(pl.col("namespace")).alias("namespace"),
+            pl.when(pl.col("name").is_null()).then(trace["name"].gather(pick))
+            .otherwise(pl.col("name")).alias("name"),
+        )
+        resources = np.where(creates[:, None], req, 0)
+        for i, name in enumerate(("cpu_milli", "memory_bytes", "gpu_milli")):
+            recorded = trace[name].gather(pick)
+            frame = frame.with_columns(
+                pl.when(pl.Series(kind == NODE_SET) | pl.Series(creates))
+                .then(pl.when(pl.Series(creates)).then(pl.Series(resources[:, i]))
+                      .otherwise(recorded)).alias(name))
+        return frame.with_columns(
+            code=pl.Series(np.frombuffer(log.code, dtype=np.int64)).cast(pl.Int32),
+            component=pl.Series(log.component, dtype=pl.String),
+            origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8) == 1))
+            .then(pl.lit("model")).otherwise(pl.lit("trace")),
+            attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)).replace(0, None),
+        )
+
+    def _attempts_table(self) -> pl.DataFrame:
+        nodes = self.workload.node_names
+        a = self.attempts
+
+        def ts(values: list[int]) -> pl.Series:
+            return pl.Series(values, dtype=pl.Int64).replace(-1, None).cast(TS)
+
+        return pl.DataFrame({
+            "attempt_id": pl.Series([x.id for x in a], dtype=pl.Int64),
+            "pod": pl.Series([x.pod.key for x in a], dtype=pl.String),
+            "scheduler": pl.Series([x.scheduler for x in a], dtype=pl.String),
+            "enqueued_ts": ts([x.enqueued for x in a]),
+            "started_ts": ts([x.started for x in a]),
+            "decided_ts": ts([x.decided for x in a]),
+            "committed_ts": ts([x.committed for x in a]),
+            "node": pl.Series([nodes[x.node] if x.node >= 0 else None for x in a], dtype=pl.String),
+            "outcome": pl.Series([x.outcome or "pending" for x in a], dtype=pl.String),
+            "reason": pl.Series([x.reason for x in a], dtype=pl.String),
+            "view_lag_ms": pl.Series([x.view_lag_us / 1000 for x in a], dtype=pl.Float64),
+            "forgotten_ts": ts([x.forgotten for x in a]),
+        })
+
+    def _pods_table(self) -> pl.DataFrame:
+        nodes = self.workload.node_names
+        p = self.pods
+
+        def ts(values: list[int]) -> pl.Series:
+            return pl.Series(values, dtype=pl.Int64).replace(-1, None).cast(TS)
+
+        requests = np.array([x.request for x in p], dtype=np.int64).reshape(-1, 3)
+        return pl.DataFrame({
+            "pod": pl.Series([x.key for x in p], dtype=pl.String),
+            "created_ts": ts([x.created for x in p]),
+            "first_attempt_ts": ts([x.first_attempt for x in p]),
+            "bound_ts": ts([x.bound for x in p]),
+            "node": pl.Series([nodes[x.node] if x.node >= 0 else None for x in p], dtype=pl.String),
+            "deleted_ts": ts([x.deleted for x in p]),
+            "attempts": pl.Series([x.attempts for x in p], dtype=pl.Int64),
+            "cpu_milli": requests[:, 0], "memory_bytes": requests[:, 1],
+            "gpu_milli": requests[:, 2],
+        })
+
+
+class _Log:
+    """The events and deliveries of a replay, kept in compact typed arrays until the end."""
+
+    def __init__(self):
+        self.rv = 0
+        self.commit, self.row, self.pod, self.node = (array("q") for _ in range(4))
+        self.code, self.attempt = array("q"), array("q")
+        self.kind, self.origin = array("b"), array("b")
+        self.component: list[str] = []
+        self.cached, self.dispatched = array("q"), array("q")
+        self.d_rv, self.d_watcher = array("q"), array("q")
+        self.d_times = [array("q") for _ in range(4)]  # sent, received, dequeued, applied
+
+    def event(self, write: Write, by_model: bool) -> None:
+        self.rv = write.rv
+        self.commit.append(write.commit)
+        self.row.append(write.row)
+        self.pod.append(write.pod.index if write.pod is not None else -1)
+        self.node.append(write.node)
+        self.code.append(write.code)
+        self.attempt.append(write.attempt)
+        self.kind.append(write.kind)
+        self.origin.append(1 if by_model else 0)
+        self.component.append(write.component)
+
+    def stage(self, cached: int, dispatched: int) -> None:
+        self.cached.append(cached)
+        self.dispatched.append(dispatched)
+
+    def delivery(self, rv: int, watcher: int, sent: int, received: int, dequeued: int,
+                 applied: int) -> None:
+        self.d_rv.append(rv)
+        self.d_watcher.append(watcher)
+        t = self.d_times
+        t[0].append(sent)
+        t[1].append(received)
+        t[2].append(dequeued)
+        t[3].append(applied)
+
+    def deliveries_table(self, watchers: list[WatcherSpec]) -> pa.Table:
+        rv = np.frombuffer(self.d_rv, dtype=np.int64)
+        at = rv - 1
+        watcher = np.frombuffer(self.d_watcher, dtype=np.int64).astype(np.int32)
+        ts = pa.timestamp("us", tz="UTC")
+
+        def times(values: np.ndarray) -> pa.Array:
+            return pa.array(values).cast(ts)
+
+        per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
+                                                                     self.dispatched)]
+        own = [np.frombuffer(a, dtype=np.int64) for a in self.d_times]
+        return pa.table({
+            "rv": pa.array(rv),
+            "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher), [w.name for w in watchers]),
+            "role": pa.DictionaryArray.from_arrays(pa.array(watcher), [w.role for w in watchers]),
+            **{name: times(v) for name, v in zip(
+                ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
+                 "dequeued_ts", "applied_ts"), per_write + own)},
+        })

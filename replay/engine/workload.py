@@ -1,0 +1,120 @@
+"""The workload a what-if replay keeps from a trace, and what it sets aside.
+
+Kept, at their recorded times: node writes (creates and allocatable changes, deletes, heartbeats),
+pod creates, and writes to every other resource (they load the API server's pipeline too).  Pod
+deletes are kept but re-timed: a pod runs for as long as it ran in the recording, counted from its
+binding in the what-if replay (the recording's binding, else its ``scheduled_ts`` column, else its
+create marks when it started).  A pod that the recording says never ran (a trace with a
+``scheduled_ts`` column where this pod's is null) is deleted at its recorded time instead.  Set
+aside: the recorded placements (bindings) and every other pod write (status patches, scheduler and
+dispatcher patches), which belonged to them; failed writes, which changed nothing; and writes to
+pods created before the trace began, whose requests are unknown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import polars as pl
+
+from replay.engine.cluster import NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_CREATE, POD_DELETE
+from replay.models.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
+                                    PodHistory, mask)
+
+NEVER = -1
+
+
+@dataclass
+class Workload:
+    node_names: list[str]
+    # The writes replayed at their recorded times, in trace order
+    row: np.ndarray  # trace row
+    ts: np.ndarray  # µs
+    kind: np.ndarray
+    node: np.ndarray  # node index, -1 if none
+    pod: np.ndarray  # pod (incarnation) index, -1 if none
+    alloc: np.ndarray  # (rows, 3) allocatable of NODE_SET writes
+    # Per pod (incarnation)
+    namespace: list[str | None]
+    name: list[str]
+    request: np.ndarray  # (pods, 3)
+    run_us: np.ndarray  # how long it runs once bound; NEVER: until the end
+    scheduler_name: list[str | None]
+    group: list[str | None]
+    priority: np.ndarray
+    group_size: dict[str, int]
+
+    @classmethod
+    def of(cls, trace: pl.DataFrame) -> "Workload":
+        history = PodHistory.of(trace)
+        ok = mask(trace, OK)
+        ts = trace["ts"].dt.epoch("us").to_numpy()
+        names = node_names(trace)
+        node_index = {name: i for i, name in enumerate(names)}
+
+        kind = np.full(trace.height, -1, dtype=np.int8)
+        is_node = mask(trace, pl.col("resource") == "nodes") & ok
+        sets = is_node & mask(trace, pl.col("verb").is_in(["create", "update", "patch"])
+                              & pl.col("cpu_milli").is_not_null())
+        kind[is_node] = NODE_OTHER
+        kind[sets] = NODE_SET
+        kind[is_node & mask(trace, pl.col("verb").is_in(["delete", "deletecollection"]))] = NODE_DELETE
+        kind[ok & ~mask(trace, IS_POD) & ~is_node] = OTHER
+
+        created = history.first(mask(trace, OK & IS_POD_CREATE))
+        has_create = created >= 0
+        deleted = history.last(mask(trace, OK & IS_POD_DELETE))
+        started, never_ran = _starts(trace, history, created, ts)
+        kind[created[has_create]] = POD_CREATE
+        on_time = has_create & (deleted >= 0) & never_ran  # deleted at its recorded time
+        kind[deleted[on_time]] = POD_DELETE
+        run_us = np.where(has_create & (deleted >= 0) & ~never_ran,
+                          ts[np.maximum(deleted, 0)] - started, NEVER)
+
+        rows = np.flatnonzero(kind >= 0)
+        row_names = trace["name"].to_numpy()[rows]
+        node_of_row = np.array([node_index.get(n, -1) if k in (NODE_SET, NODE_DELETE, NODE_OTHER)
+                                else -1 for n, k in zip(row_names, kind[rows].tolist())],
+                               dtype=np.int64)
+        alloc = (trace.select(pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0))
+                 .to_numpy()[rows].astype(np.int64))
+        pod_of_row = np.where(history.incarnation[rows] >= 0, history.incarnation[rows], -1)
+        create_rows = np.where(has_create, created, 0)
+        pods = trace[create_rows].select(
+            "namespace", "name", "scheduler_name", "group",
+            pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0),
+            pl.col("priority").fill_null(0))
+        groups = pods.filter(pl.Series(has_create) & pl.col("group").is_not_null())["group"]
+        return cls(
+            node_names=names, row=rows, ts=ts[rows], kind=kind[rows], node=node_of_row,
+            pod=pod_of_row, alloc=alloc,
+            namespace=pods["namespace"].to_list(), name=pods["name"].to_list(),
+            request=pods.select("cpu_milli", "memory_bytes", "gpu_milli").to_numpy().astype(np.int64),
+            run_us=run_us, scheduler_name=pods["scheduler_name"].to_list(),
+            group=pods["group"].to_list(), priority=pods["priority"].to_numpy(),
+            group_size={g: n for g, n in groups.value_counts().iter_rows()},
+        )
+
+
+def node_names(trace: pl.DataFrame) -> list[str]:
+    """Every node the trace names: node objects and binding targets, sorted."""
+    return pl.concat([
+        trace.filter(pl.col("resource") == "nodes")["name"],
+        trace.filter(IS_BINDING)["node"].drop_nulls(),
+    ]).unique().sort().to_list()
+
+
+def _starts(trace: pl.DataFrame, history: PodHistory, created: np.ndarray,
+            ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pod: when it started running in the recording (µs), and whether it never did."""
+    bound = history.first(mask(trace, OK & IS_BINDING))
+    start = np.where(bound >= 0, ts[np.maximum(bound, 0)], ts[np.maximum(created, 0)])
+    never_ran = np.zeros(len(created), dtype=bool)
+    if "scheduled_ts" in trace.columns:
+        scheduled = trace["scheduled_ts"].dt.epoch("us").to_numpy()[np.maximum(created, 0)]
+        known = ~np.isnan(scheduled.astype(float)) if scheduled.dtype.kind == "f" else \
+            ~pl.Series(scheduled).is_null().to_numpy()
+        start = np.where((bound < 0) & known, scheduled, start)
+        never_ran = (bound < 0) & ~known & (created >= 0)
+    return start.astype(np.int64), never_ran

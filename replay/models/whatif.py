@@ -1,0 +1,157 @@
+"""The base of the what-if models: the trace's workload replayed, the model's schedulers placing it.
+
+A what-if model declares its watchers (its components' informers; every node's kubelet is added),
+and in ``start`` builds its components on the ``Simulation``: views for the watchers whose cache it
+reads, reactions to the writes it acts on, timers, and the commit protocol of its placements.  The
+engine owns time, ordering, randomness and the watch pipeline.  docs/models.md walks through a
+complete minimal model.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import ClassVar
+
+import polars as pl
+
+from replay.engine.cluster import POD_CREATE, Pod, Truth, Write
+from replay.engine.config import RunConfig, WatcherSpec
+from replay.engine.rundir import RunTables
+from replay.engine.scheduler import GIVES_BACK, SCHEDULER_PARAMS, Attempt, Scheduler
+from replay.engine.simulation import Simulation
+from replay.engine.workload import node_names
+from replay.models.base import Model, Param
+
+ASSIGNMENTS = ("round-robin", "scheduler-name")
+
+
+class WhatIfModel(Model):
+    """A model whose own components make the placements; subclasses implement ``start``."""
+
+    params: ClassVar[tuple[Param, ...]] = SCHEDULER_PARAMS
+    # Watchers that see every write at its commit instead of through the pipeline (the oracle's)
+    instant: ClassVar[frozenset[str]] = frozenset()
+
+    def components(self) -> list[WatcherSpec]:
+        """The model's own informers (schedulers, binder, dispatcher...)."""
+        raise NotImplementedError
+
+    def start(self, sim: Simulation) -> None:
+        """Build the model's components on ``sim`` before it runs."""
+        raise NotImplementedError
+
+    def default_watchers(self, trace: pl.DataFrame) -> list[WatcherSpec]:
+        kubelets = [WatcherSpec(f"kubelet/{n}", "kubelet", ("pods", "nodes"), node=n)
+                    for n in node_names(trace)]
+        return self.components() + kubelets
+
+    def replay(self, trace: pl.DataFrame, config: RunConfig,
+               watchers: list[WatcherSpec]) -> RunTables:
+        sim = Simulation(trace, config, watchers, instant=self.instant)
+        self.start(sim)
+        return sim.run()
+
+
+def scheduler_params() -> tuple[Param, ...]:
+    """The shared scheduler parameters plus ``schedulers`` and ``assign``, for models whose
+    schedulers share the workload directly."""
+    return SCHEDULER_PARAMS + (
+        Param("schedulers", 1, "number of scheduler instances", minimum=1),
+        Param("assign", "round-robin", "how pods are shared among the schedulers: in turn, or "
+              "by spec.schedulerName (each distinct name to one instance, in sorted order)",
+              choices=ASSIGNMENTS),
+    )
+
+
+class Assigner:
+    """Gives each new pod to one of ``count`` schedulers, as it is created (as if its
+    ``spec.schedulerName`` named that instance)."""
+
+    def __init__(self, sim: Simulation, count: int, how: str):
+        self.count, self.how = count, how
+        self.turn = 0
+        names = sorted({n for n in sim.workload.scheduler_name if n is not None})
+        self.by_name = {n: i % count for i, n in enumerate(names)}
+        self.by_group: dict[str, int] = {}
+        sim.on_commit(self.assign)
+
+    def assign(self, write: Write) -> None:
+        if write.kind == POD_CREATE:
+            write.pod.owner = self.owner_of(write.pod)
+
+    def owner_of(self, pod: Pod) -> int:
+        if pod.group is not None and pod.group in self.by_group:  # a gang stays together
+            return self.by_group[pod.group]
+        if self.how == "scheduler-name" and pod.scheduler_name in self.by_name:
+            owner = self.by_name[pod.scheduler_name]
+        else:
+            owner = self.turn % self.count
+            self.turn += 1
+        if pod.group is not None:
+            self.by_group[pod.group] = owner
+        return owner
+
+
+def schedulers_on(sim: Simulation, names: list[str], settings: dict, commit, gangs: bool,
+                  preferred: list | None = None) -> list[Scheduler]:
+    """One ``Scheduler`` per watcher name, each with its view."""
+    return [Scheduler(sim, name, sim.view(name), settings, commit, gangs=gangs,
+                      preferred=None if preferred is None else preferred[i])
+            for i, name in enumerate(names)]
+
+
+def fits_together(truth: Truth, attempts: list[Attempt]) -> bool:
+    """Whether the truth has room for all these placements at once (a gang's all or nothing)."""
+    need: dict[int, list[int]] = {}
+    for attempt in attempts:
+        total = need.setdefault(attempt.node, [0, 0, 0])
+        for i in range(3):
+            total[i] += attempt.pod.request[i]
+    return all(truth.nodes[node].fits(tuple(total)) for node, total in need.items())
+
+
+def react_as_scheduler(sim: Simulation, scheduler: Scheduler, queues, requeues=None) -> None:
+    """Make ``scheduler`` react to the writes that put a pod in its queue (``queues(write)``),
+    that send a pod back to it after its backoff (``requeues(write)``), and, while pods wait
+    unschedulable, to those that give capacity back."""
+    def wants(write: Write) -> bool:
+        return (queues(write) or (requeues is not None and requeues(write))
+                or (write.kind in GIVES_BACK and scheduler.wants_capacity_news()))
+
+    def handle(write: Write) -> None:
+        if queues(write):
+            scheduler.enqueue(write.pod)
+        elif requeues is not None and requeues(write):
+            scheduler.enqueue(write.pod, backoff=True)
+        if write.kind in GIVES_BACK:
+            scheduler.capacity_news()
+
+    sim.react(scheduler.name, wants, handle)
+
+
+def created_for(index: int):
+    """``queues`` for a scheduler that takes the pods assigned to it at creation."""
+    return lambda write: write.kind == POD_CREATE and write.pod.owner == index
+
+
+class Worker:
+    """A component that handles items one at a time, ``service_us`` each, first come first
+    served (a dispatcher's or a binder's loop)."""
+
+    def __init__(self, sim: Simulation, service_us: int, handle):
+        self.env, self.service_us, self.handle = sim.env, service_us, handle
+        self.queue: deque = deque()
+        self.busy = False
+
+    def submit(self, item) -> None:
+        self.queue.append(item)
+        if not self.busy:
+            self.busy = True
+            self.env.after(self.service_us, self._done)
+
+    def _done(self) -> None:
+        self.handle(self.queue.popleft())
+        if self.queue:
+            self.env.after(self.service_us, self._done)
+        else:
+            self.busy = False

@@ -1,0 +1,55 @@
+"""Third-party models: the example in docs/models.md, installed as a package's entry point."""
+
+from __future__ import annotations
+
+import re
+import sys
+
+import polars as pl
+
+from conftest import REPO, SAMPLE_TRACE
+from replay import models
+
+
+def install_example(root):
+    """A package with the docs' example model and an entry point naming it, on sys.path."""
+    code = re.search(r"```python\n(.*?)```", (REPO / "docs" / "models.md").read_text(), re.S)
+    package = root / "first_fit_example"
+    package.mkdir()
+    (package / "__init__.py").write_text(code.group(1))
+    info = root / "first_fit_example-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: first-fit-example\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[replay.models]\nfirst-fit = first_fit_example:FirstFitModel\n")
+
+
+def test_a_plugin_model_is_found_listed_and_run(cli, tmp_path, monkeypatch):
+    install_example(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert "first-fit" in models.registered()
+        listed = cli("models").out
+        assert "first-fit: One scheduler binding each pod" in listed
+        assert "think_ms = 2.0: time to decide one pod" in listed
+        result = cli("run", SAMPLE_TRACE, "--model", "first-fit", "-p", "think_ms=5",
+                     "--out", tmp_path / "run")
+        assert result.code == 0, result.err
+        attempts = pl.read_parquet(tmp_path / "run" / "attempts.parquet")
+        bound = attempts.filter(pl.col("outcome") == "bound")
+        assert bound.height > 4000
+        assert ((bound["decided_ts"] - bound["started_ts"]).dt.total_microseconds() == 5000).all()
+        assert bound["forgotten_ts"].is_not_null().all()
+    finally:
+        sys.modules.pop("first_fit_example", None)
+
+
+def test_a_broken_plugin_is_one_line(cli, tmp_path, monkeypatch):
+    info = tmp_path / "broken-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[replay.models]\nbroken = no_such_module:Model\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = cli("run", SAMPLE_TRACE, "--model", "broken", "--out", tmp_path / "run")
+    assert result.code == 1 and "model 'broken'" in result.err and "failed to load" in result.err
+    assert "broken: cannot be loaded" in cli("models").out

@@ -1,0 +1,187 @@
+"""The what-if models: invariants over random small workloads, and the trends the literature
+reports (Omega, Gödel)."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from conftest import SAMPLE_TRACE
+from replay import models
+from replay.engine.config import load_config
+from replay.engine.run import run_replay
+from replay.trace.synth import Shape, SynthSpec, synthesize
+from test_synth import assert_no_overcommit
+
+WHAT_IF = ("oracle", "kube", "godel", "omega", "peer")
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+
+
+def replay(trace, out, model, *params, profile=None, seed=0):
+    config_file = None
+    if profile:
+        config_file = out.parent / f"{out.name}.toml"
+        config_file.write_text(f'profile = "{profile}"\n')
+    config = load_config(config_file, overrides=list(params), seed=seed, model=model)
+    run_replay(trace, config, out=out, force=True)
+    return {t: pl.read_parquet(out / f"{t}.parquet") for t in TABLES}
+
+
+def conflicts(run) -> int:
+    return run["attempts"].filter(pl.col("outcome") == "conflict").height
+
+
+def truth_never_overcommits(run) -> None:
+    events = run["events"].filter(pl.col("code").is_between(200, 299)).rename({"rv": "row"})
+    assert_no_overcommit(events)
+
+
+def pods_add_up(run) -> None:
+    pods, attempts = run["pods"], run["attempts"]
+    bound = pods.filter(pl.col("bound_ts").is_not_null() & pl.col("deleted_ts").is_null()).height
+    deleted = pods.filter(pl.col("deleted_ts").is_not_null()).height
+    pending = pods.filter(pl.col("bound_ts").is_null() & pl.col("deleted_ts").is_null()).height
+    assert bound + deleted + pending == pods.height
+    assert pods["attempts"].sum() == attempts.height
+    assert set(attempts["outcome"].unique()) <= {"bound", "conflict", "unschedulable", "error"}
+    created = run["events"].filter((pl.col("verb") == "create") & (pl.col("resource") == "pods")
+                                   & pl.col("subresource").is_null()).height
+    assert created == pods.height
+
+
+@pytest.fixture(scope="module")
+def sample_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("whatif")
+    return {m: replay(SAMPLE_TRACE, root / m, m) for m in WHAT_IF}
+
+
+@pytest.mark.parametrize("model", WHAT_IF)
+def test_every_model_runs_the_sample_completely(sample_runs, model):
+    run = sample_runs[model]
+    assert run["events"]["origin"].unique().sort().to_list() == ["model", "trace"]
+    assert run["attempts"].height >= run["pods"].height * 0.9
+    assert (run["deliveries"]["applied_ts"] >= run["deliveries"]["commit_ts"]).all()
+    pods_add_up(run)
+    if model != "kube":
+        truth_never_overcommits(run)
+
+
+def test_models_lists_all_five(cli):
+    out = cli("models").out
+    for model in ("observe", *WHAT_IF):
+        assert f"\n{model}: " in f"\n{out}"
+    assert "    schedulers = 3" in out and "conflict = 'fine' (fine | coarse)" in out
+
+
+def test_unknown_and_mistyped_parameters_name_themselves(cli, tmp_path):
+    bad = cli("run", SAMPLE_TRACE, "--model", "kube", "-p", "schedulrs=2", "--out", tmp_path / "a")
+    assert bad.code == 1 and "no parameter 'schedulrs'" in bad.err
+    typed = cli("run", SAMPLE_TRACE, "--model", "kube", "-p", "schedulers=two", "--out",
+                tmp_path / "b")
+    assert typed.code == 1 and "parameter 'schedulers': expected int" in typed.err
+    choice = cli("run", SAMPLE_TRACE, "--model", "omega", "-p", "conflict=medium", "--out",
+                 tmp_path / "c")
+    assert choice.code == 1 and "expected one of fine, coarse" in choice.err
+
+
+def test_trace_without_bindings_defaults_to_kube(cli, tmp_path):
+    trace = tmp_path / "t.parquet"
+    synthesize(SynthSpec(nodes=5, pods=40, seed=1), trace)
+    result = cli("run", trace, "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["model"]["name"] == "kube"
+
+
+small = st.builds(
+    SynthSpec,
+    nodes=st.integers(1, 6),
+    pods=st.integers(1, 60),
+    arrival_rate=st.floats(5, 200),
+    mean_lifetime=st.floats(0.05, 3),
+    node_shapes=st.just((Shape(4000, 8 * 2**30, 0, 1.0), Shape(8000, 16 * 2**30, 1000, 1.0))),
+    pod_shapes=st.just((Shape(500, 2**30, 0, 2.0), Shape(2000, 4 * 2**30, 0, 1.0),
+                        Shape(1000, 2**30, 1000, 0.5))),
+    seed=st.integers(0, 1000),
+)
+whatif_settings = settings(max_examples=30, deadline=None,
+                           suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@whatif_settings
+@given(spec=small, model=st.sampled_from(WHAT_IF), schedulers=st.integers(1, 3),
+       profile=st.sampled_from(["default", "zero"]), seed=st.integers(0, 5))
+def test_invariants_on_random_workloads(tmp_path, spec, model, schedulers, profile, seed):
+    trace = tmp_path / "t.parquet"
+    synthesize(spec, trace)
+    params = [] if model == "oracle" else [f"schedulers={schedulers}",
+                                           "policy=most-allocated"]
+    run = replay(trace, tmp_path / "run", model, *params, profile=profile, seed=seed)
+    pods_add_up(run)
+    if model == "oracle":
+        assert conflicts(run) == 0
+    if model in ("kube", "godel") and schedulers == 1 and profile == "zero":
+        assert conflicts(run) == 0
+    if model != "kube":
+        truth_never_overcommits(run)
+    again = replay(trace, tmp_path / "again", model, *params, profile=profile, seed=seed)
+    for table in TABLES:
+        assert run[table].equals(again[table]), table
+
+
+@pytest.fixture(scope="module")
+def busy_trace(tmp_path_factory):
+    """A small, busy cluster: most placements race for the same few nodes."""
+    path = tmp_path_factory.mktemp("busy") / "busy.parquet"
+    synthesize(SynthSpec(nodes=12, pods=1500, arrival_rate=60, mean_lifetime=8, seed=4), path)
+    return path
+
+
+def conflict_fraction(run) -> float:
+    outcomes = run["attempts"]["outcome"]
+    bound = (outcomes == "bound").sum()
+    return (outcomes == "conflict").sum() / max(bound, 1)
+
+
+def test_conflicts_grow_with_schedulers(busy_trace, tmp_path):
+    fractions = [conflict_fraction(replay(busy_trace, tmp_path / f"s{k}", "omega",
+                                          f"schedulers={k}", "policy=most-allocated"))
+                 for k in (1, 2, 4)]
+    assert fractions[0] < fractions[1] < fractions[2], fractions
+
+
+def test_conflicts_grow_with_decision_time(busy_trace, tmp_path):
+    fractions = [conflict_fraction(replay(busy_trace, tmp_path / f"d{ms}", "omega",
+                                          "schedulers=3", f"per_attempt_ms={ms}",
+                                          "policy=most-allocated"))
+                 for ms in (0.5, 5.0, 20.0)]
+    assert fractions[0] < fractions[1] < fractions[2], fractions
+
+
+def test_coarse_conflicts_at_least_as_often_as_fine(busy_trace, tmp_path):
+    fine, coarse = (conflicts(replay(busy_trace, tmp_path / c, "omega", "schedulers=3",
+                                     f"conflict={c}")) for c in ("fine", "coarse"))
+    assert coarse >= fine and coarse > 0
+
+
+def test_watch_delay_raises_conflicts(busy_trace, tmp_path):
+    fast = tmp_path / "fast.toml"
+    fast.write_text('profile = "zero"\n')
+    slow = tmp_path / "slow.toml"
+    slow.write_text('[stages.network]\nlatency = { dist = "constant", ms = 50.0 }\n')
+    counts = []
+    for config in (fast, slow):
+        cfg = load_config(config, overrides=["schedulers=3"], model="kube")
+        out = tmp_path / config.stem
+        run_replay(busy_trace, cfg, out=out, force=True)
+        counts.append(conflicts({"attempts": pl.read_parquet(out / "attempts.parquet")}))
+    assert counts[0] < counts[1], counts
+
+
+def test_peer_conflicts_no_more_than_godel(busy_trace, tmp_path):
+    godel, peer = (conflicts(replay(busy_trace, tmp_path / m, m, "policy=most-allocated"))
+                   for m in ("godel", "peer"))
+    assert peer <= godel and godel > 0, (peer, godel)
