@@ -34,6 +34,7 @@ from replay.rng import Stream, name_hash
 
 STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts")
+DRAW_CHUNK = 1 << 16
 
 
 def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
@@ -42,7 +43,11 @@ def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
     With ``S_i`` the running sum of service, ``d_i = S_i + max_{j<=i}(a_j - S_{j-1})``.
     """
     total = np.cumsum(service)
-    return total + np.maximum.accumulate(arrival - total + service)
+    out = arrival - total
+    out += service
+    np.maximum.accumulate(out, out=out)
+    out += total
+    return out
 
 
 def segment_starts(segment: np.ndarray) -> np.ndarray:
@@ -54,33 +59,43 @@ def segment_starts(segment: np.ndarray) -> np.ndarray:
 
 def segmented_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
     """Running maximum restarting at each new ``segment`` id (ids sorted ascending)."""
-    if len(values) == 0:
-        return values.copy()
-    low = int(values.min())
-    span = int(values.max()) - low + 1
-    ids = (segment - segment[0]).astype(np.int64)
-    if (int(ids[-1]) + 1) * span < 2**62:  # lift each segment above the previous one
-        lift = ids * span
-        return np.maximum.accumulate(values - low + lift) - lift + low
-    out = np.empty_like(values)
-    bounds = np.r_[segment_starts(segment), len(values)]
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        out[lo:hi] = np.maximum.accumulate(values[lo:hi])
+    out = np.array(values, dtype=np.int64)
+    _segmented_cummax_in_place(out, segment)
     return out
 
 
-def segmented_cumsum(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """Running sum restarting at each new ``segment`` id (ids sorted ascending)."""
-    total = np.cumsum(values)
-    starts = segment_starts(segment)
-    lengths = np.diff(np.r_[starts, len(values)])
-    return total - np.repeat(total[starts] - values[starts], lengths)
+def _segmented_cummax_in_place(values: np.ndarray, segment: np.ndarray) -> None:
+    """``segmented_cummax`` overwriting ``values`` (int64): on millions of deliveries every
+    temporary array costs page faults, so this makes one (the lift) instead of five."""
+    if len(values) == 0:
+        return
+    low = int(values.min())
+    span = int(values.max()) - low + 1
+    if (int(segment[-1] - segment[0]) + 1) * span < 2**62:  # lift each segment above the last
+        lift = np.subtract(segment, segment[0], dtype=np.int64)
+        lift *= span
+        lift -= low
+        values += lift
+        np.maximum.accumulate(values, out=values)
+        values -= lift
+        return
+    bounds = np.r_[segment_starts(segment), len(values)]
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        np.maximum.accumulate(values[lo:hi], out=values[lo:hi])
 
 
 def segmented_lindley(arrival: np.ndarray, service: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """``lindley`` run separately on each segment (one queue per watcher)."""
-    total = segmented_cumsum(service, segment)
-    return total + segmented_cummax(arrival - total + service, segment)
+    """``lindley`` run separately on each segment (one queue per watcher).
+
+    The running sum of service need not restart per segment: within a segment it is off by a
+    constant, which ``lindley``'s formula adds and subtracts again.
+    """
+    total = np.cumsum(service)
+    out = arrival - total
+    out += service
+    _segmented_cummax_in_place(out, segment)
+    out += total
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,8 +105,22 @@ class _Cost:
     dist: Distribution
     stream: Stream
 
-    def draw(self, counters: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
-        return self.dist.sample_us(self.stream, counters, keys)
+    def draw(self, counters: np.ndarray, keys: np.ndarray | None = None,
+             owners: np.ndarray | None = None) -> np.ndarray:
+        """One sample per counter, from the shared stream (``keys`` None), from one watcher's
+        key, or from the keys of the watchers ``owners`` (one per counter: ``keys[owners]``).
+
+        Large arrays are drawn in chunks whose temporaries stay in the CPU cache: the draws are
+        element-wise, so the numbers are the same, and millions of them cost half as much.
+        """
+        if len(counters) <= DRAW_CHUNK:
+            keys = keys if owners is None else keys[owners]
+            return self.dist.sample_us(self.stream, counters, keys)
+        out = np.empty(len(counters), dtype=np.int64)
+        for start in range(0, len(counters), DRAW_CHUNK):
+            part = slice(start, start + DRAW_CHUNK)
+            out[part] = self.draw(counters[part], keys, None if owners is None else owners[part])
+        return out
 
 
 class _Ahead:
@@ -173,9 +202,12 @@ class Pipeline:
         per ``STAGE_COLUMNS`` entry, aligned with the deliveries.
         """
         rv = np.arange(1, len(commit) + 1, dtype=np.uint64)
-        matches = np.bincount(delivery_write, minlength=len(commit)).astype(np.int64)
-        cached = lindley(commit + self.storage_latency.draw(rv), self.storage_service.draw(rv))
-        dispatch_cost = self.cacher_service.draw(rv) + self.cacher_per_watcher.draw(rv) * matches
+        arrive = self.storage_latency.draw(rv)
+        arrive += commit
+        cached = lindley(arrive, self.storage_service.draw(rv))
+        dispatch_cost = self.cacher_per_watcher.draw(rv)
+        dispatch_cost *= np.bincount(delivery_write, minlength=len(commit))
+        dispatch_cost += self.cacher_service.draw(rv)
         dispatched = lindley(cached, dispatch_cost)
 
         seq = _sequence_within(delivery_watcher)
@@ -183,10 +215,13 @@ class Pipeline:
             self._draw_own(key, seq, delivery_watcher) for key in self.PER_WATCHER)
         from_cacher = dispatched[delivery_write]
         sent = segmented_lindley(from_cacher, queue_cost, delivery_watcher)
-        received = segmented_cummax(sent + net_cost, delivery_watcher)
+        received = net_cost
+        received += sent
+        _segmented_cummax_in_place(received, delivery_watcher)
         applied = segmented_lindley(received, handler_cost, delivery_watcher)
+        dequeued = np.subtract(applied, handler_cost, out=handler_cost)
         return dict(zip(STAGE_COLUMNS, (commit[delivery_write], cached[delivery_write], from_cacher,
-                                        sent, received, applied - handler_cost, applied)))
+                                        sent, received, dequeued, applied)))
 
     def _draw_own(self, key: tuple[str, str], seq: np.ndarray, watcher: np.ndarray) -> np.ndarray:
         """Per-delivery draws of a per-watcher stage; watchers sharing a distribution draw in one
@@ -197,7 +232,7 @@ class Pipeline:
             if cost.dist.is_zero or not members:
                 continue
             mask = slice(None) if len(groups) == 1 else np.isin(watcher, members)
-            out[mask] = cost.draw(seq[mask].astype(np.uint64), self.keys[key][watcher[mask]])
+            out[mask] = cost.draw(seq[mask], self.keys[key], watcher[mask])
         return out
 
     # -- one write at a time -----------------------------------------------------------------
@@ -268,5 +303,7 @@ def view_lag_us(commit: np.ndarray, applied: np.ndarray, at: np.ndarray) -> np.n
 
 
 def _sequence_within(segment: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... within each run of equal ``segment`` ids."""
-    return segmented_cumsum(np.ones(len(segment), dtype=np.int64), segment) - 1
+    """0, 1, 2, ... within each run of equal ``segment`` ids, as draw counters (uint64)."""
+    starts = segment_starts(segment)
+    lengths = np.diff(np.r_[starts, len(segment)])
+    return np.arange(len(segment), dtype=np.uint64) - np.repeat(starts.astype(np.uint64), lengths)
