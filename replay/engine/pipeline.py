@@ -57,6 +57,18 @@ def segment_starts(segment: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
 
 
+def stable_order(ids: np.ndarray, bound: int) -> np.ndarray:
+    """``np.argsort(ids, kind="stable")`` for integers in ``[0, bound)``, in linear time: numpy
+    radix-sorts 16-bit integers, so this sorts by 16-bit digits, the least significant first
+    (several times faster than a comparison sort on millions of watcher or pod indices)."""
+    order = np.argsort(ids.astype(np.uint16), kind="stable")
+    shift = 16
+    while bound > 1 << shift:
+        order = order[np.argsort((ids[order] >> shift).astype(np.uint16), kind="stable")]
+        shift += 16
+    return order
+
+
 def segmented_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
     """Running maximum restarting at each new ``segment`` id (ids sorted ascending)."""
     out = np.array(values, dtype=np.int64)

@@ -12,6 +12,7 @@ import numpy as np
 import polars as pl
 
 from replay.engine.config import WatcherSpec
+from replay.engine.pipeline import stable_order
 
 
 def receives(watcher: WatcherSpec, resource: str, node: str | None) -> bool:
@@ -21,38 +22,78 @@ def receives(watcher: WatcherSpec, resource: str, node: str | None) -> bool:
     return watcher.node is None or watcher.node == node
 
 
+def watched_nodes(watchers: list[WatcherSpec]) -> list[str]:
+    """The nodes that node-bound watchers watch, each once, in watcher order."""
+    return list(dict.fromkeys(w.node for w in watchers if w.node is not None))
+
+
+def node_index(watchers: list[WatcherSpec], names: pl.Series) -> np.ndarray:
+    """For each node name, its index in ``watched_nodes(watchers)`` (-1 if none watches it)."""
+    nodes = watched_nodes(watchers)
+    if not nodes:
+        return np.full(len(names), -1, dtype=np.int64)
+    return (names.replace_strict(nodes, range(len(nodes)), default=-1, return_dtype=pl.Int64)
+            .fill_null(-1).to_numpy())
+
+
 def match(watchers: list[WatcherSpec], resource: pl.Series,
-          node: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+          node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """All (write index, watcher index) deliveries, sorted by watcher and then by write.
 
-    ``resource`` and ``node`` give, per write in commit order, its resource and the node it
-    concerns (null when none).
+    ``resource`` gives, per write in commit order, its resource, and ``node`` the node it
+    concerns as an index into ``watched_nodes(watchers)`` (-1 when none).
     """
+    wanted: dict[tuple[str, ...], np.ndarray] = {}
+
+    def wants(resources: tuple[str, ...]) -> np.ndarray:
+        if resources not in wanted:
+            wanted[resources] = resource.is_in(list(resources)).to_numpy()
+        return wanted[resources]
+
     writes, owners = [], []
     for index, watcher in enumerate(watchers):
         if watcher.node is None:
-            hit = np.flatnonzero(resource.is_in(list(watcher.resources)).to_numpy())
+            hit = np.flatnonzero(wants(watcher.resources))
             writes.append(hit)
             owners.append(np.full(len(hit), index, dtype=np.int64))
-    node_bound = [(i, w) for i, w in enumerate(watchers) if w.node is not None]
-    if node_bound:
-        targets = pl.DataFrame(
-            [(i, w.node, r) for i, w in node_bound for r in w.resources],
-            schema={"watcher": pl.Int64, "node": pl.String, "resource": pl.String}, orient="row")
-        hits = (pl.DataFrame({"node": node, "resource": resource})
-                .with_row_index("write")
-                .join(targets, on=["node", "resource"], how="inner", maintain_order="left"))
-        owner = hits["watcher"].to_numpy()
-        order = np.argsort(owner, kind="stable")  # by watcher; writes stay in commit order
-        writes.append(hits["write"].to_numpy().astype(np.int64)[order])
+    if any(w.node is not None for w in watchers):
+        write, owner = _node_bound(watchers, node, wants)
+        order = stable_order(owner, len(watchers))  # by watcher; writes stay in commit order
+        writes.append(write[order])
         owners.append(owner[order])
     if not writes:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     write, owner = np.concatenate(writes), np.concatenate(owners)
-    if len(owner) and np.any(np.diff(owner) < 0):
-        order = np.lexsort((write, owner))
+    if len(owner) and np.any(owner[1:] < owner[:-1]):
+        order = stable_order(owner, len(watchers))
         write, owner = write[order], owner[order]
     return write, owner
+
+
+def _node_bound(watchers: list[WatcherSpec], node: np.ndarray,
+                wants) -> tuple[np.ndarray, np.ndarray]:
+    """The deliveries to node-bound watchers, in write order: each write concerning a node goes
+    to every watcher bound to that node that watches the write's resource."""
+    bound = np.array([i for i, w in enumerate(watchers) if w.node is not None], dtype=np.int64)
+    index = {name: k for k, name in enumerate(watched_nodes(watchers))}
+    node_of = np.array([index[watchers[i].node] for i in bound], dtype=np.int64)
+    by_node = bound[np.argsort(node_of, kind="stable")]  # each node's watchers, in index order
+    count = np.bincount(node_of, minlength=len(index))
+    first = np.cumsum(count) - count
+    hits = np.flatnonzero(node >= 0)
+    per_write = count[node[hits]]
+    write = np.repeat(hits, per_write)
+    ends = np.cumsum(per_write)
+    slot = np.arange(len(write)) - np.repeat(ends - per_write - first[node[hits]], per_write)
+    owner = by_node[slot]
+    kinds = list(dict.fromkeys(watchers[i].resources for i in bound))
+    kind_of = np.zeros(len(watchers), dtype=np.int64)
+    kind_of[bound] = [kinds.index(watchers[i].resources) for i in bound]
+    keep = np.zeros(len(write), dtype=bool)
+    for kind, resources in enumerate(kinds):
+        mine = slice(None) if len(kinds) == 1 else kind_of[owner] == kind
+        keep[mine] = wants(resources)[write[mine]]
+    return write[keep], owner[keep]
 
 
 def watchers_table(watchers: list[WatcherSpec]) -> pl.DataFrame:

@@ -10,11 +10,12 @@ window functions costs seconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import polars as pl
 
-from replay.engine.pipeline import segmented_cummax
+from replay.engine.pipeline import segment_starts, segmented_cummax
 from replay.trace.schema import WRITE_VERBS
 
 OK = pl.col("code").is_between(200, 299) & pl.col("verb").is_in(WRITE_VERBS)
@@ -31,39 +32,100 @@ def mask(trace: pl.DataFrame, condition: pl.Expr) -> np.ndarray:
 
 def pod_name() -> pl.Expr:
     """``namespace/name``, or just the name for a pod with no namespace."""
-    return (pl.when(pl.col("namespace").is_null()).then(pl.col("name"))
-            .otherwise(pl.format("{}/{}", "namespace", "name")))
+    return pl.concat_str("namespace", "name", separator="/", ignore_nulls=True)
+
+
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for integer keys, two to three times faster.
+
+    Each key (less the smallest) goes in the high bits of a uint64 and its index in the low
+    bits, and numpy sorts those plain integers with SIMD instructions.  When the keys need more
+    bits than are left, only their high bits fit: the result is right if the full keys come out
+    in order, and a stable sort of the full keys is the fallback when they do not.
+    """
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int64)
+    bits = max(1, (len(keys) - 1).bit_length())
+    shifted = (keys - keys.min()).astype(np.uint64)  # wraps around into the right value
+    drop = max(0, int(shifted.max()).bit_length() + bits - 64)
+    packed = (shifted >> np.uint64(drop)) << np.uint64(bits)
+    packed |= np.arange(len(keys), dtype=np.uint64)
+    packed.sort()
+    order = (packed & np.uint64((1 << bits) - 1)).astype(np.int64)
+    ordered = keys[order]
+    if drop and np.any(ordered[1:] < ordered[:-1]):
+        return np.argsort(keys, kind="stable")
+    return order
+
+
+class RowMasks:
+    """The row masks of one trace that the models ask for, each computed once, when first
+    asked for (numpy booleans; null counts as false)."""
+
+    def __init__(self, trace: pl.DataFrame):
+        self.trace = trace
+
+    @cached_property
+    def ok(self) -> np.ndarray:
+        return mask(self.trace, OK)
+
+    @cached_property
+    def binding(self) -> np.ndarray:
+        """Every recorded binding, committed or failed."""
+        return mask(self.trace, IS_BINDING)
+
+    @cached_property
+    def ok_binding(self) -> np.ndarray:
+        return self.ok & self.binding
+
+    @cached_property
+    def ok_create(self) -> np.ndarray:
+        return self.ok & mask(self.trace, IS_POD_CREATE)
+
+    @cached_property
+    def ok_delete(self) -> np.ndarray:
+        return self.ok & mask(self.trace, IS_POD_DELETE)
+
+    @cached_property
+    def node(self) -> np.ndarray:
+        """Writes to node objects."""
+        return mask(self.trace, pl.col("resource") == "nodes")
+
+    @cached_property
+    def named_pod(self) -> np.ndarray:
+        return mask(self.trace, IS_POD & pl.col("name").ne(""))
 
 
 @dataclass
 class PodHistory:
-    """Per trace row (all rows, -1 / null for rows that are not pod writes): the pod incarnation
-    it belongs to and the node that incarnation was bound to as of that row."""
+    """Per trace row (all rows, -1 for rows that are not pod writes): the pod incarnation it
+    belongs to, and the row of that incarnation's latest committed binding as of that row."""
 
     incarnation: np.ndarray  # int64 per trace row
-    bound_node: pl.Series  # per trace row
+    last_binding: np.ndarray  # int64 per trace row
     incarnations: int
+    rows: np.ndarray  # the pod rows by incarnation, each incarnation's rows in trace order
+    starts: np.ndarray  # where each incarnation begins in ``rows``
 
     @classmethod
-    def of(cls, trace: pl.DataFrame) -> "PodHistory":
-        pod_rows = np.flatnonzero(mask(trace, IS_POD & pl.col("name").ne("")))
-        key = (trace.select(pl.concat_str("namespace", "name", separator="/", ignore_nulls=True)
-                            .hash(seed=0)).to_series().to_numpy()[pod_rows])
-        order = np.argsort(key, kind="stable")  # by name, each name's rows in trace order
+    def of(cls, trace: pl.DataFrame, masks: RowMasks | None = None) -> "PodHistory":
+        masks = masks or RowMasks(trace)
+        pod_rows = np.flatnonzero(masks.named_pod)
+        key = (trace.select("namespace", "name").filter(pl.Series(masks.named_pod))
+               .select(pod_name().hash(seed=0)).to_series().to_numpy())
+        order = stable_argsort(key)  # by name, each name's rows in trace order
         rows = pod_rows[order]
         sorted_key = key[order]
         new_name = np.r_[True, sorted_key[1:] != sorted_key[:-1]] if len(rows) else np.zeros(0, bool)
-        incarnation = np.cumsum(new_name | mask(trace, OK & IS_POD_CREATE)[rows]) - 1
-        binding_at = np.where(mask(trace, OK & IS_BINDING)[rows], rows, -1)
-        last_binding = segmented_cummax(binding_at, incarnation)
+        incarnation = np.cumsum(new_name | masks.ok_create[rows]) - 1
+        binding_at = np.where(masks.ok_binding[rows], rows, -1)
 
         per_row = np.full(trace.height, -1, dtype=np.int64)
         per_row[rows] = incarnation
-        source = np.full(trace.height, -1, dtype=np.int64)
-        source[rows] = last_binding
-        bound = trace["node"].gather(pl.Series(source).replace(-1, None))
+        last_binding = np.full(trace.height, -1, dtype=np.int64)
+        last_binding[rows] = segmented_cummax(binding_at, incarnation)
         count = int(incarnation[-1]) + 1 if len(incarnation) else 0
-        return cls(per_row, bound.alias("bound_node"), count)
+        return cls(per_row, last_binding, count, rows, segment_starts(incarnation))
 
     def first(self, where: np.ndarray) -> np.ndarray:
         """Per incarnation, the first trace row where ``where`` holds (-1 if none)."""
