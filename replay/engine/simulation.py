@@ -56,7 +56,8 @@ class Simulation:
         self.watcher_of_piped = piped
         self._filters(watchers)
         self.views: dict[int, View] = {}
-        self.reactions: dict[int, tuple[Callable[[Write], bool], Callable[[Write], None]]] = {}
+        self.reactions: dict[int, tuple[frozenset[int], Callable[[Write], bool] | None,
+                                        Callable[[Write], None]]] = {}
         self.pods: list[Pod] = []
         self.pod_of_incarnation: dict[int, Pod] = {}
         self.attempts: list[Attempt] = []
@@ -72,11 +73,12 @@ class Simulation:
             self.views[index] = View(len(self.truth.nodes), self._alloc_of)
         return self.views[index]
 
-    def react(self, watcher: str, wants: Callable[[Write], bool],
-              handler: Callable[[Write], None]) -> None:
-        """Call ``handler(write)`` when ``watcher`` has applied a write for which ``wants(write)``
-        (asked at commit time) is true; its view is synced first."""
-        self.reactions[self.index[watcher]] = (wants, handler)
+    def react(self, watcher: str, kinds: set[int], handler: Callable[[Write], None],
+              wants: Callable[[Write], bool] | None = None) -> None:
+        """Call ``handler(write)`` when ``watcher`` has applied a write of one of ``kinds`` (and,
+        with ``wants``, for which ``wants(write)``, asked when the write commits); its view is
+        synced first."""
+        self.reactions[self.index[watcher]] = (frozenset(kinds), wants, handler)
 
     def on_commit(self, listener: Callable[[Write], None]) -> None:
         """Call ``listener(write)`` as each write commits, after the truth has applied it (for
@@ -186,7 +188,8 @@ class Simulation:
         piped = [self.piped_of[t] for t in targets if not self.instant[t]]
         _, cached, dispatched, deliveries = self.pipeline.step(write.commit, piped)
         log = self._log
-        log.stage(cached, dispatched)
+        log.cached.append(cached)
+        log.dispatched.append(dispatched)
         for d in deliveries:
             self._deliver(self.watcher_of_piped[d.watcher], write, d.sent, d.received,
                           d.dequeued, d.applied)
@@ -197,19 +200,20 @@ class Simulation:
 
     def _deliver(self, watcher: int, write: Write, sent: int, received: int, dequeued: int,
                  applied: int) -> None:
-        self._log.delivery(write.rv, watcher, sent, received, dequeued, applied)
+        self._log.deliveries.extend((write.rv, watcher, sent, received, dequeued, applied))
         view = self.views.get(watcher)
         if view is not None:
             view.inbox.append((applied, write))
         reaction = self.reactions.get(watcher)
-        if reaction is not None and reaction[0](write):
+        if reaction is not None and write.kind in reaction[0] and (
+                reaction[1] is None or reaction[1](write)):
             self.env.at(applied, self._react, watcher, write)
 
     def _react(self, watcher: int, write: Write) -> None:
         view = self.views.get(watcher)
         if view is not None:
             view.sync(self.env.now)
-        self.reactions[watcher][1](write)
+        self.reactions[watcher][2](write)
 
     def _alloc_of(self, write: Write) -> tuple[int, int, int]:
         return tuple(self.truth.nodes[write.node].alloc) if write.kind == NODE_SET else (0, 0, 0)
@@ -342,8 +346,8 @@ class _Log:
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        self.d_rv, self.d_watcher = array("q"), array("q")
-        self.d_times = [array("q") for _ in range(4)]  # sent, received, dequeued, applied
+        # per delivery: rv, watcher, sent, received, dequeued, applied
+        self.deliveries = array("q")
 
     def event(self, write: Write, by_model: bool) -> None:
         self.rv = write.rv
@@ -357,37 +361,20 @@ class _Log:
         self.origin.append(1 if by_model else 0)
         self.component.append(write.component)
 
-    def stage(self, cached: int, dispatched: int) -> None:
-        self.cached.append(cached)
-        self.dispatched.append(dispatched)
-
-    def delivery(self, rv: int, watcher: int, sent: int, received: int, dequeued: int,
-                 applied: int) -> None:
-        self.d_rv.append(rv)
-        self.d_watcher.append(watcher)
-        t = self.d_times
-        t[0].append(sent)
-        t[1].append(received)
-        t[2].append(dequeued)
-        t[3].append(applied)
-
     def deliveries_table(self, watchers: list[WatcherSpec]) -> pa.Table:
-        rv = np.frombuffer(self.d_rv, dtype=np.int64)
+        fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 6)
+        rv = fields[:, 0].copy()
         at = rv - 1
-        watcher = np.frombuffer(self.d_watcher, dtype=np.int64).astype(np.int32)
+        watcher = pa.array(fields[:, 1].astype(np.int32))
         ts = pa.timestamp("us", tz="UTC")
-
-        def times(values: np.ndarray) -> pa.Array:
-            return pa.array(values).cast(ts)
-
         per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
                                                                      self.dispatched)]
-        own = [np.frombuffer(a, dtype=np.int64) for a in self.d_times]
+        own = [fields[:, k].copy() for k in range(2, 6)]
         return pa.table({
             "rv": pa.array(rv),
-            "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher), [w.name for w in watchers]),
-            "role": pa.DictionaryArray.from_arrays(pa.array(watcher), [w.role for w in watchers]),
-            **{name: times(v) for name, v in zip(
+            "watcher": pa.DictionaryArray.from_arrays(watcher, [w.name for w in watchers]),
+            "role": pa.DictionaryArray.from_arrays(watcher, [w.role for w in watchers]),
+            **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts"), per_write + own)},
         })

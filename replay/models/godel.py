@@ -61,7 +61,7 @@ class GodelModel(WhatIfModel):
         self.schedulers = schedulers_on(sim, names, s, self.assume, gangs=True,
                                         preferred=self._partitions(sim, len(names)))
         for i, scheduler in enumerate(self.schedulers):
-            react_as_scheduler(sim, scheduler, _for(POD_DISPATCH, i), _for(POD_REJECT, i))
+            react_as_scheduler(sim, scheduler, POD_DISPATCH, owner=i, requeue_kind=POD_REJECT)
         self._start_dispatcher(sim)
         self._start_binder(sim)
 
@@ -83,7 +83,7 @@ class GodelModel(WhatIfModel):
             elif write.pod in self.counted:
                 self.load[self.counted.pop(write.pod)] -= 1
 
-        sim.react(DISPATCHER, lambda w: w.kind in (POD_CREATE, POD_BIND, POD_DELETE), handle)
+        sim.react(DISPATCHER, {POD_CREATE, POD_BIND, POD_DELETE}, handle)
 
     def _dispatch(self, pod: Pod) -> None:
         if not pod.pending:
@@ -125,8 +125,7 @@ class GodelModel(WhatIfModel):
         self.binder_view.on_forget = lambda pod, now: self.binder_assumed.pop(pod, None)
         self.binder_gangs: dict[str, list[Attempt]] = {}
         worker = Worker(sim, round(self.settings["binder_ms"] * 1000), self._check)
-        sim.react(BINDER, lambda w: w.kind == POD_ASSUME,
-                  lambda w: worker.submit(sim.attempts[w.attempt - 1]))
+        sim.react(BINDER, {POD_ASSUME}, lambda w: worker.submit(sim.attempts[w.attempt - 1]))
 
     def _check(self, attempt: Attempt) -> None:
         """Re-check an assumed placement (a whole gang at once) on the binder's own view."""
@@ -174,11 +173,6 @@ class GodelModel(WhatIfModel):
             else:
                 self.sim.commit(POD_REJECT, pod, BINDER, attempt=attempt)
                 self.sim.settle(attempt, "conflict", "binder_reject")
-
-
-def _for(kind: int, index: int):
-    """Writes of ``kind`` about pods dispatched to scheduler ``index``."""
-    return lambda write: write.kind == kind and write.pod.owner == index
 
 
 def _expire(sim: Simulation, view: View, holding: dict, attempts: list[Attempt]) -> None:

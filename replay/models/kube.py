@@ -15,8 +15,8 @@ from replay.engine.config import WatcherSpec
 from replay.engine.scheduler import Attempt, Scheduler
 from replay.engine.simulation import Simulation
 from replay.models.base import Param
-from replay.models.whatif import (Assigner, WhatIfModel, created_for, react_as_scheduler,
-                                  scheduler_params, schedulers_on)
+from replay.models.whatif import (Assigner, WhatIfModel, react_as_scheduler, scheduler_params,
+                                  schedulers_on)
 
 COMPONENT = "kube-scheduler"
 
@@ -40,12 +40,12 @@ class KubeModel(WhatIfModel):
         self.schedulers = schedulers_on(sim, names, self.settings, self.bind, gangs=False)
         self.attempt_of: dict[Pod, Attempt] = {}
         for i, scheduler in enumerate(self.schedulers):
-            react_as_scheduler(sim, scheduler, created_for(i))
+            react_as_scheduler(sim, scheduler, POD_CREATE, owner=i)
         self.admitted: dict[int, dict[Pod, tuple[int, int, int]]] = {}
         for watcher in sim.watchers:
             if watcher.role == "kubelet" and watcher.node in sim.truth.node_index:
                 node = sim.truth.node_index[watcher.node]
-                sim.react(watcher.name, _binding_or_delete,
+                sim.react(watcher.name, {POD_BIND, POD_DELETE},
                           (lambda n: lambda write: self._kubelet(n, write))(node))
 
     def bind(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
@@ -93,6 +93,3 @@ class KubeModel(WhatIfModel):
         self.sim.commit(POD_CREATE, self.sim.replacement(pod, f"r{pod.attempts}"),
                         "controller-manager")
 
-
-def _binding_or_delete(write: Write) -> bool:
-    return write.kind in (POD_BIND, POD_DELETE)

@@ -12,13 +12,13 @@ own simulator.
 
 from __future__ import annotations
 
-from replay.engine.cluster import POD_BIND
+from replay.engine.cluster import POD_BIND, POD_CREATE
 from replay.engine.config import WatcherSpec
 from replay.engine.scheduler import Attempt, Scheduler
 from replay.engine.simulation import Simulation
 from replay.models.base import Param
-from replay.models.whatif import (Assigner, WhatIfModel, created_for, fits_together,
-                                  react_as_scheduler, scheduler_params, schedulers_on)
+from replay.models.whatif import (Assigner, WhatIfModel, fits_together, react_as_scheduler,
+                                  scheduler_params, schedulers_on)
 
 COMPONENT = "omega-scheduler"
 
@@ -45,7 +45,7 @@ class OmegaModel(WhatIfModel):
         # the change count each scheduler's own latest commit left on each node
         self.own_change: dict[Scheduler, dict[int, int]] = {s: {} for s in self.schedulers}
         for i, scheduler in enumerate(self.schedulers):
-            react_as_scheduler(sim, scheduler, created_for(i))
+            react_as_scheduler(sim, scheduler, POD_CREATE, owner=i)
 
     def transact(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
         self.sim.env.after(round(self.settings["commit_ms"] * 1000), self._commit,

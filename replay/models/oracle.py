@@ -28,7 +28,7 @@ class OracleModel(WhatIfModel):
     def start(self, sim: Simulation) -> None:
         self.sim = sim
         (scheduler,) = schedulers_on(sim, [NAME], self.settings, self.bind, gangs=True)
-        react_as_scheduler(sim, scheduler, lambda write: write.kind == POD_CREATE)
+        react_as_scheduler(sim, scheduler, POD_CREATE)
 
     def bind(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
         self.sim.env.after(round(self.settings["commit_ms"] * 1000), self._commit,

@@ -110,28 +110,26 @@ def fits_together(truth: Truth, attempts: list[Attempt]) -> bool:
     return all(truth.nodes[node].fits(tuple(total)) for node, total in need.items())
 
 
-def react_as_scheduler(sim: Simulation, scheduler: Scheduler, queues, requeues=None) -> None:
-    """Make ``scheduler`` react to the writes that put a pod in its queue (``queues(write)``),
-    that send a pod back to it after its backoff (``requeues(write)``), and, while pods wait
-    unschedulable, to those that give capacity back."""
+def react_as_scheduler(sim: Simulation, scheduler: Scheduler, queue_kind: int,
+                       owner: int | None = None, requeue_kind: int | None = None) -> None:
+    """Make ``scheduler`` react to the writes of ``queue_kind`` that put a pod in its queue, to
+    those of ``requeue_kind`` that send one back after its backoff (both only for pods of
+    ``owner``, if given), and, while pods wait unschedulable, to those that give capacity back."""
+    def mine(write: Write) -> bool:
+        return (write.kind == queue_kind or write.kind == requeue_kind) and (
+            owner is None or write.pod.owner == owner)
+
     def wants(write: Write) -> bool:
-        return (queues(write) or (requeues is not None and requeues(write))
-                or (write.kind in GIVES_BACK and scheduler.wants_capacity_news()))
+        return mine(write) or (write.kind in GIVES_BACK and scheduler.wants_capacity_news())
 
     def handle(write: Write) -> None:
-        if queues(write):
-            scheduler.enqueue(write.pod)
-        elif requeues is not None and requeues(write):
-            scheduler.enqueue(write.pod, backoff=True)
+        if mine(write):
+            scheduler.enqueue(write.pod, backoff=write.kind == requeue_kind)
         if write.kind in GIVES_BACK:
             scheduler.capacity_news()
 
-    sim.react(scheduler.name, wants, handle)
-
-
-def created_for(index: int):
-    """``queues`` for a scheduler that takes the pods assigned to it at creation."""
-    return lambda write: write.kind == POD_CREATE and write.pod.owner == index
+    kinds = {queue_kind, *GIVES_BACK} | ({requeue_kind} if requeue_kind is not None else set())
+    sim.react(scheduler.name, kinds, handle, wants)
 
 
 class Worker:
