@@ -14,7 +14,9 @@ import pytest
 from conftest import REPO, SAMPLE_TRACE
 from replay.engine.config import load_config
 from replay.engine.run import run_replay
-from replay.trace.io import write_trace
+from replay.engine.rundir import write_run
+from replay.models.observe import ObserveModel
+from replay.trace.io import read_trace, write_trace
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
@@ -110,6 +112,27 @@ def test_another_seed_changes_delays_not_truth(tmp_path):
     ra, rb = read_run(a), read_run(b)
     assert ra["events"].equals(rb["events"])
     assert not ra["deliveries"].equals(rb["deliveries"])
+
+
+def test_tables_that_come_one_at_a_time_are_written_alike(tmp_path):
+    """write_run takes (name, table) pairs as a model yields them: the same directory as from
+    RunTables, and none at all when the model fails half-way."""
+    trace, model, config = read_trace(SAMPLE_TRACE), ObserveModel(), load_config()
+    watchers = model.default_watchers(trace)
+    tables = model.replay(trace, config, watchers)
+    write_run(tmp_path / "all", tables, {})
+    write_run(tmp_path / "streamed", model.tables(trace, config, watchers), {})
+    streamed = read_run(tmp_path / "streamed")
+    for table, frame in read_run(tmp_path / "all").items():
+        assert frame.equals(streamed[table]), table
+
+    def failing():
+        yield from list(tables.items())[:2]
+        raise RuntimeError("the model failed")
+
+    with pytest.raises(RuntimeError):
+        write_run(tmp_path / "failed", failing(), {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all", "streamed"]
 
 
 def test_cli_run_default_out_and_force(cli, tmp_path, monkeypatch):

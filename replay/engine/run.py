@@ -7,15 +7,19 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable, Iterator
 
+import numpy as np
 import polars as pl
+import pyarrow as pa
 
 from replay import models
-from replay.engine.config import RunConfig
-from replay.engine.rundir import RunTables, conform_table, sha256_of, write_run
+from replay.engine.config import RunConfig, WatcherSpec
+from replay.engine.rundir import conform_table, sha256_of, write_run
 from replay.errors import ReplayError
 from replay.progress import progress
 from replay.trace.io import read_trace, source_of
@@ -37,8 +41,8 @@ class RunResult:
 
 
 def has_bindings(trace: pl.DataFrame) -> bool:
-    return trace.filter((pl.col("resource") == "pods") & (pl.col("subresource") == "binding")
-                        ).height > 0
+    return trace.select(((pl.col("resource") == "pods") & (pl.col("subresource") == "binding"))
+                        .any()).item()
 
 
 def choose_model(name: str | None, trace: pl.DataFrame, trace_path: str) -> type[models.Model]:
@@ -60,10 +64,9 @@ def default_out(trace_path: str | os.PathLike, model: str) -> Path:
 def run_replay(trace_path: str | os.PathLike, config: RunConfig,
                out: str | os.PathLike | None = None, force: bool = False) -> RunResult:
     """Replay the trace at ``trace_path`` under ``config`` and write the run directory."""
-    with progress(4, "replay", unit="step") as bar:
+    with progress(3, "replay", unit="step") as bar:
         bar.set_postfix_str("reading the trace")
-        trace = read_trace(trace_path)
-        model_class = choose_model(config.model, trace, str(trace_path))
+        trace, model_class = _read(trace_path, config.model)
         model = model_class(config.model_params)
         out = Path(out) if out is not None else default_out(trace_path, model_class.name)
         if out.exists() and not force:
@@ -71,14 +74,48 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         watchers = (list(config.watchers) if config.watchers is not None
                     else model.default_watchers(trace))
         bar.update()
-        bar.set_postfix_str(f"replaying through {model_class.name}")
-        tables = model.replay(trace, config, watchers)
-        bar.update()
-        bar.set_postfix_str("writing the run directory")
+        bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
-        rows = write_run(out, tables, manifest, force=force)
-        bar.update()
+        tables: dict[str, pa.Table | pl.DataFrame] = {}
+        rows = write_run(out, _kept(_tables(model, trace, config, watchers), tables), manifest,
+                         force=force)
+        bar.update(2)
     return _summarise(out, model_class.name, rows, len(watchers), tables)
+
+
+def _read(trace_path: str | os.PathLike,
+          name: str | None) -> tuple[pl.DataFrame, type[models.Model]]:
+    """The trace and the model to run it through.  Only the trace columns the model reads are
+    read when it names them (``trace_columns``): reading the others can cost as much as the
+    replay.  Without a name the guess is ``observe``, right for any trace with bindings."""
+    guess = models.load(name or "observe")
+    trace = read_trace(trace_path, columns=_columns(guess))
+    model_class = choose_model(name, trace, str(trace_path))
+    if model_class is not guess:
+        trace = read_trace(trace_path, columns=_columns(model_class))
+    return trace, model_class
+
+
+def _columns(model_class: type[models.Model]) -> list[str] | None:
+    columns = getattr(model_class, "trace_columns", None)
+    return list(columns) if columns is not None else None
+
+
+def _tables(model: models.Model, trace: pl.DataFrame, config: RunConfig,
+            watchers: list[WatcherSpec]) -> Iterable[tuple[str, pa.Table | pl.DataFrame]]:
+    """The model's tables, one at a time if it can give them so (``tables``), so that each is
+    written while the next is computed; else all at once from ``replay``."""
+    if hasattr(model, "tables"):
+        return model.tables(trace, config, watchers)
+    return model.replay(trace, config, watchers).items()
+
+
+def _kept(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
+          into: dict) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
+    """``tables``, each also kept in ``into`` as it passes."""
+    for name, table in tables:
+        into[name] = table
+        yield name, table
 
 
 def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watchers: int) -> dict:
@@ -95,16 +132,38 @@ def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watche
 
 
 def _summarise(out: Path, model: str, rows: dict[str, int], watchers: int,
-               tables: RunTables) -> RunResult:
-    deliveries = pl.from_arrow(conform_table("deliveries", tables.deliveries).select(
-        ["role", "commit_ts", "applied_ts"]))
-    delay = (deliveries
-             .with_columns(ms=(pl.col("applied_ts") - pl.col("commit_ts")).dt.total_microseconds()
-                           / 1000)
-             .group_by("role")
-             .agg(deliveries=pl.len(), p50_ms=pl.col("ms").quantile(0.5, "nearest"),
-                  p99_ms=pl.col("ms").quantile(0.99, "nearest"))
-             .sort("role"))
-    attempts = pl.from_arrow(conform_table("attempts", tables.attempts).select(["outcome"]))
-    conflicts = attempts.filter(pl.col("outcome") == "conflict").height
-    return RunResult(out, model, rows, watchers, delay, conflicts, attempts.height)
+               tables: dict[str, pa.Table | pl.DataFrame]) -> RunResult:
+    deliveries = conform_table("deliveries", tables["deliveries"])
+    role, roles = _codes(deliveries.column("role"))
+    delay_us = _us(deliveries.column("applied_ts")) - _us(deliveries.column("commit_ts"))
+    summary = []
+    for name in sorted(set(roles)):
+        mine = delay_us[np.isin(role, [i for i, r in enumerate(roles) if r == name])]
+        if len(mine):
+            summary.append((name, len(mine), *(_nearest(mine, q) / 1000 for q in (0.5, 0.99))))
+    delay = pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,
+                                          "p50_ms": pl.Float64, "p99_ms": pl.Float64},
+                         orient="row")
+    outcome, outcomes = _codes(conform_table("attempts", tables["attempts"]).column("outcome"))
+    conflicts = int(np.isin(outcome, [i for i, o in enumerate(outcomes) if o == "conflict"]).sum())
+    return RunResult(out, model, rows, watchers, delay, conflicts, len(outcome))
+
+
+def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
+    """A string column as integer codes and the labels they stand for (labels may repeat)."""
+    array = column.combine_chunks()
+    if not pa.types.is_dictionary(array.type):
+        array = array.dictionary_encode()
+    return array.indices.to_numpy(zero_copy_only=False), array.dictionary.to_pylist()
+
+
+def _us(column: pa.ChunkedArray) -> np.ndarray:
+    """A timestamp column as integer microseconds."""
+    return column.combine_chunks().cast(pa.int64()).to_numpy()
+
+
+def _nearest(values: np.ndarray, q: float) -> int:
+    """The ``q`` quantile of ``values`` by the nearest rank, as polars' ``"nearest"`` picks it:
+    index (n - 1) q, rounded half up."""
+    k = math.floor((len(values) - 1) * q + 0.5)
+    return int(np.partition(values, k)[k])

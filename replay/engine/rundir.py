@@ -15,7 +15,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import polars as pl
 import pyarrow as pa
@@ -122,24 +122,29 @@ def sha256_of(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def write_run(dest: str | os.PathLike, tables: RunTables, manifest: Mapping[str, Any], *,
-              force: bool = False) -> dict[str, int]:
+def write_run(dest: str | os.PathLike,
+              tables: RunTables | Iterable[tuple[str, pa.Table | pl.DataFrame]],
+              manifest: Mapping[str, Any], *, force: bool = False) -> dict[str, int]:
     """Write the run directory ``dest`` atomically; returns the row count of each table.
 
-    An existing ``dest`` is replaced only with ``force``, and only once the new one is complete.
+    ``tables`` may also come one at a time as (name, table) pairs, e.g. from a generator that
+    computes each table after the previous one: each is written in the background as soon as it
+    comes, while the next is computed (pyarrow releases the GIL while it encodes).  An existing
+    ``dest`` is replaced only with ``force``, and only once the new one is complete.
     """
     dest = Path(dest)
     if dest.exists() and not force:
         raise ReplayError(f"{dest}: already exists; choose another --out or pass --force")
     if dest.exists() and not (dest / "manifest.json").exists() and any(dest.iterdir()):
         raise ReplayError(f"{dest}: exists and is not a run directory; not replacing it")
-    conformed = {name: conform_table(name, table) for name, table in tables.items()}
-    rows = {name: table.num_rows for name, table in conformed.items()}
+    rows = {}
     with atomic_dir(dest, replace=force) as tmp:
-        # pyarrow releases the GIL while encoding: write the tables side by side
         with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            done = [pool.submit(write_parquet, table, tmp / f"{name}.parquet")
-                    for name, table in conformed.items()]
+            done = []
+            for name, table in tables.items() if isinstance(tables, RunTables) else tables:
+                conformed = conform_table(name, table)
+                rows[name] = conformed.num_rows
+                done.append(pool.submit(write_parquet, conformed, tmp / f"{name}.parquet"))
             for future in done:
                 future.result()
         document = {**manifest, "tables": rows, "replay_version": __version__}

@@ -103,8 +103,9 @@ class _Replay:
     def pod_names(self) -> pl.Series:
         """Per incarnation, its pod's ``namespace/name``."""
         rows = self.history.rows[self.history.starts]
-        return pl.DataFrame({"namespace": self.trace["namespace"].gather(rows),
-                             "name": self.trace["name"].gather(rows)}).select(pod_name()).to_series()
+        names = pl.DataFrame({"namespace": self.trace["namespace"].gather(rows),
+                              "name": self.trace["name"].gather(rows)})
+        return names.select(pod_name()).to_series()
 
     def events(self) -> pa.Table:
         """The committed writes in commit order; the trace's own columns if all committed."""
