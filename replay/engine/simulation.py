@@ -240,54 +240,36 @@ class Simulation:
             watchers=watchers_table(self.watchers))
 
     def _events_table(self) -> pl.DataFrame:
-        log, trace, nodes = self._log, self.trace, self.workload.node_names
-        kind = np.frombuffer(log.kind, dtype=np.int8)
+        """Writes replayed from the trace keep their recorded columns; the others are described
+        from what they are (their kind, pod and node)."""
+        log = self._log
+        kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8))
         row = np.frombuffer(log.row, dtype=np.int64)
-        pod = np.frombuffer(log.pod, dtype=np.int64)
+        pod = _index(np.frombuffer(log.pod, dtype=np.int64))
         node = np.frombuffer(log.node, dtype=np.int64)
-        from_trace = row >= 0
-        pick = pl.Series(np.where(from_trace, row, 0))
-        shape = [SHAPE[k] for k in kind.tolist()]
-        pods = self.pods
-        req = np.array([pods[p].request if p >= 0 else (0, 0, 0) for p in pod.tolist()],
-                       dtype=np.int64).reshape(-1, 3)
-        names = [(pods[p].namespace, pods[p].name) if p >= 0 else (None, None) for p in pod.tolist()]
-        own_node = [nodes[n] if n >= 0 and k in (POD_BIND, *NODE_KINDS) else None
-                    for n, k in zip(node.tolist(), kind.tolist())]
-        creates = kind == POD_CREATE
-
-        def column(name: str, model_values: list | np.ndarray, dtype) -> pl.Series:
-            recorded = trace[name].gather(pick)
-            mine = pl.Series(name, model_values, dtype=dtype)
-            return pl.select(pl.when(pl.Series(from_trace)).then(recorded).otherwise(mine)
-                             ).to_series().alias(name)
-
-        frame = pl.DataFrame([
-            pl.Series("rv", np.arange(1, len(kind) + 1, dtype=np.int64)),
-            pl.Series("commit_ts", np.frombuffer(log.commit, dtype=np.int64)).cast(TS),
-            column("verb", [s[0] for s in shape], pl.String),
-            column("resource", [s[1] for s in shape], pl.String),
-            column("subresource", [s[2] for s in shape], pl.String),
-            pl.Series("namespace", [n[0] for n in names], dtype=pl.String),
-            pl.Series("name", [n[1] for n in names], dtype=pl.String),
-            pl.Series("node", own_node, dtype=pl.String),
-        ])
-        frame = frame.with_columns(
-            pl.when(pl.col("namespace").is_null() & pl.col("name").is_null())
-            .then(trace["namespace"].gather(pick)).otherwise(pl.col("namespace")).alias("namespace"),
-            pl.when(pl.col("name").is_null()).then(trace["name"].gather(pick))
-            .otherwise(pl.col("name")).alias("name"),
-        )
-        resources = np.where(creates[:, None], req, 0)
-        for i, name in enumerate(("cpu_milli", "memory_bytes", "gpu_milli")):
-            recorded = trace[name].gather(pick)
-            frame = frame.with_columns(
-                pl.when(pl.Series(kind == NODE_SET) | pl.Series(creates))
-                .then(pl.when(pl.Series(creates)).then(pl.Series(resources[:, i]))
-                      .otherwise(recorded)).alias(name))
-        return frame.with_columns(
-            code=pl.Series(np.frombuffer(log.code, dtype=np.int64)).cast(pl.Int32),
-            component=pl.Series(log.component, dtype=pl.String),
+        names = pl.Series(self.workload.node_names, dtype=pl.String)
+        requests = np.array([p.request for p in self.pods], dtype=np.int64).reshape(-1, 3)
+        creates = (kind == POD_CREATE).to_numpy()
+        places = np.isin(kind.to_numpy(), (POD_BIND, *NODE_KINDS))
+        described = pl.DataFrame({
+            **{c: kind.replace_strict({k: v[i] for k, v in SHAPE.items()}, return_dtype=pl.String)
+               for i, c in enumerate(("verb", "resource", "subresource"))},
+            "namespace": pl.Series([p.namespace for p in self.pods], dtype=pl.String).gather(pod),
+            "name": pl.Series([p.name for p in self.pods], dtype=pl.String).gather(pod),
+            "node": names.gather(_index(np.where(places, node, -1))),
+            **{c: pl.Series(requests[:, i]).gather(_index(np.where(creates, pod.fill_null(-1), -1)))
+               for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli"))},
+            "code": np.frombuffer(log.code, dtype=np.int64).astype(np.int32),
+            "component": pl.Series(log.component, dtype=pl.String),
+        })
+        recorded = self.trace.select(described.columns)[np.maximum(row, 0)]
+        from_trace = pl.Series(row >= 0)
+        return pl.DataFrame({
+            "rv": np.arange(1, len(row) + 1, dtype=np.int64),
+            "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)).cast(TS),
+        }).with_columns(
+            *(pl.when(from_trace).then(recorded[c]).otherwise(described[c]).alias(c)
+              for c in described.columns),
             origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8) == 1))
             .then(pl.lit("model")).otherwise(pl.lit("trace")),
             attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)).replace(0, None),
@@ -334,6 +316,11 @@ class Simulation:
             "cpu_milli": requests[:, 0], "memory_bytes": requests[:, 1],
             "gpu_milli": requests[:, 2],
         })
+
+
+def _index(values: np.ndarray) -> pl.Series:
+    """Indices for ``gather``, -1 meaning none (null)."""
+    return pl.Series(values).replace(-1, None)
 
 
 class _Log:
