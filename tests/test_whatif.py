@@ -185,3 +185,26 @@ def test_peer_conflicts_no_more_than_godel(busy_trace, tmp_path):
     godel, peer = (conflicts(replay(busy_trace, tmp_path / m, m, "policy=most-allocated"))
                    for m in ("godel", "peer"))
     assert peer <= godel and godel > 0, (peer, godel)
+
+
+@pytest.fixture(scope="module")
+def alibaba_trace(tmp_path_factory):
+    from conftest import shared_data
+    from replay.cli.main import main
+
+    folder = shared_data("alibaba-gpu-v2023")
+    path = tmp_path_factory.mktemp("alibaba") / "alibaba.parquet"
+    assert main(["import", "alibaba-gpu-2023", "--pods", str(folder / "openb_pod_list_default.csv"),
+                 "--nodes", str(folder / "openb_node_list_all_node.csv"), "--out", str(path)]) == 0
+    return path
+
+
+@pytest.mark.parametrize("model", WHAT_IF)
+def test_every_model_runs_the_alibaba_import(alibaba_trace, tmp_path, model):
+    run = replay(alibaba_trace, tmp_path / model, model)
+    assert run["pods"].height >= 8152
+    assert run["attempts"].filter(pl.col("outcome") == "bound").height > 7000
+    assert run["watchers"].filter(pl.col("role") == "kubelet").height == 1523
+    pods_add_up(run)
+    if model != "kube":
+        truth_never_overcommits(run)
