@@ -189,18 +189,19 @@ class Pipeline:
         self.storage_service = cost("storage_to_cache", "service")
         self.cacher_service = cost("cacher_queue", "service")
         self.cacher_per_watcher = cost("cacher_queue", "per_watcher")
-        # Per watcher stage costs: (stage, param) -> one _Cost per watcher
-        self.own = {key: [cost(*key, w) for w in watchers] for key in self.PER_WATCHER}
+        # Per watcher stage costs: (stage, param) -> the run's, and those of the watchers with
+        # stages of their own (made only for them: a run may have 20,000 kubelets)
+        self.common = {key: cost(*key) for key in self.PER_WATCHER}
+        special = [i for i, w in enumerate(watchers) if w.stages]
+        self.own = {key: {i: cost(*key, watchers[i]) for i in special} for key in self.PER_WATCHER}
         # ... and the watchers that share each cost, to draw for all of them in one call
         self.sharing: dict[tuple[str, str], dict[_Cost, list[int]]] = {}
         for key, costs in self.own.items():
-            common = cost(*key)
-            groups: dict[_Cost, list[int]] = {common: []}
-            for index, (watcher, own) in enumerate(zip(watchers, costs)):
-                groups.setdefault(common if not watcher.stages else own, []).append(index)
+            groups = {self.common[key]: [i for i, w in enumerate(watchers) if not w.stages]}
+            for index, own in costs.items():
+                groups.setdefault(own, []).append(index)
             self.sharing[key] = groups
         self._hop_stream = Stream.of(config.seed, "direct", "latency")
-        self._hop_costs = [cost("network", "latency", w) for w in watchers]
         self._hops: dict[int, _Ahead] = {}
         self._reset_step_state()
 
@@ -253,8 +254,16 @@ class Pipeline:
         self._cached = self._dispatched = np.iinfo(np.int64).min
         self._shared: dict[str, list[int]] = {}
         self._last = [[np.iinfo(np.int64).min] * 3 for _ in self.watchers]  # sent, recv, applied
-        self._ahead = {key: [_Ahead(c, k) for c, k in zip(costs, self.keys[key])]
-                       for key, costs in self.own.items()}
+        # Each watcher's draws ahead, made when it receives its first write
+        self._ahead: dict[tuple[str, str], list[_Ahead | None]] = {
+            key: [None] * len(self.watchers) for key in self.PER_WATCHER}
+
+    def _own_cost(self, key: tuple[str, str], watcher: int) -> _Cost:
+        return self.own[key].get(watcher, self.common[key])
+
+    def _start_drawing(self, watcher: int) -> None:
+        for key, ahead in self._ahead.items():
+            ahead[watcher] = _Ahead(self._own_cost(key, watcher), self.keys[key][watcher])
 
     def step(self, commit: int, targets: list[int]) -> tuple[int, int, int, list[Delivery]]:
         """Commit the next write (rv = previous + 1) at ``commit`` to the watchers ``targets``.
@@ -271,6 +280,8 @@ class Pipeline:
         out = []
         queue, network, handler = (self._ahead[key] for key in self.PER_WATCHER)
         for w in targets:
+            if queue[w] is None:
+                self._start_drawing(w)
             last = self._last[w]
             sent = max(self._dispatched, last[0]) + queue[w].take()
             received = max(sent + network[w].take(), last[1])
@@ -285,7 +296,7 @@ class Pipeline:
         (same distribution as its network stage, drawn from a stream of its own)."""
         ahead = self._hops.get(watcher)
         if ahead is None:
-            cost = _Cost(self._hop_costs[watcher].dist, self._hop_stream)
+            cost = _Cost(self._own_cost(("network", "latency"), watcher).dist, self._hop_stream)
             ahead = self._hops[watcher] = _Ahead(cost, self._hop_stream.watcher_keys(
                 np.uint64(name_hash(self.watchers[watcher].name))))
         return ahead.take()
