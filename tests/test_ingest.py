@@ -245,3 +245,26 @@ def test_source_args_record_names_not_contents(tmp_path):
     ingest([str(log)], tmp_path / "t.parquet", keep_reads=True)
     args = json.loads(source_of(tmp_path / "t.parquet")["replay.source_args"])
     assert args == {"files": ["a.log"], "keep_reads": True, "skip_bad_lines": False}
+
+
+def test_rows_built_by_column_equal_rows_built_one_by_one(tmp_path, monkeypatch):
+    from replay.trace.audit import row
+
+    events = [
+        event(verb="update", resource="leases", namespace="kube-node-lease", name="n1",
+              user="system:node:n1", user_agent="kubelet/v1.32", audit_id="a", second=1),
+        event(verb="delete", resource="nodes", namespace=None, name="n1", audit_id="b", second=2),
+        event(verb="patch", subresource="status", audit_id="c", second=3, user=None),
+        event(resource="events", namespace="", name="e.1", audit_id="d", second=4, code=None),
+        event(level="Request", request=pod([{"requests": {"cpu": "1"}}]), audit_id="e", second=5),
+        {**event(audit_id="f", second=6), "objectRef": {"resource": "pods", "uid": "u-1"}},
+        {**event(audit_id="g"), "stageTimestamp": "2026-03-01T11:00:07+01:00"},
+        {k: v for k, v in event(verb="delete", audit_id="h").items() if not k.endswith("Timestamp")}
+        | {"timestamp": "2026-03-01T10:00:08.000000Z"},
+    ]
+    log = write_log(tmp_path / "a.log", events)
+    ingest([str(log)], tmp_path / "columns.parquet", workers=1)
+    monkeypatch.setattr(row, "API_SERVER_TIME", "^$")  # no event is plain: all go through to_row
+    ingest([str(log)], tmp_path / "rows.parquet", workers=1)
+    assert (tmp_path / "columns.parquet").read_bytes() == (tmp_path / "rows.parquet").read_bytes()
+    assert len(rows(tmp_path / "rows.parquet")) == 7

@@ -22,6 +22,7 @@ rounds finer quantities up to 1n), and rounded up once at the end, as ``MilliVal
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 from typing import NamedTuple, Optional, Union
 
@@ -30,6 +31,7 @@ import msgspec
 from replay.quantity import QuantityError, parse_quantity
 
 Quantities = Optional[dict[str, Union[str, int, float]]]
+NO_PART = msgspec.Raw()
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 NANO = 10**9
 INT64_MAX = 2**63 - 1
@@ -64,7 +66,7 @@ class Metadata(msgspec.Struct, gc=False):
 
 
 class NodeStatus(msgspec.Struct, gc=False):
-    allocatable: Quantities = None
+    allocatable: msgspec.Raw = NO_PART  # read by ``allocatable``
 
 
 class Target(msgspec.Struct, gc=False):
@@ -75,7 +77,7 @@ class Body(msgspec.Struct, gc=False):
     """A pod, a node or a binding, as far as the trace is concerned."""
 
     metadata: Optional[Metadata] = None
-    spec: Optional[Spec] = None
+    spec: msgspec.Raw = NO_PART  # a pod's, read by ``pod_columns``
     status: Optional[NodeStatus] = None
     target: Optional[Target] = None
 
@@ -88,8 +90,20 @@ class Amounts(NamedTuple):
     gpu: Optional[int]
 
 
+class PodColumns(NamedTuple):
+    """What a pod's spec gives its row."""
+
+    amounts: Amounts
+    node_name: Optional[str]
+    scheduler_name: Optional[str]
+    priority: Optional[int]
+
+
 NONE = Amounts(None, None, None)
-_decoder = msgspec.json.Decoder(Body)
+MEMO_SIZE = 4096
+_body, _spec = msgspec.json.Decoder(Body), msgspec.json.Decoder(Optional[Spec])
+_quantities = msgspec.json.Decoder(Quantities)
+_memo: dict[tuple, object] = {}
 
 
 class BadBody(ValueError):
@@ -100,8 +114,44 @@ def decode_body(raw: msgspec.Raw, key: str) -> Optional[Body]:
     """The body in ``raw`` (under the event key ``key``); None when absent or a JSON patch list."""
     if not raw or memoryview(raw)[:1] != b"{":
         return None
+    return _decode(raw, _body, key)
+
+
+def pod_columns(spec: msgspec.Raw, key: str) -> Optional[PodColumns]:
+    """What a pod's ``spec`` (of the body under ``key``) gives its row; None without containers."""
+    return _remembered(_pod_columns, spec, key)
+
+
+def allocatable(given: msgspec.Raw, key: str, partial: bool) -> Amounts:
+    """A node's allocatable; with ``partial`` (a patch) resources the body omits stay None."""
+    return _remembered(_allocatable, given, key, partial) if given else NONE
+
+
+def _remembered(function, raw: msgspec.Raw, *args):
+    """``function(raw, *args)``, remembered by a digest of ``raw``.
+
+    Pods of one template repeat their spec, and nodes of one shape their allocatable, so most are
+    read once.  The digest keeps no body value in memory.
+    """
+    key = (function, hashlib.blake2b(raw, digest_size=16).digest(), *args)
+    if key not in _memo:
+        if len(_memo) >= MEMO_SIZE:
+            _memo.clear()
+        _memo[key] = function(raw, *args)
+    return _memo[key]
+
+
+def _pod_columns(raw: msgspec.Raw, key: str) -> Optional[PodColumns]:
+    spec = _decode(raw, _spec, f"{key}.spec")
+    if spec is None or spec.containers is None:
+        return None
+    return PodColumns(pod_requests(spec, key), spec.node_name, spec.scheduler_name, spec.priority)
+
+
+def _decode(raw: msgspec.Raw, decoder: msgspec.json.Decoder, key: str):
+    """``raw`` decoded, or ``BadBody`` naming the key (``key`` is where ``raw`` is)."""
     try:
-        return _decoder.decode(raw)
+        return decoder.decode(raw)
     except msgspec.ValidationError as err:
         message, _, where = str(err).partition(" - at `$")
         raise BadBody(f"key {key}{where.rstrip('`')}: {message[0].lower()}{message[1:]}") from None
@@ -135,9 +185,8 @@ def _with_init_containers(apps: tuple, init_containers: list[Container], key: st
     return tuple(map(max, apps, init_need))
 
 
-def allocatable(status: NodeStatus, key: str, partial: bool) -> Amounts:
-    """A node's allocatable; with ``partial`` (a patch) resources the body omits stay None."""
-    given = status.allocatable
+def _allocatable(raw: msgspec.Raw, key: str, partial: bool) -> Amounts:
+    given = _decode(raw, _quantities, f"{key}.status.allocatable")
     if given is None:
         return NONE
     cpu, memory, gpu = _amounts(given, f"{key}.status.allocatable")

@@ -4,29 +4,28 @@ The structs name only the fields ingest uses: unknown keys are skipped without b
 Python objects, and object bodies stay raw bytes (``msgspec.Raw``) until ``body.py`` reads the few
 fields it needs from them, so a body's other contents are never even decoded.
 
-A block of lines is decoded into ``Event`` structs in one call (``decode_events``), the fastest
-way.  When that fails (a blank line, a line that is not an event, a field of the wrong type), the
-block is read line by line instead: each line into a small ``Head`` (kind, apiVersion, stage,
-verb), which says whether it is an event and whether it can become a row, and only those that can
-into an ``Event``.  Fields of events that make no row are therefore not checked.
+A block of lines is decoded in one call (``decode_block``), the fastest way: into a union tagged
+by ``stage``, so that only a ``ResponseComplete`` line is decoded into a whole ``Event`` and the
+other stages into a struct of three fields.  When that fails (a blank line, a line that is not an
+event, a field of the wrong type), the block is read line by line instead: each line into a small
+``Head`` (kind, apiVersion, stage, verb), which says whether it is an event and whether it can
+become a row, and only those that can into an ``Event``.  Fields of events that make no row are
+therefore not checked, whichever way a block is read.
 
-Timestamps are decoded by msgspec's RFC 3339 parser: ``Z`` or a numeric offset is required, any
-number of fractional digits is accepted, and the value is rounded to the nearest microsecond (a
-half rounds up).  The API server itself writes exactly six digits, so rounding only touches
-hand-made logs.
+Timestamps stay strings here; ``row.py`` converts them exactly (RFC 3339 with ``Z`` or an offset,
+any number of fractional digits, rounded to the nearest microsecond).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Optional
+from typing import Annotated, Literal, Optional, Union
 
 import msgspec
 
-Time = Optional[Annotated[datetime, msgspec.Meta(tz=True)]]
+ZonedTime = Annotated[datetime, msgspec.Meta(tz=True)]
 NO_BODY = msgspec.Raw()
 
-AUDIT_GROUP = "audit.k8s.io/"
 API_VERSIONS = ("audit.k8s.io/v1", "audit.k8s.io/v1beta1")
 STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
 COMPLETE = "ResponseComplete"
@@ -62,16 +61,30 @@ class Status(msgspec.Struct, gc=False):
     code: Optional[int] = None
 
 
-class Event(msgspec.Struct, gc=False):
-    """The fields of an audit event that trace columns are made from."""
+class Stage(msgspec.Struct, gc=False, tag_field="stage"):
+    """An audit event of one stage; its fields accept exactly what ``is_plain`` accepts."""
 
-    kind: Optional[str] = None
-    api_version: Optional[str] = msgspec.field(default=None, name="apiVersion")
-    stage: Optional[str] = None
-    items: msgspec.Raw = NO_BODY
+    verb: str
+    kind: Optional[Literal["Event"]] = None
+    api_version: Optional[Literal[API_VERSIONS]] = msgspec.field(default=None, name="apiVersion")
+
+
+class Received(Stage, tag="RequestReceived"):
+    pass
+
+
+class Started(Stage, tag="ResponseStarted"):
+    pass
+
+
+class Panicked(Stage, tag="Panic"):
+    pass
+
+
+class Event(Stage, tag=COMPLETE):
+    """The fields of a completed audit event that trace columns are made from."""
+
     audit_id: Optional[str] = msgspec.field(default=None, name="auditID")
-    level: Optional[str] = None
-    verb: Optional[str] = None
     request_uri: Optional[str] = msgspec.field(default=None, name="requestURI")
     user: Optional[User] = None
     user_agent: Optional[str] = msgspec.field(default=None, name="userAgent")
@@ -79,14 +92,17 @@ class Event(msgspec.Struct, gc=False):
     response_status: Optional[Status] = msgspec.field(default=None, name="responseStatus")
     request_object: msgspec.Raw = msgspec.field(default=NO_BODY, name="requestObject")
     response_object: msgspec.Raw = msgspec.field(default=NO_BODY, name="responseObject")
-    received: Time = msgspec.field(default=None, name="requestReceivedTimestamp")
-    stage_time: Time = msgspec.field(default=None, name="stageTimestamp")
-    legacy_time: Time = msgspec.field(default=None, name="timestamp")  # before v1beta1's two
+    received: Optional[str] = msgspec.field(default=None, name="requestReceivedTimestamp")
+    stage_time: Optional[str] = msgspec.field(default=None, name="stageTimestamp")
+    legacy_time: Optional[str] = msgspec.field(default=None, name="timestamp")  # before v1beta1
 
 
+TIME_KEYS = ("requestReceivedTimestamp", "stageTimestamp", "timestamp")
+STAGE_TYPES = {cls: cls.__struct_config__.tag for cls in (Received, Started, Panicked, Event)}
 _head = msgspec.json.Decoder(Head)
 _event = msgspec.json.Decoder(Event)
-_events = msgspec.json.Decoder(list[Event])
+_stages = msgspec.json.Decoder(Union[tuple(STAGE_TYPES)])
+_time = msgspec.json.Decoder(ZonedTime)
 _items = msgspec.json.Decoder(list[msgspec.Raw])
 _any = msgspec.json.Decoder()
 
@@ -107,20 +123,28 @@ _KINDS = frozenset({None, "Event"})
 _VERSIONS = frozenset({None, *API_VERSIONS})
 
 
-def decode_events(text: bytes, lines: int) -> Optional[list[Event]]:
-    """The events of all ``lines`` lines of ``text`` in one call.
+def decode_block(text: bytes, lines: int) -> Optional[list[Stage]]:
+    """The events of all ``lines`` lines of ``text`` in one call, each a ``Stage`` subclass.
 
-    None when any line is blank or is not a JSON object of the expected types: the caller then
-    goes line by line, to skip blank lines and to find a bad line and its number.
+    None when any line is blank or is not an audit event as ``decode_head`` accepts it: the
+    caller then goes line by line, to skip blank lines and to find a bad line and its number.
     """
     try:
-        events = _event.decode_lines(text)
+        events = _stages.decode_lines(text)
     except msgspec.MsgspecError:
         return None
     return events if len(events) == lines else None
 
 
-def is_plain(head: Head | Event) -> bool:
+def decode_time(text: str, key: str) -> datetime:
+    """The time in ``text`` (an event's ``key``), as msgspec parses RFC 3339."""
+    try:
+        return _time.decode(msgspec.json.encode(text))
+    except msgspec.ValidationError:
+        raise BadEvent(f"key {key}: not an RFC 3339 time with a time zone") from None
+
+
+def is_plain(head: Head) -> bool:
     """Whether a head is an audit event as ``decode_head`` would accept it (not an EventList)."""
     return (head.stage in _STAGES and head.verb is not None and head.kind in _KINDS
             and head.api_version in _VERSIONS)
@@ -171,7 +195,7 @@ def _field_problem(err: msgspec.ValidationError) -> str:
     """msgspec's "Expected `int`, got `str` - at `$.responseStatus.code`" in this project's words."""
     message, _, where = str(err).partition(" - at `$")
     key = where.rstrip("`").lstrip(".")
-    if "datetime" in message:
+    if key in TIME_KEYS:
         return f"key {key}: not an RFC 3339 time with a time zone"
     return f"key {key}: {message[0].lower()}{message[1:]}" if key else message
 
