@@ -21,12 +21,11 @@ import polars as pl
 import pyarrow as pa
 
 from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, stable_order, view_lag_us
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.watchers import match, node_index, watchers_table
 from replay.models.base import Model
-from replay.models.recorded import (IS_BINDING, PodHistory, RowMasks, pod_name,
-                                    stable_argsort)
+from replay.models.recorded import IS_BINDING, PodHistory, RowMasks, stable_argsort
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -99,14 +98,6 @@ class _Replay:
         return self.trace.select(pl.coalesce("received_ts", "ts").dt.epoch("us")
                                  .gather(self.attempt_rows)).to_series().to_numpy()
 
-    @cached_property
-    def pod_names(self) -> pl.Series:
-        """Per incarnation, its pod's ``namespace/name``."""
-        rows = self.history.rows[self.history.starts]
-        names = pl.DataFrame({"namespace": self.trace["namespace"].gather(rows),
-                              "name": self.trace["name"].gather(rows)})
-        return names.select(pod_name()).to_series()
-
     def events(self) -> pa.Table:
         """The committed writes in commit order; the trace's own columns if all committed."""
         ok = self.masks.ok
@@ -131,7 +122,7 @@ class _Replay:
             resource = resource.gather(committed)
         write, watcher = match(self.watchers, resource, self._targets()[committed])
         times = Pipeline(self.config, self.watchers).scan(self.ts[committed], write, watcher)
-        return _Seen(write, watcher, times, self.watchers)
+        return _Seen(write, watcher, times, self.watchers, len(committed))
 
     def deliveries(self) -> pa.Table:
         write, watcher, times = self.seen.write, self.seen.watcher, self.seen.times
@@ -176,20 +167,29 @@ class _Replay:
         since = np.full(history.incarnations, ts[-1] + 1 if len(ts) else 0)  # none: after all
         for rows in (delete, binding, create):  # the first of them that exists
             since = np.where(rows >= 0, ts[rows], since)
-        order = _creation_order(since, self.pod_names)
+        order = _creation_order(since, history.pods)
         create, binding, delete = create[order], binding[order], delete[order]
         return pa.table({
-            "pod": _arrow(self.pod_names.gather(order)),
+            "pod": _arrow(history.pods.gather(order)),
             "created_ts": _times_at(ts, create),
             "first_attempt_ts": _timestamps(np.where(tried > 0, first_try, -1)[order]),
             "bound_ts": _times_at(ts, binding),
-            "node": _take(self.trace["node"], binding),
+            **_take(self.trace, ["node"], binding),
             "deleted_ts": _times_at(ts, delete),
             "attempts": tried[order].astype(np.int64),
-            "cpu_milli": _take(self.trace["cpu_milli"], create),
-            "memory_bytes": _take(self.trace["memory_bytes"], create),
-            "gpu_milli": _take(self.trace["gpu_milli"], create),
+            **_take(self.trace, ["cpu_milli", "memory_bytes", "gpu_milli"], create),
         })
+
+    def _previous_attempt(self, committed: np.ndarray) -> np.ndarray:
+        """For each attempt, the commit of its pod's previous attempt (-1 if none): each
+        incarnation's rows are together, in trace order, in ``history.rows``."""
+        incarnation, rows = self.history.incarnation, self.history.rows
+        grouped = rows[self.masks.binding[rows]]
+        attempt = (np.cumsum(self.masks.binding) - 1)[grouped]
+        again = np.flatnonzero(incarnation[grouped[1:]] == incarnation[grouped[:-1]])
+        previous = np.full(len(committed), -1, dtype=np.int64)
+        previous[attempt[again + 1]] = committed[attempt[again]]
+        return previous
 
     def attempts(self) -> pa.Table:
         """One attempt per recorded binding (committed or failed), in trace order.
@@ -207,7 +207,7 @@ class _Replay:
         code = self.trace["code"].gather(rows).to_numpy()
         committed = ts[rows]
         incarnation = self.history.incarnation[rows]
-        previous = _previous_in_group(incarnation, committed, self.history.incarnations)
+        previous = self._previous_attempt(committed)
         create_row = self.create[incarnation]
         has_create = create_row >= 0
         rv_of_row = np.cumsum(self.masks.ok)  # the rv of each committed row
@@ -220,7 +220,7 @@ class _Replay:
         forgotten = np.where(bound, seen.applied_at(groups, rv_of_row[rows]), committed)
         return pa.table({
             "attempt_id": np.arange(1, len(rows) + 1),
-            "pod": _arrow(self.pod_names.gather(incarnation)),
+            "pod": _arrow(self.history.pods.gather(incarnation)),
             "scheduler": _arrow(scheduler),
             "enqueued_ts": _timestamps(enqueued),
             "started_ts": pa.nulls(len(rows), TS),
@@ -250,18 +250,6 @@ def _reasons(code: np.ndarray, bound: np.ndarray) -> pa.DictionaryArray:
                                           pa.array(labels))
 
 
-def _previous_in_group(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
-    """For each element, the value of the element before it with the same group (-1 if none);
-    ``group`` holds integers in ``[0, groups)``."""
-    order = stable_order(group, groups)
-    grouped = group[order]
-    shifted = np.r_[-1, values[order][:-1]] if len(order) else values
-    same = np.r_[False, grouped[1:] == grouped[:-1]] if len(order) else np.zeros(0, bool)
-    out = np.empty_like(values)
-    out[order] = np.where(same, shifted, -1)
-    return out
-
-
 def _timestamps(us: np.ndarray) -> pa.Array:
     """Microseconds since the epoch as timestamps, -1 as null."""
     return pa.array(us, type=TS, mask=us == -1)
@@ -272,10 +260,11 @@ def _times_at(ts: np.ndarray, rows: np.ndarray) -> pa.Array:
     return pa.array(ts[rows], type=TS, mask=rows < 0)
 
 
-def _take(column: pl.Series, rows: np.ndarray) -> pa.Array:
-    """``column`` at ``rows``, null where a row is -1."""
-    return _arrow(pl.select(pl.when(pl.Series(rows >= 0)).then(
-        column.gather(np.maximum(rows, 0)))).to_series())
+def _take(trace: pl.DataFrame, columns: list[str], rows: np.ndarray) -> dict[str, pa.Array]:
+    """The trace's ``columns`` at ``rows``, null where a row is -1."""
+    taken = trace.select(pl.when(pl.Series(rows >= 0)).then(
+        pl.col(columns).gather(np.maximum(rows, 0))))
+    return {name: _arrow(taken[name]) for name in columns}
 
 
 def _arrow(series: pl.Series) -> pa.Array:
@@ -287,10 +276,11 @@ class _Seen:
     """The deliveries of each watcher, for questions about what a watcher had applied when."""
 
     def __init__(self, write: np.ndarray, watcher: np.ndarray, times: dict[str, np.ndarray],
-                 watchers: list[WatcherSpec]):
+                 watchers: list[WatcherSpec], writes: int):
         starts = np.searchsorted(watcher, np.arange(len(watchers) + 1))
         self.segment = {w.name: slice(starts[i], starts[i + 1]) for i, w in enumerate(watchers)}
         self.write, self.watcher, self.times = write, watcher, times
+        self.writes = writes
         self.commit, self.applied = times["commit_ts"], times["applied_ts"]
 
     def groups(self, names: pl.Series) -> list[tuple[slice, np.ndarray]]:
@@ -303,12 +293,9 @@ class _Seen:
         received it)."""
         out = np.full(len(rv), -1, dtype=np.int64)
         for segment, mine in groups:
-            seg_write, seg_applied = self.write[segment], self.applied[segment]
-            if not len(seg_write):
-                continue
-            wanted = rv[mine] - 1
-            at = np.minimum(np.searchsorted(seg_write, wanted), len(seg_write) - 1)
-            out[mine] = np.where(seg_write[at] == wanted, seg_applied[at], -1)
+            applied = np.full(self.writes + 1, -1, dtype=np.int64)  # by rv; 0 is no write
+            applied[self.write[segment] + 1] = self.applied[segment]
+            out[mine] = applied[rv[mine]]
         return out
 
     def view_lag_ms(self, groups: list[tuple[slice, np.ndarray]], at: np.ndarray) -> pa.Array:

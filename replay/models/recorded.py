@@ -106,13 +106,15 @@ class PodHistory:
     incarnations: int
     rows: np.ndarray  # the pod rows by incarnation, each incarnation's rows in trace order
     starts: np.ndarray  # where each incarnation begins in ``rows``
+    pods: pl.Series  # each incarnation's pod (``namespace/name``)
 
     @classmethod
     def of(cls, trace: pl.DataFrame, masks: RowMasks | None = None) -> "PodHistory":
         masks = masks or RowMasks(trace)
         pod_rows = np.flatnonzero(masks.named_pod)
-        key = (trace.select("namespace", "name").filter(pl.Series(masks.named_pod))
-               .select(pod_name().hash(seed=0)).to_series().to_numpy())
+        names = (trace.select("namespace", "name").filter(pl.Series(masks.named_pod))
+                 .select(pod_name()).to_series())
+        key = names.hash(seed=0).to_numpy()
         order = stable_argsort(key)  # by name, each name's rows in trace order
         rows = pod_rows[order]
         sorted_key = key[order]
@@ -125,7 +127,8 @@ class PodHistory:
         last_binding = np.full(trace.height, -1, dtype=np.int64)
         last_binding[rows] = segmented_cummax(binding_at, incarnation)
         count = int(incarnation[-1]) + 1 if len(incarnation) else 0
-        return cls(per_row, last_binding, count, rows, segment_starts(incarnation))
+        starts = segment_starts(incarnation)
+        return cls(per_row, last_binding, count, rows, starts, names.gather(order[starts]))
 
     def first(self, where: np.ndarray) -> np.ndarray:
         """Per incarnation, the first trace row where ``where`` holds (-1 if none)."""
