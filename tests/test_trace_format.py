@@ -13,7 +13,7 @@ from conftest import REPO, SAMPLE_TRACE
 from replay.errors import ReplayError
 from replay.trace import schema
 from replay.trace.io import conform, read_trace, source_of, trace_writer, write_trace
-from replay.trace.validate import validate
+from replay.trace.validate import validate, value_problems
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
@@ -90,6 +90,22 @@ def test_empty_trace_is_valid(tmp_path):
 def test_validate_names_each_value_problem(tmp_path, frame, expected):
     problems = validate(write(tmp_path / "t.parquet", frame))
     assert any(expected in p for p in problems), problems
+
+
+@pytest.mark.parametrize("frame", [
+    rows(),
+    rows(ts=[T0, T0 + dt.timedelta(seconds=2), T0 + dt.timedelta(seconds=1)]),
+    rows(cpu_milli=[1, -5, -1]),
+    rows(verb=["create", "frobnicate", "patch"], code=[201, 0, 700]),
+    rows(received_ts=[T0 + dt.timedelta(seconds=5)] * 3),
+    rows(name=["a", None, "c"], component=[None, "x", None]),
+    rows(0),
+])
+def test_a_frame_in_memory_gets_the_same_report(frame):
+    """read_trace checks the frame it read by quick summaries first; the report is the same."""
+    frame = pl.from_arrow(conform(frame))
+    columns = list(schema.COLUMN_NAMES)
+    assert value_problems(frame, columns) == value_problems(frame.lazy(), columns)
 
 
 @pytest.mark.parametrize("column, replacement, expected", [
