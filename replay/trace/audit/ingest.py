@@ -1,35 +1,49 @@
 """``replay ingest``: audit log files -> one trace file, and a summary of what was kept.
 
 Blocks of lines are scanned (``scan.py``) in input order; on inputs larger than a few blocks, two
-worker processes scan them while this process reads ahead and spills their rows (``order.py``).
-Any bad line stops the ingest with its file and line number, and no output file appears, unless
-``skip_bad_lines`` is set: then bad lines are counted and the first is quoted in the summary.
+worker processes scan them (reading plain files themselves, see ``reader.py``) while this process
+hands out blocks, numbers their lines and spills their rows (``order.py``).  Any bad line stops
+the ingest with its file and line number, and no output file appears, unless ``skip_bad_lines``
+is set: then bad lines are counted and the first is quoted in the summary.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import itertools
 import multiprocessing
 import os
 import tempfile
 from collections import Counter, deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional, Union
 
 import duckdb
 
 from replay.errors import ReplayError
 from replay.progress import progress
-from replay.trace.audit.order import RowSpill
-from replay.trace.audit.reader import STDIN, Truncated, read_blocks
-from replay.trace.audit.scan import ITEM_BITS, Options, Scanned, scan
+from replay.trace.audit.order import RowSpill, in_order
+from replay.trace.audit.reader import STDIN, Block, Range, Truncated, read_blocks
+from replay.trace.audit.scan import MAX_BLOCKS, Options, Scanned, first_seq, scan
 from replay.trace.audit.summary import Summary
 from replay.trace.io import trace_writer
 
 SOURCE = "audit"
-IN_PROCESS_BLOCKS = 4  # inputs of up to this many blocks (16 MiB) are scanned without workers
+IN_PROCESS_BLOCKS = 2  # inputs of up to this many blocks (32 MiB) are scanned without workers
 WORKERS = 2
 AHEAD = 2  # blocks queued per worker
+
+
+@dataclass(frozen=True)
+class Task:
+    """A block of the input to scan, or (``ready``) the result of a gzip stream's cut-off end."""
+
+    file: int  # the position of its file among the inputs
+    piece: Union[Block, Range]
+    first_seq: int
+    options: Options
+    ready: Optional[Scanned] = None
 
 
 def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = False,
@@ -40,10 +54,10 @@ def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = Fal
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as folder:
         spill = RowSpill(Path(folder))
-        summary = Summary()
+        summary, records = Summary(), Counter()
         with progress(None, "ingest", "lines") as bar:
-            for scanned in _scanned(sources, options, workers):
-                _take(scanned, summary, spill)
+            for task, scanned in _scanned(sources, options, workers):
+                _take(task, scanned, records, summary, spill)
                 bar.update(scanned.summary.events)
         if summary.events == 0:
             raise ReplayError(_no_events(sources, summary))
@@ -56,55 +70,71 @@ def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = Fal
     return summary
 
 
-def _take(scanned: Scanned, summary: Summary, spill: RowSpill) -> None:
-    if scanned.error:
-        raise ReplayError(scanned.error)
+def _take(task: Task, scanned: Scanned, records: Counter, summary: Summary,
+          spill: RowSpill) -> None:
+    """Add a block's result; ``records`` counts the records of each file's blocks so far."""
+    if scanned.first_bad is not None:
+        record, problem = scanned.first_bad
+        message = task.piece.where(records[task.file] + record) + problem
+        if not task.options.skip_bad_lines:
+            raise ReplayError(message)
+        scanned.summary.first_bad = message
+    records[task.file] += scanned.records
     summary.add(scanned.summary)
     if scanned.table is not None:
         spill.add(scanned.table)
 
 
-def _scanned(sources: list[str], options: Options, workers: int) -> Iterator[Scanned]:
-    """The scans of all blocks in input order; workers join in once the input proves large."""
+def _scanned(sources: list[str], options: Options, workers: int
+             ) -> Iterator[tuple[Task, Scanned]]:
+    """The scans of all blocks in input order, by workers when the input has more than a few."""
     tasks = _tasks(sources, options)
-    for _ in range(IN_PROCESS_BLOCKS):
-        task = next(tasks, None)
-        if task is None:
-            return
-        yield _run(task)
-    if workers < 2:
-        yield from map(_run, tasks)
+    first = list(itertools.islice(tasks, IN_PROCESS_BLOCKS + 1))
+    tasks = itertools.chain(first, tasks)
+    if len(first) <= IN_PROCESS_BLOCKS or workers < 2:
+        yield from ((task, _run(task)) for task in tasks)
         return
     context = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow keep threads
     with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
         pending: deque = deque()
         for task in tasks:
-            pending.append(pool.submit(_run, task))
+            pending.append((task, pool.submit(_run, task)))
             if len(pending) >= workers * AHEAD:
-                yield pending.popleft().result()
+                task, future = pending.popleft()
+                yield task, future.result()
         while pending:
-            yield pending.popleft().result()
+            task, future = pending.popleft()
+            yield task, future.result()
 
 
-def _tasks(sources: list[str], options: Options) -> Iterator[tuple | Scanned]:
-    """(block, first seq, options) for every block, in input order.
+def _tasks(sources: list[str], options: Options) -> Iterator[Task]:
+    """Every block of the input, in order.
 
-    A gzip file cut short becomes a ready result holding one bad line, so that it is reported
+    A gzip file cut short ends with a ready result holding one bad line, so that it is reported
     (or counted) in its place in the input.
     """
-    lines = 0  # lines before the current block, over all files
-    for source in sources:
+    blocks = 0
+    for file, source in enumerate(sources):
         try:
-            for block in read_blocks([source]):
-                yield block, lines << ITEM_BITS, options
-                lines += block.record_count
+            for piece in read_blocks(source):
+                if blocks == MAX_BLOCKS:
+                    raise ReplayError(f"the input is too large (more than {MAX_BLOCKS:,} blocks)")
+                yield Task(file, piece, first_seq(blocks), options)
+                blocks += 1
         except Truncated as err:
-            yield Scanned(summary=Summary(bad_lines=1, first_bad=str(err)),
-                          error=None if options.skip_bad_lines else str(err))
+            cut = Scanned(summary=Summary(bad_lines=1), first_bad=(0, f": {err.problem}"))
+            yield Task(file, Block(source), 0, options, cut)
 
 
-def _run(task: tuple | Scanned) -> Scanned:
-    return task if isinstance(task, Scanned) else scan(*task)
+def _run(task: Task) -> Scanned:
+    """Scan a task's block (reading it first if it is a range of a file), rows sorted."""
+    if task.ready is not None:
+        return task.ready
+    block = task.piece.block() if isinstance(task.piece, Range) else task.piece
+    scanned = scan(block, task.first_seq, task.options)
+    if scanned.table is not None:
+        scanned.table = in_order(scanned.table)
+    return scanned
 
 
 def _kept_by_verb_resource(path: Path) -> Counter:

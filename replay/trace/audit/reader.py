@@ -1,41 +1,50 @@
-"""Stream the records of audit log files (plain or gzip, or ``-`` for stdin) in blocks of lines.
+"""Cut audit log files (plain or gzip, or ``-`` for stdin) into blocks of whole lines.
 
-A file is read in blocks of a few MiB, cut at the last newline, and split into lines, so memory
-stays bounded whatever the file's size and every line keeps its number for error messages.
+A plain file is cut into ``Range``s of about ``RANGE`` bytes, each ending at a newline: whoever
+scans a range reads it, so worker processes read the file themselves and the process handing out
+ranges reads only a little around each cut.  Gzip input and stdin are streams: they are read
+here in ``Block``s of ``BLOCK`` bytes cut at the last newline.  Either way memory stays bounded
+whatever the file's size.  A block does not know its first line's number (that would take
+counting every line before it); it knows how many records it holds, and the ingest, which takes
+blocks in input order, numbers their lines (``where``).
+
 Compression is recognised by the gzip magic bytes, not the file name, so it works on stdin too;
 a stream cut short (a log copied while being written) is reported as truncated rather than
 silently losing its end.
 
 The API server's log backend writes JSON lines, but exported logs are sometimes one JSON document
 per file (pretty-printed, a JSON array of events, or an ``EventList``).  A file is read as one
-document when its first line is not a complete JSON value and the whole file is; such a file is
-read into memory at once, and its records are numbered by item rather than by line.
+document when its first line is ``{`` alone or starts with ``[``; such a file is read into memory
+at once, and its records are numbered by item rather than by line.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import sys
 import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional
+from typing import BinaryIO, Iterator, Optional, Union
 
 from replay.errors import ReplayError
 from replay.trace.audit.event import BadEvent, decode_document
 
-BLOCK = 4 << 20
+RANGE = 16 << 20
+BLOCK = 16 << 20
+DOCUMENT_ITEMS = 1 << 20  # a document's items per block
+PEEK = 1 << 16  # bytes read to tell gzip, a JSON document and JSON lines apart
 GZIP_MAGIC = b"\x1f\x8b"
 STDIN = "-"
 
 
 @dataclass
 class Block:
-    """Whole lines of one file from line ``first_line`` on, or the items of a JSON document."""
+    """Whole lines of one file, or some items of a JSON document."""
 
     source: str
-    first_line: int
     text: bytes = b""  # complete lines, newline-separated
-    items: Optional[list] = None  # a document's records (msgspec.Raw), numbered by item
+    items: Optional[list] = None  # a document's records (bytes), numbered by item
     record_count: int = 0
 
     @property
@@ -53,41 +62,88 @@ class Block:
         elif not self.record_count:
             self.record_count = self.text.count(b"\n") + (not self.text.endswith(b"\n"))
 
-    def where(self, index: int) -> str:
-        """The position of ``records[index]`` in words: ``FILE:LINE`` or ``FILE (item N)``."""
+    def where(self, record: int) -> str:
+        """The position of the file's ``record``-th record (from 0) in words."""
         if self.items is not None:
-            return f"{self.source} (item {index + 1})"
-        return f"{self.source}:{self.first_line + index}"
+            return f"{self.source} (item {record + 1})"
+        return f"{self.source}:{record + 1}"
+
+
+@dataclass(frozen=True)
+class Range:
+    """Bytes ``start`` to ``end`` of the plain file ``source``: whole lines, read by ``block``."""
+
+    source: str
+    start: int
+    end: int
+
+    def block(self) -> Block:
+        try:
+            with open(self.source, "rb") as stream:
+                stream.seek(self.start)
+                text = stream.read(self.end - self.start)
+        except OSError as err:
+            raise ReplayError(f"{self.source}: cannot read ({err.strerror or err})") from None
+        return Block(self.source, text)
+
+    def where(self, record: int) -> str:
+        return f"{self.source}:{record + 1}"
 
 
 class Truncated(ReplayError):
-    """A gzip stream that ends before its end marker; ``block`` holds its cut-off last line."""
+    """A gzip stream that ends before its end marker, inside line ``line``."""
 
-    def __init__(self, message: str, block: Block):
-        super().__init__(message)
-        self.block = block
+    def __init__(self, source: str, line: int):
+        self.problem = f"truncated gzip stream (the file ends inside line {line})"
+        super().__init__(f"{source}:{line}: {self.problem}")
 
 
 class _Cut(Exception):
     """Raised by ``_decompressed`` at the end of a gzip stream that lacks its end marker."""
 
 
-def read_blocks(sources: list[str]) -> Iterator[Block]:
-    """The blocks of every source, in the order given."""
-    for source in sources:
-        with _open(source) as stream:
+def read_blocks(source: str) -> Iterator[Union[Block, Range]]:
+    """The ranges of a plain file, or the blocks of a gzip file, stdin or a JSON document."""
+    with _open(source) as stream:
+        start = stream.peek(PEEK)
+        if source == STDIN or start[:2] == GZIP_MAGIC:
             yield from _blocks(source, stream)
+        elif _is_document(start):
+            yield from _document(source, stream.read())
+        else:
+            yield from _ranges(source, stream)
 
 
 def _open(source: str) -> BinaryIO:
     if source == STDIN:
-        return io.BufferedReader(io.FileIO(sys.stdin.fileno(), closefd=False))
+        return io.BufferedReader(io.FileIO(sys.stdin.fileno(), closefd=False), PEEK)
     try:
-        return open(source, "rb")
+        return open(source, "rb", buffering=PEEK)
     except IsADirectoryError:
         raise ReplayError(f"{source}: is a directory, not an audit log") from None
     except OSError as err:
         raise ReplayError(f"{source}: cannot read ({err.strerror or err})") from None
+
+
+def _ranges(source: str, stream: BinaryIO) -> Iterator[Range]:
+    """``source`` cut into ranges of at least ``RANGE`` bytes that end at a newline."""
+    size = os.fstat(stream.fileno()).st_size
+    start = 0
+    while start < size:
+        end = _line_end(stream.fileno(), start + RANGE, size)
+        yield Range(source, start, end)
+        start = end
+
+
+def _line_end(file: int, at: int, size: int) -> int:
+    """Where the line holding byte ``at - 1`` of the open ``file`` ends (past its newline)."""
+    at = min(at, size) - 1
+    while piece := os.pread(file, 1 << 16, at):
+        newline = piece.find(b"\n")
+        if newline >= 0:
+            return at + newline + 1
+        at += len(piece)
+    return size
 
 
 def _blocks(source: str, stream: BinaryIO) -> Iterator[Block]:
@@ -97,21 +153,20 @@ def _blocks(source: str, stream: BinaryIO) -> Iterator[Block]:
     try:
         for piece in data:
             if line == 1 and _is_document(rest + piece):
-                yield from _document(source, rest + piece, data)
+                yield from _document(source, rest + piece + b"".join(data))
                 return
             cut = piece.rfind(b"\n") + 1
             if cut:
-                block = Block(source, line, rest + piece[:cut])
+                block = Block(source, rest + piece[:cut])
                 rest = piece[cut:]
                 yield block
                 line += block.record_count
             else:
                 rest += piece
     except _Cut:
-        raise Truncated(f"{source}:{line}: truncated gzip stream (the file ends inside line "
-                        f"{line})", Block(source, line, rest)) from None
+        raise Truncated(source, line) from None
     if rest:
-        yield Block(source, line, rest)
+        yield Block(source, rest)
 
 
 def _is_document(start: bytes) -> bool:
@@ -124,13 +179,13 @@ def _is_document(start: bytes) -> bool:
     return first_line == b"{" or first_line[:1] == b"["
 
 
-def _document(source: str, start: bytes, data: Iterator[bytes]) -> Iterator[Block]:
-    text = start + b"".join(data)
+def _document(source: str, text: bytes) -> Iterator[Block]:
     try:
         records = decode_document(text)
     except BadEvent as err:
         raise ReplayError(f"{source}: {err}") from None
-    yield Block(source, 1, items=records)
+    for first in range(0, len(records), DOCUMENT_ITEMS):
+        yield Block(source, items=records[first:first + DOCUMENT_ITEMS])
 
 
 def _raw(source: str, stream: BinaryIO) -> Iterator[bytes]:

@@ -5,8 +5,11 @@ taken in input order.  A block's lines are decoded in one call when they allow i
 one otherwise (see ``event.py``).  Errors are reported in input order: the scan stops at the first
 bad record (unless bad records are skipped), and a row error before it wins over it.
 
-Each record gets a ``seq`` that orders all records of the input: the record's global line number
-times 2^20, plus the item number inside an ``EventList`` line.
+Each record gets a ``seq`` that orders all records of the input: its block's number in the input
+times 2^45, plus its number in the block times 2^20, plus its item number inside an ``EventList``
+line.  A block does not know where its lines are in the file: it reports a bad record by its
+number in the block, and the ingest, which counts the records of the blocks before it, names the
+line.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from replay.trace.audit.row import rows_of
 from replay.trace.audit.summary import Summary
 
 ITEM_BITS = 20
+RECORD_BITS = 25  # records of a block: at most a 16 MiB range's lines, or 2^20 document items
+MAX_BLOCKS = 1 << (63 - ITEM_BITS - RECORD_BITS)
 
 
 @dataclass(frozen=True)
@@ -41,11 +46,21 @@ class Options:
 
 @dataclass
 class Scanned:
-    """What a block gave: rows (with ``seq``), counts, and the first error when not skipping."""
+    """What a block gave: rows (with ``seq``), counts, and its first bad record.
+
+    ``first_bad`` is the bad record's number in the block and what is wrong with it, the text
+    that follows its position (": not valid JSON ...").
+    """
 
     table: Optional[pa.Table] = None
     summary: Summary = field(default_factory=Summary)
-    error: Optional[str] = None
+    records: int = 0
+    first_bad: Optional[tuple[int, str]] = None
+
+
+def first_seq(block_number: int) -> int:
+    """The ``seq`` of the first record of the input's ``block_number``-th block."""
+    return block_number << (RECORD_BITS + ITEM_BITS)
 
 
 def scan(block: Block, first_seq: int, options: Options, seq_step: int = 1 << ITEM_BITS) -> Scanned:
@@ -70,12 +85,11 @@ def _scan(block: Block, first_seq: int, options: Options, seq_step: int) -> Scan
         kept = _kept_events(events, summary, options)
     else:
         kept = _kept_records(block, first_seq, seq_step, options, summary, bad, tables)
-    tables += _rows(kept, block, first_seq, seq_step, summary, bad, options)
+    tables += _rows(kept, first_seq, seq_step, summary, bad, options)
     bad.sort()
     summary.bad_lines += len(bad)
-    summary.first_bad = bad[0][1] if bad else None
-    error = summary.first_bad if bad and not options.skip_bad_lines else None
-    return Scanned(pa.concat_tables(tables) if tables else None, summary, error)
+    return Scanned(pa.concat_tables(tables) if tables else None, summary, block.record_count,
+                   bad[0] if bad else None)
 
 
 def _kept_events(events: list, summary: Summary, options: Options) -> list[tuple[int, Event]]:
@@ -115,8 +129,8 @@ def _kept_records(block: Block, first_seq: int, seq_step: int, options: Options,
                 continue
             head = decode_head(record)
             if head.stage is None:  # an EventList: its items are events
-                tables += _items(head.items, block.where(index), first_seq + index * seq_step + 1,
-                                 options, summary, bad, index)
+                tables += _items(head.items, first_seq + index * seq_step + 1, options, summary,
+                                 bad, index)
                 continue
             summary.events += 1
             if head.stage != COMPLETE:
@@ -126,27 +140,28 @@ def _kept_records(block: Block, first_seq: int, seq_step: int, options: Options,
             else:
                 verbs[head.verb] += 1
         except (BadEvent, BadBody) as err:
-            bad.append((index, f"{block.where(index)}: {err}"))
+            bad.append((index, f": {err}"))
         if bad and not options.skip_bad_lines:
             break
     _count_dropped_verbs(verbs, summary, options)
     return kept
 
 
-def _items(items, where: str, first_seq: int, options: Options, summary: Summary,
-           bad: list, index: int) -> list[pa.Table]:
+def _items(items, first_seq: int, options: Options, summary: Summary, bad: list, index: int
+           ) -> list[pa.Table]:
     """The rows of an ``EventList`` line's items; their counts and errors join the block's."""
-    inner = scan(Block(f"{where} EventList", 0, items=decode_items(items)), first_seq, options,
-                 seq_step=1)
-    bad_items, first_bad = inner.summary.bad_lines, inner.summary.first_bad
-    inner.summary.bad_lines, inner.summary.first_bad = 0, None
+    inner = _scan(Block("", items=decode_items(items)), first_seq, options, seq_step=1)
+    bad_items = inner.summary.bad_lines
+    inner.summary.bad_lines = 0
     summary.add(inner.summary)
-    bad += [(index, first_bad)] * bad_items  # each bad item counts as one bad record
+    if bad_items:  # each bad item counts as one bad record
+        item, problem = inner.first_bad
+        bad += [(index, f" EventList (item {item + 1}){problem}")] * bad_items
     return [inner.table] if inner.table is not None else []
 
 
-def _rows(kept: list[tuple[int, Event]], block: Block, first_seq: int, seq_step: int,
-          summary: Summary, bad: list, options: Options) -> list[pa.Table]:
+def _rows(kept: list[tuple[int, Event]], first_seq: int, seq_step: int, summary: Summary,
+          bad: list, options: Options) -> list[pa.Table]:
     """The rows of the kept events; their errors join ``bad``.
 
     The events were kept before the scan stopped, so a row error is always the earlier one.
@@ -157,7 +172,5 @@ def _rows(kept: list[tuple[int, Event]], block: Block, first_seq: int, seq_step:
                    keep_going=options.skip_bad_lines)
     summary.dropped.update(rows.dropped)
     summary.lacking_bodies += rows.lacking_bodies
-    for position, err in rows.errors:
-        index = kept[position][0]
-        bad.append((index, f"{block.where(index)}: {err}"))
+    bad += [(kept[position][0], f": {err}") for position, err in rows.errors]
     return rows.tables
