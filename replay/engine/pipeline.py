@@ -25,6 +25,7 @@ in blocks per watcher.  All times are integer microseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -72,41 +73,82 @@ def stable_order(ids: np.ndarray, bound: int) -> np.ndarray:
 def segmented_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
     """Running maximum restarting at each new ``segment`` id (ids sorted ascending)."""
     out = np.array(values, dtype=np.int64)
-    _segmented_cummax_in_place(out, segment)
+    Segments(segment).cummax(out)
     return out
 
 
-def _segmented_cummax_in_place(values: np.ndarray, segment: np.ndarray) -> None:
-    """``segmented_cummax`` overwriting ``values`` (int64): on millions of deliveries every
-    temporary array costs page faults, so this makes one (the lift) instead of five."""
-    if len(values) == 0:
-        return
-    low = int(values.min())
-    span = int(values.max()) - low + 1
-    if (int(segment[-1] - segment[0]) + 1) * span < 2**62:  # lift each segment above the last
-        lift = np.subtract(segment, segment[0], dtype=np.int64)
-        lift *= span
-        lift -= low
-        values += lift
-        np.maximum.accumulate(values, out=values)
-        values -= lift
-        return
-    bounds = np.r_[segment_starts(segment), len(values)]
-    for lo, hi in zip(bounds[:-1], bounds[1:]):
-        np.maximum.accumulate(values[lo:hi], out=values[lo:hi])
-
-
 def segmented_lindley(arrival: np.ndarray, service: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """``lindley`` run separately on each segment (one queue per watcher).
+    """``lindley`` run separately on each segment (one queue per watcher)."""
+    return Segments(segment).lindley(arrival, service)
 
-    The running sum of service need not restart per segment: within a segment it is off by a
-    constant, which ``lindley``'s formula adds and subtracts again.
+
+class Segments:
+    """Sorted segment ids (per delivery, its watcher) and the scans that restart at each new id.
+
+    Every array here has millions of elements, and each fresh one costs page faults: the scans
+    work in place, and share the one temporary they need (the lift).
     """
-    total = np.cumsum(service)
-    out = arrival - total
-    out += service
-    _segmented_cummax_in_place(out, segment)
-    out += total
+
+    def __init__(self, ids: np.ndarray):
+        self.ids = ids
+        self._lift: tuple[int, np.ndarray] | None = None  # (bits, lift)
+        self._begin: np.ndarray | None = None
+
+    def cummax(self, values: np.ndarray) -> None:
+        """Running maximum per segment, in place (int64 values).
+
+        Lifting segment k by k * 2**bits, with 2**bits above the values' range, puts each segment
+        above all before it, so one running maximum of the whole array restarts at each segment.
+        """
+        if len(values) == 0:
+            return
+        low, high = int(values.min()), int(values.max())
+        bits = max((high - low).bit_length(), self._lift[0] if self._lift else 0)
+        if (int(self.ids[-1] - self.ids[0]) << bits) + max(-low, high) >= 2**62:
+            bounds = np.r_[segment_starts(self.ids), len(values)]
+            for lo, hi in zip(bounds[:-1], bounds[1:]):
+                np.maximum.accumulate(values[lo:hi], out=values[lo:hi])
+            return
+        if self._lift is None or self._lift[0] != bits:
+            lift = np.subtract(self.ids, self.ids[0], dtype=np.int64)
+            lift <<= bits
+            self._lift = (bits, lift)
+        values += self._lift[1]
+        np.maximum.accumulate(values, out=values)
+        values -= self._lift[1]
+
+    def lindley(self, arrival: np.ndarray, service: np.ndarray,
+                scratch: np.ndarray | None = None) -> np.ndarray:
+        """``lindley`` on each segment (one queue per watcher); ``scratch``, if given, is an
+        array of the same size that may be overwritten.
+
+        The running sum of service need not restart per segment: within a segment it is off by a
+        constant, which ``lindley``'s formula adds and subtracts again.
+        """
+        total = np.cumsum(service, out=scratch)
+        out = arrival - total
+        out += service
+        self.cummax(out)
+        out += total
+        return out
+
+    def sequence(self, at: slice | np.ndarray) -> np.ndarray:
+        """0, 1, 2, ... within each segment, at positions ``at`` (a watcher's draw counters)."""
+        if self._begin is None:
+            count = np.bincount(self.ids - self.ids[0])
+            self._begin = np.cumsum(count) - count
+        positions = np.arange(at.start, at.stop) if isinstance(at, slice) else at
+        return (positions - self._begin[self.ids[at] - self.ids[0]]).astype(np.uint64)
+
+
+def _in_chunks(size: int, draw: Callable[[slice], np.ndarray]) -> np.ndarray:
+    """``draw(part)`` for consecutive parts of ``range(size)``, one after another: the draws are
+    element-wise, so drawing by parts whose temporaries stay in the CPU cache gives the same
+    numbers, and millions of them cost half as much."""
+    out = np.empty(size, dtype=np.int64)
+    for start in range(0, size, DRAW_CHUNK):
+        part = slice(start, min(start + DRAW_CHUNK, size))
+        out[part] = draw(part)
     return out
 
 
@@ -117,22 +159,13 @@ class _Cost:
     dist: Distribution
     stream: Stream
 
-    def draw(self, counters: np.ndarray, keys: np.ndarray | None = None,
-             owners: np.ndarray | None = None) -> np.ndarray:
-        """One sample per counter, from the shared stream (``keys`` None), from one watcher's
-        key, or from the keys of the watchers ``owners`` (one per counter: ``keys[owners]``).
+    def draw(self, counters: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
+        return self.dist.sample_us(self.stream, counters, keys)
 
-        Large arrays are drawn in chunks whose temporaries stay in the CPU cache: the draws are
-        element-wise, so the numbers are the same, and millions of them cost half as much.
-        """
-        if len(counters) <= DRAW_CHUNK:
-            keys = keys if owners is None else keys[owners]
-            return self.dist.sample_us(self.stream, counters, keys)
-        out = np.empty(len(counters), dtype=np.int64)
-        for start in range(0, len(counters), DRAW_CHUNK):
-            part = slice(start, start + DRAW_CHUNK)
-            out[part] = self.draw(counters[part], keys, None if owners is None else owners[part])
-        return out
+    def draw_shared(self, writes: int) -> np.ndarray:
+        """The draws of writes rv = 1..``writes`` (a shared stage's counter is the rv)."""
+        return _in_chunks(writes, lambda part: self.draw(
+            np.arange(part.start + 1, part.stop + 1, dtype=np.uint64)))
 
 
 class _Ahead:
@@ -214,39 +247,54 @@ class Pipeline:
         index (0-based) and a watcher index, sorted by watcher and then by write.  Returns one array
         per ``STAGE_COLUMNS`` entry, aligned with the deliveries.
         """
-        rv = np.arange(1, len(commit) + 1, dtype=np.uint64)
-        arrive = self.storage_latency.draw(rv)
+        writes = len(commit)
+        arrive = self.storage_latency.draw_shared(writes)
         arrive += commit
-        cached = lindley(arrive, self.storage_service.draw(rv))
-        dispatch_cost = self.cacher_per_watcher.draw(rv)
-        dispatch_cost *= np.bincount(delivery_write, minlength=len(commit))
-        dispatch_cost += self.cacher_service.draw(rv)
+        cached = lindley(arrive, self.storage_service.draw_shared(writes))
+        dispatch_cost = self.cacher_per_watcher.draw_shared(writes)
+        dispatch_cost *= np.bincount(delivery_write, minlength=writes)
+        dispatch_cost += self.cacher_service.draw_shared(writes)
         dispatched = lindley(cached, dispatch_cost)
 
-        seq = _sequence_within(delivery_watcher)
+        segments = Segments(delivery_watcher)
         queue_cost, net_cost, handler_cost = (
-            self._draw_own(key, seq, delivery_watcher) for key in self.PER_WATCHER)
+            self._draw_own(key, segments) for key in self.PER_WATCHER)
         from_cacher = dispatched[delivery_write]
-        sent = segmented_lindley(from_cacher, queue_cost, delivery_watcher)
+        sent = segments.lindley(from_cacher, queue_cost)
         received = net_cost
         received += sent
-        _segmented_cummax_in_place(received, delivery_watcher)
-        applied = segmented_lindley(received, handler_cost, delivery_watcher)
+        segments.cummax(received)
+        applied = segments.lindley(received, handler_cost, scratch=queue_cost)
         dequeued = np.subtract(applied, handler_cost, out=handler_cost)
         return dict(zip(STAGE_COLUMNS, (commit[delivery_write], cached[delivery_write], from_cacher,
                                         sent, received, dequeued, applied)))
 
-    def _draw_own(self, key: tuple[str, str], seq: np.ndarray, watcher: np.ndarray) -> np.ndarray:
+    def _draw_own(self, key: tuple[str, str], segments: Segments) -> np.ndarray:
         """Per-delivery draws of a per-watcher stage; watchers sharing a distribution draw in one
         vectorised call."""
-        out = np.zeros(len(seq), dtype=np.int64)
         groups = self.sharing[key]
+        if len(groups) == 1:  # every watcher has the run's cost
+            return self._draw_at(next(iter(groups)), key, segments, None)
+        out = np.zeros(len(segments.ids), dtype=np.int64)
         for cost, members in groups.items():
-            if cost.dist.is_zero or not members:
-                continue
-            mask = slice(None) if len(groups) == 1 else np.isin(watcher, members)
-            out[mask] = cost.draw(seq[mask], self.keys[key], watcher[mask])
+            rows = np.flatnonzero(np.isin(segments.ids, members))
+            out[rows] = self._draw_at(cost, key, segments, rows)
         return out
+
+    def _draw_at(self, cost: _Cost, key: tuple[str, str], segments: Segments,
+                 rows: np.ndarray | None) -> np.ndarray:
+        """``cost``'s draws for the deliveries at ``rows`` (all if None); a delivery's counter is
+        its index among its watcher's deliveries."""
+        size = len(segments.ids) if rows is None else len(rows)
+        if cost.dist.is_zero:
+            return np.zeros(size, dtype=np.int64)
+        keys, watcher = self.keys[key], segments.ids
+
+        def draw(part: slice) -> np.ndarray:
+            at = part if rows is None else rows[part]
+            return cost.draw(segments.sequence(at), keys[watcher[at]])
+
+        return _in_chunks(size, draw)
 
     # -- one write at a time -----------------------------------------------------------------
     def _reset_step_state(self) -> None:
@@ -324,9 +372,3 @@ def view_lag_us(commit: np.ndarray, applied: np.ndarray, at: np.ndarray) -> np.n
     oldest = commit[np.minimum(first_pending, max(len(commit) - 1, 0))] if len(commit) else at
     return np.where(pending & (oldest <= at), at - oldest, 0)
 
-
-def _sequence_within(segment: np.ndarray) -> np.ndarray:
-    """0, 1, 2, ... within each run of equal ``segment`` ids, as draw counters (uint64)."""
-    starts = segment_starts(segment)
-    lengths = np.diff(np.r_[starts, len(segment)])
-    return np.arange(len(segment), dtype=np.uint64) - np.repeat(starts.astype(np.uint64), lengths)
