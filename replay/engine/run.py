@@ -140,7 +140,7 @@ def _summarise(out: Path, model: str, rows: dict[str, int], watchers: int,
     for name in sorted(set(roles)):
         mine = delay_us[np.isin(role, [i for i, r in enumerate(roles) if r == name])]
         if len(mine):
-            summary.append((name, len(mine), *(_nearest(mine, q) / 1000 for q in (0.5, 0.99))))
+            summary.append((name, len(mine), *_nearest_ms(mine, (0.5, 0.99))))
     delay = pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,
                                           "p50_ms": pl.Float64, "p99_ms": pl.Float64},
                          orient="row")
@@ -162,8 +162,9 @@ def _us(column: pa.ChunkedArray) -> np.ndarray:
     return column.combine_chunks().cast(pa.int64()).to_numpy()
 
 
-def _nearest(values: np.ndarray, q: float) -> int:
-    """The ``q`` quantile of ``values`` by the nearest rank, as polars' ``"nearest"`` picks it:
-    index (n - 1) q, rounded half up."""
-    k = math.floor((len(values) - 1) * q + 0.5)
-    return int(np.partition(values, k)[k])
+def _nearest_ms(us: np.ndarray, quantiles: tuple[float, ...]) -> list[float]:
+    """The ``quantiles`` of ``us`` (reordered in place) in ms, by the nearest rank as polars'
+    ``"nearest"`` picks it: index (n - 1) q, rounded half up."""
+    ranks = [math.floor((len(us) - 1) * q + 0.5) for q in quantiles]
+    us.partition(ranks)
+    return [float(us[k]) / 1000 for k in ranks]

@@ -38,7 +38,8 @@ def node_index(watchers: list[WatcherSpec], names: pl.Series) -> np.ndarray:
 
 def match(watchers: list[WatcherSpec], resource: pl.Series,
           node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All (write index, watcher index) deliveries, sorted by watcher and then by write.
+    """All (write index, watcher index) deliveries, sorted by watcher and then by write (the
+    watcher indices as int32: there are millions of them).
 
     ``resource`` gives, per write in commit order, its resource, and ``node`` the node it
     concerns as an index into ``watched_nodes(watchers)`` (-1 when none).
@@ -55,14 +56,14 @@ def match(watchers: list[WatcherSpec], resource: pl.Series,
         if watcher.node is None:
             hit = np.flatnonzero(wants(watcher.resources))
             writes.append(hit)
-            owners.append(np.full(len(hit), index, dtype=np.int64))
+            owners.append(np.full(len(hit), index, dtype=np.int32))
     if any(w.node is not None for w in watchers):
         write, owner = _node_bound(watchers, node, wants)
         order = stable_order(owner, len(watchers))  # by watcher; writes stay in commit order
         writes.append(write[order])
         owners.append(owner[order])
     if not writes:
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
     write, owner = np.concatenate(writes), np.concatenate(owners)
     if len(owner) and np.any(owner[1:] < owner[:-1]):
         order = stable_order(owner, len(watchers))
@@ -74,24 +75,30 @@ def _node_bound(watchers: list[WatcherSpec], node: np.ndarray,
                 wants) -> tuple[np.ndarray, np.ndarray]:
     """The deliveries to node-bound watchers, in write order: each write concerning a node goes
     to every watcher bound to that node that watches the write's resource."""
-    bound = np.array([i for i, w in enumerate(watchers) if w.node is not None], dtype=np.int64)
+    bound = np.array([i for i, w in enumerate(watchers) if w.node is not None], dtype=np.int32)
     index = {name: k for k, name in enumerate(watched_nodes(watchers))}
     node_of = np.array([index[watchers[i].node] for i in bound], dtype=np.int64)
     by_node = bound[np.argsort(node_of, kind="stable")]  # each node's watchers, in index order
     count = np.bincount(node_of, minlength=len(index))
     first = np.cumsum(count) - count
-    hits = np.flatnonzero(node >= 0)
-    per_write = count[node[hits]]
-    write = np.repeat(hits, per_write)
-    ends = np.cumsum(per_write)
-    slot = np.arange(len(write)) - np.repeat(ends - per_write - first[node[hits]], per_write)
-    owner = by_node[slot]
     kinds = list(dict.fromkeys(watchers[i].resources for i in bound))
+    hits = np.flatnonzero((node >= 0) & np.logical_or.reduce([wants(k) for k in kinds]))
+    at = node[hits]
+    if count.max() == 1:  # one watcher per node, as kubelets are
+        write, owner = hits, by_node[first[at]]
+    else:
+        per_write = count[at]
+        write = np.repeat(hits, per_write)
+        slot = np.arange(len(write)) - np.repeat(np.cumsum(per_write) - per_write - first[at],
+                                                 per_write)
+        owner = by_node[slot]
+    if len(kinds) == 1:
+        return write, owner
     kind_of = np.zeros(len(watchers), dtype=np.int64)
     kind_of[bound] = [kinds.index(watchers[i].resources) for i in bound]
     keep = np.zeros(len(write), dtype=bool)
     for kind, resources in enumerate(kinds):
-        mine = slice(None) if len(kinds) == 1 else kind_of[owner] == kind
+        mine = kind_of[owner] == kind
         keep[mine] = wants(resources)[write[mine]]
     return write[keep], owner[keep]
 

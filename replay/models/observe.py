@@ -122,17 +122,18 @@ class _Replay:
             resource = resource.gather(committed)
         write, watcher = match(self.watchers, resource, self._targets()[committed])
         times = Pipeline(self.config, self.watchers).scan(self.ts[committed], write, watcher)
+        write += 1  # now each delivery's rv
         return _Seen(write, watcher, times, self.watchers, len(committed))
 
     def deliveries(self) -> pa.Table:
-        write, watcher, times = self.seen.write, self.seen.watcher, self.seen.times
+        rv, watcher, times = self.seen.rv, self.seen.watcher, self.seen.times
         roles = sorted({w.role for w in self.watchers})
         role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
         return pa.table({
-            "rv": pa.array(write + 1),
+            "rv": pa.array(rv),
             # dictionary-encoded: 5M copies of a name are not worth building, and a dictionary
             # of each role once is half as costly to write as one of 20,000 roles
-            "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher.astype(np.int32)),
+            "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher),
                                                       [w.name for w in self.watchers]),
             "role": pa.DictionaryArray.from_arrays(pa.array(role_of[watcher]), roles),
             **{name: pa.array(times[name], type=TS) for name in STAGE_COLUMNS},
@@ -275,11 +276,11 @@ def _arrow(series: pl.Series) -> pa.Array:
 class _Seen:
     """The deliveries of each watcher, for questions about what a watcher had applied when."""
 
-    def __init__(self, write: np.ndarray, watcher: np.ndarray, times: dict[str, np.ndarray],
+    def __init__(self, rv: np.ndarray, watcher: np.ndarray, times: dict[str, np.ndarray],
                  watchers: list[WatcherSpec], writes: int):
         starts = np.searchsorted(watcher, np.arange(len(watchers) + 1))
         self.segment = {w.name: slice(starts[i], starts[i + 1]) for i, w in enumerate(watchers)}
-        self.write, self.watcher, self.times = write, watcher, times
+        self.rv, self.watcher, self.times = rv, watcher, times
         self.writes = writes
         self.commit, self.applied = times["commit_ts"], times["applied_ts"]
 
@@ -294,7 +295,7 @@ class _Seen:
         out = np.full(len(rv), -1, dtype=np.int64)
         for segment, mine in groups:
             applied = np.full(self.writes + 1, -1, dtype=np.int64)  # by rv; 0 is no write
-            applied[self.write[segment] + 1] = self.applied[segment]
+            applied[self.rv[segment]] = self.applied[segment]
             out[mine] = applied[rv[mine]]
         return out
 
