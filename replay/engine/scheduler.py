@@ -267,27 +267,34 @@ class Scheduler:
         if self.settings["policy"] == "random-first-fit":
             return self._random_first_fit(nodes, total, request)
         wanted = nodes_to_find(total, self.settings["percentage_of_nodes_to_score"])
-        start = self.next_start % total
         chunk = max(256, 2 * wanted)
+        position = start = self.next_start % total
         found: list[np.ndarray] = []
         count = evaluated = 0
         while evaluated < total and count < wanted:
-            positions = (start + evaluated + np.arange(min(chunk, total - evaluated))) % total
-            candidates = positions if nodes is None else nodes[positions]
-            fit = np.flatnonzero(self._fits(candidates, request))
+            size = min(chunk, total - evaluated, total - position)  # a piece never wraps around
+            fit = self._fitting(position, position + size, request, nodes)
             need = wanted - count
             if len(fit) >= need:  # enough: stop at the last one needed
-                found.append(candidates[fit[:need]])
-                evaluated += int(fit[need - 1]) + 1
-                break
-            found.append(candidates[fit])
+                fit = fit[:need]
+                size = int(fit[-1]) + 1
+            found.append(fit + position if nodes is None else nodes[fit + position])
             count += len(fit)
-            evaluated += len(positions)
+            evaluated += size
+            position = (position + size) % total
         self.next_start = start + evaluated
         feasible = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
         if len(feasible) == 0:
             return -1, evaluated
         return int(feasible[np.argmax(self._scores(feasible, request))]), evaluated
+
+    def _fitting(self, lo: int, hi: int, request, nodes: np.ndarray | None) -> np.ndarray:
+        """Offsets from ``lo`` of the nodes in positions [lo, hi) that fit ``request``; with no
+        partition the positions are node indices and the view is read through slices."""
+        free, present = self.view.free, self.view.present
+        at = slice(lo, hi) if nodes is None else nodes[lo:hi]
+        return np.flatnonzero(present[at] & (free[0, at] >= request[0])
+                              & (free[1, at] >= request[1]) & (free[2, at] >= request[2]))
 
     def _fits(self, nodes: np.ndarray, request) -> np.ndarray:
         free = self.view.free
