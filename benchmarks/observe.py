@@ -1,22 +1,28 @@
 """Measure ``replay run`` in observe mode end to end (reading, replaying, writing Parquet).
 
-    python benchmarks/observe.py [TRACE] [--config FILE.toml] [--repeat 3]
+    python benchmarks/observe.py [TRACE] [--config FILE.toml] [--kubelets] [--repeat 3]
 
 Without TRACE it synthesizes the 1M-pod / 20k-node trace with bindings first (about 25 s; kept in
-the system's temporary folder for later runs).  Prints, per repetition, the wall time, the CPU
-time and deliveries per second, then the best, and the process's peak resident memory.
+the system's temporary folder for later runs).  ``--config benchmarks/godel-watchers.toml``
+replaces the default watchers (one scheduler and a kubelet per node) with a Gödel control plane's
+five; ``--kubelets`` adds the default kubelets to a config's watchers.  Prints, per repetition,
+the wall time, the CPU time (user + system, all threads) and deliveries per second, then the best,
+and the process's peak resident memory.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import resource
 import tempfile
 import time
 from pathlib import Path
 
-from replay.engine.config import load_config
+from replay.engine.config import RunConfig, load_config
 from replay.engine.run import run_replay
+from replay.models.observe import ObserveModel
+from replay.trace.io import read_trace
 from replay.trace.synth import SynthSpec, synthesize
 
 BIG = SynthSpec(nodes=20_000, pods=1_000_000, arrival_rate=2_400.0, bind="least-allocated", seed=1)
@@ -30,6 +36,13 @@ def big_trace() -> Path:
     return path
 
 
+def with_kubelets(config: RunConfig, trace: Path) -> RunConfig:
+    """``config`` with a kubelet per node of ``trace`` after its own watchers."""
+    kubelets = [w for w in ObserveModel().default_watchers(read_trace(trace))
+                if w.role == "kubelet"]
+    return dataclasses.replace(config, watchers=(*(config.watchers or ()), *kubelets))
+
+
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -39,10 +52,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", nargs="?", type=Path)
     parser.add_argument("--config", type=Path)
+    parser.add_argument("--kubelets", action="store_true",
+                        help="add a kubelet per node to the config's watchers")
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     trace = args.trace or big_trace()
     config = load_config(args.config)
+    if args.kubelets:
+        config = with_kubelets(config, trace)
     best = None
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeat):
