@@ -301,7 +301,7 @@ def test_rows_built_by_column_equal_rows_built_one_by_one(tmp_path, monkeypatch)
     ]
     log = write_log(tmp_path / "a.log", events)
     ingest([str(log)], tmp_path / "columns.parquet", workers=1)
-    monkeypatch.setattr(row, "API_SERVER_TIME", "^$")  # no event is plain: all go through to_row
+    monkeypatch.setattr(row, "API_SERVER_TIME", "^$")  # every event is read by _irregular
     ingest([str(log)], tmp_path / "rows.parquet", workers=1)
     assert (tmp_path / "columns.parquet").read_bytes() == (tmp_path / "rows.parquet").read_bytes()
     assert len(rows(tmp_path / "rows.parquet")) == 7

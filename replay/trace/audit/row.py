@@ -1,11 +1,12 @@
-"""Audit events -> trace rows: most column by column, the rest one by one (``rows_of``).
+"""Audit events -> trace rows, built column by column (``rows_of``).
 
-Where each column comes from is documented in ``traces/README.md`` ("Recorded traces");
-``to_row`` follows it line by line for any event.  Most writes (leases, events, status patches,
-deletes) need nothing but ``objectRef`` and the event's own fields, so ``rows_of`` builds their
-columns with Arrow, with no Python loop per row, and leaves the others to ``to_row``; for such a
-plain event both give the same row.  Only names, ids, users, user agents,
-quantities and the scheduler and group names are copied; object bodies are read through
+Where each column comes from is documented in ``traces/README.md`` ("Recorded traces").  The
+columns are read from the events' fields at once and completed with Arrow; Python works per
+event only where a column needs it: ``_irregular`` reads an event whose ``objectRef`` does not
+name the object, that lacks a status code or stage time, or whose times are not in the API
+server's own format (they are then parsed by msgspec, like every time used to be), and
+``_extract`` reads the body of a pod, binding or node write.  Only names, ids, users, user
+agents, quantities and the scheduler and group names are copied; object bodies are read through
 ``body.py``'s narrow structs.
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from itertools import compress
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -29,18 +31,18 @@ from replay.trace.audit.event import (TIME_KEYS, BadEvent, Event, ObjectRef, Sta
                                       decode_time)
 from replay.trace.audit.uri import Target, parse_request_uri
 
-# The trace columns a row tuple holds, plus ``seq`` (the event's position in the input), which
-# orders rows with equal ``ts`` and picks the first of duplicate events.  ``component`` is added
-# per batch, from the distinct (user, user agent) pairs.
+# The columns of a row, plus ``seq`` (the event's position in the input), which orders rows with
+# equal ``ts`` and picks the first of duplicate events.
 ROW_COLUMNS = ("seq", "ts", "received_ts", "verb", "resource", "subresource", "namespace", "name",
                "uid", "node", "cpu_milli", "memory_bytes", "gpu_milli", "code", "user",
-               "user_agent", "audit_id", "scheduler_name", "group", "priority")
+               "user_agent", "audit_id", "scheduler_name", "group", "priority", "component")
 ROW_TYPES = {"seq": pa.int64(), **{c.name: c.type for c in schema.COLUMNS}}
+TARGET = ("resource", "namespace", "name", "subresource")  # ``Target``'s fields
 FULL_OBJECT_VERBS = ("create", "update")  # their request body is the whole object
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MICROSECOND = timedelta(microseconds=1)
 # The API server's own time format, which Arrow parses exactly as msgspec does (and year 0000,
-# which msgspec rejects, is left to it too); other spellings go through ``to_row``.
+# which msgspec rejects, is left to it too); other spellings go through ``_irregular``.
 API_SERVER_TIME = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 NO_REF, NO_STATUS, NO_USER = ObjectRef(), Status(), User()
@@ -63,6 +65,7 @@ class Extract(NamedTuple):
 
 
 NOTHING = Extract()
+EXTRACT_TYPES = (pa.string(), pa.string(), pa.string(), pa.int32(), pa.string(), pa.string())
 
 
 @dataclass
@@ -78,33 +81,64 @@ class Rows:
 def rows_of(events: list[Event], seqs: list[int], keep_going: bool) -> Rows:
     """The rows of ``events`` (whose sequence numbers are ``seqs``), in no particular order.
 
-    Plain events become rows column by column; the others go through ``to_row`` one by one,
-    which stops at the first broken event unless ``keep_going``.  An event is plain when its
-    ``objectRef`` names the resource and the object, it has a ``responseStatus.code`` and a stage
-    time, its times are in the API server's format, and its row takes no column from a body.
+    Stops at the first broken event unless ``keep_going``.
+    """
+    rows = Rows()
+    columns, positions = _targeted(events, seqs, rows, keep_going)
+    wants_body = _per_distinct(_wants_body, pa.bool_(), columns["resource"],
+                               columns["subresource"], columns["verb"])
+    for part in (pc.invert(wants_body), wants_body):
+        if part.true_count:
+            some = {name: column.filter(part) for name, column in columns.items()}
+            at = list(compress(positions, part.to_pylist()))
+            extracts = _extracts(some, [events[p] for p in at], at, rows, keep_going) if (
+                part is wants_body) else [NOTHING] * len(at)
+            rows.tables.append(_with_extracts(some, extracts))
+    return rows
+
+
+def _targeted(events: list[Event], seqs: list[int], rows: Rows, keep_going: bool
+              ) -> tuple[dict[str, pa.Array], list[int]]:
+    """The columns of the events that make rows, as far as the event says (no body), and the
+    events' positions.
+
+    An event is regular when its ``objectRef`` names the resource and the object, it has a
+    ``responseStatus.code`` and a stage time, and its times are in the API server's format; the
+    others are read by ``_irregular``.
     """
     columns = _columns(events, seqs)
     ts, received, api_times = _times(columns.pop("stage_time"), columns.pop("received"),
                                      columns.pop("legacy_time"))
-    named = pc.and_(pc.not_equal(columns["resource"], ""), pc.is_valid(columns["name"]))
-    no_body = pc.invert(_per_distinct(_wants_body_of, pa.bool_(), columns["resource"],
-                                      columns["subresource"], columns["verb"]))
-    plain = named
-    for condition in (pc.is_valid(columns["code"]), pc.is_valid(ts), api_times, no_body):
-        plain = pc.and_(plain, condition)
-    plain = pc.fill_null(plain, False)
-    rows = Rows()
-    if plain.true_count:
-        columns.update(ts=ts, received_ts=received)
-        rows.tables.append(_plain_table({name: a.filter(plain) for name, a in columns.items()}))
-    if plain.true_count < len(events):
-        _add_other_rows(rows, events, seqs, pc.indices_nonzero(pc.invert(plain)),
-                        (ts, received, api_times), keep_going)
-    return rows
+    columns.update(ts=ts, received_ts=received)
+    regular = pc.and_(pc.not_equal(columns["resource"], ""), pc.is_valid(columns["name"]))
+    for condition in (pc.is_valid(columns["code"]), pc.is_valid(ts), api_times):
+        regular = pc.and_(regular, condition)
+    regular = pc.fill_null(regular, False)
+    positions = pc.indices_nonzero(regular).to_pylist()
+    read = []
+    for position in pc.indices_nonzero(pc.invert(regular)).to_pylist():
+        try:
+            read.append((position, *_irregular(events[position])))
+        except Skip as why:
+            rows.dropped[str(why)] += 1
+        except (BadEvent, BadBody) as err:
+            rows.errors.append((position, err))
+            if not keep_going:
+                break
+    if not read:
+        return {name: column.filter(regular) for name, column in columns.items()}, positions
+    at, ts, received, targets = zip(*read)
+    fixed = {"ts": pa.array(ts, TIMESTAMP), "received_ts": pa.array(received, TIMESTAMP),
+             **{name: pa.array(values, pa.string()) for name, values in zip(TARGET, zip(*targets))}}
+    both = {name: pa.concat_arrays([column.filter(regular),
+                                    fixed.get(name, column.take(pa.array(at)))])
+            for name, column in columns.items()}
+    return both, positions + list(at)
 
 
 def _columns(events: list[Event], seqs: list[int]) -> dict[str, pa.Array]:
-    """The columns a plain event's fields fill directly, times still strings."""
+    """The columns an event's fields fill directly (its ``objectRef`` as the target), times
+    still strings."""
     refs = [e.object_ref or NO_REF for e in events]
     strings = {
         "verb": [e.verb for e in events],
@@ -150,95 +184,65 @@ def _api_server_time(strings: pa.Array) -> tuple[pa.Array, pa.Array]:
     return times, pc.or_(pc.is_null(strings), fits)
 
 
-def _plain_table(columns: dict[str, pa.Array]) -> pa.Table:
-    """The rows of plain events from their ``_columns``."""
-    rows = len(columns["seq"])
-    columns["node"] = pc.if_else(pc.equal(columns["resource"], "nodes"), columns["name"],
-                                 pa.scalar(None, pa.string()))
-    return _with_components({name: columns[name] if name in columns
-                             else pa.nulls(rows, ROW_TYPES[name]) for name in ROW_COLUMNS})
+def _irregular(event: Event) -> tuple[int, Optional[int], Target]:
+    """``ts``, ``received_ts`` and the target of an event that is not regular (see
+    ``_targeted``); ``Skip`` when it makes no row, ``BadEvent`` when it is broken."""
+    received, stage_time, legacy_time = (
+        None if text is None else (decode_time(text, key) - EPOCH) // MICROSECOND
+        for text, key in zip((event.received, event.stage_time, event.legacy_time), TIME_KEYS))
+    status = event.response_status
+    if status is None or status.code is None:
+        raise Skip("no responseStatus.code")
+    if stage_time is None and legacy_time is None:
+        raise BadEvent("no stageTimestamp (nor the older timestamp)")
+    return (stage_time if stage_time is not None else legacy_time,
+            received if received is not None else legacy_time, _target(event))
 
 
-def _add_other_rows(rows: Rows, events: list[Event], seqs: list[int], positions: pa.Array,
-                    times: tuple[pa.Array, pa.Array, pa.Array], keep_going: bool) -> None:
-    """Add the rows of the events at ``positions`` by ``to_row``, with the times ``_times``
-    already read."""
-    ts, received, api_times = times
-    known = (ts.cast(pa.int64()), received.cast(pa.int64()), api_times)
-    tuples = []
-    for position, *known in zip(positions.to_pylist(),
-                                *(column.take(positions).to_pylist() for column in known)):
+def _extracts(columns: dict[str, pa.Array], events: list[Event], positions: list[int],
+              rows: Rows, keep_going: bool) -> list[Optional[Extract]]:
+    """What the bodies of writes that take columns from their body give; None for a broken one
+    (and for those after it unless ``keep_going``)."""
+    extracts = []
+    for event, position, resource, subresource in zip(
+            events, positions, columns["resource"].to_pylist(), columns["subresource"].to_pylist()):
         try:
-            row, lacks_body = to_row(events[position], seqs[position],
-                                     tuple(known[:2]) if known[2] else None)
-        except Skip as why:
-            rows.dropped[str(why)] += 1
-            continue
+            extract = _extract(event, resource, subresource)
         except (BadEvent, BadBody) as err:
             rows.errors.append((position, err))
             if not keep_going:
                 break
-            continue
-        rows.lacking_bodies += lacks_body
-        tuples.append(row)
-    if tuples:
-        rows.tables.append(table_of(tuples))
+            extract = None
+        rows.lacking_bodies += extract is NOTHING
+        extracts.append(extract)
+    return extracts + [None] * (len(events) - len(extracts))
 
 
-def to_row(event: Event, seq: int, times: Optional[tuple[int, Optional[int]]] = None
-           ) -> tuple[tuple, bool]:
-    """The row of a ``ResponseComplete`` event, and whether it lacks a body it would need.
-
-    ``times`` are its ``ts`` and ``received_ts`` when already read.  Raises ``Skip`` for events
-    that make no row and ``BadEvent``/``BadBody`` for broken ones.
-    """
-    ts, received = times or _row_times(event)
-    status = event.response_status
-    if status is None or status.code is None:
-        raise Skip("no responseStatus.code")
-    if ts is None:
-        raise BadEvent("no stageTimestamp (nor the older timestamp)")
-    ref = event.object_ref
-    if ref is not None and ref.resource and ref.name is not None:
-        target = Target(ref.resource, ref.namespace or None, ref.name, ref.subresource or None)
-    else:
-        target = _target(event)
-    extract, lacks_body = NOTHING, False
-    if _wants_body(target, event.verb):
-        extract = _extract(event, target)
-        lacks_body = extract is NOTHING
-    node = extract.node or (target.name if target.resource == "nodes" else None)
-    cpu, memory, gpu = extract.amounts
-    user = event.user.username if event.user is not None else None
-    uid = ref.uid if ref is not None and ref.uid else extract.uid
-    row = (seq, ts, received, event.verb,
-           target.resource, target.subresource, target.namespace,
-           target.name or extract.name or "", uid, node, cpu, memory, gpu, status.code, user,
-           event.user_agent, event.audit_id, extract.scheduler_name, extract.group,
-           extract.priority)
-    return row, lacks_body
+def _with_extracts(columns: dict[str, pa.Array], extracts: list[Optional[Extract]]) -> pa.Table:
+    """The rows: ``columns`` completed by what the bodies gave (rows whose body is broken are
+    left out), as ``traces/README.md`` describes."""
+    read = pa.array([x is not None for x in extracts])
+    columns = {name: column.filter(read) for name, column in columns.items()}
+    amounts, *others = zip(*filter(None, extracts)) if read.true_count else [()] * 7
+    cpu, memory, gpu = zip(*amounts) if amounts else [()] * 3
+    node, scheduler_name, group, priority, uid, name = (
+        pa.array(values, kind) for values, kind in zip(others, EXTRACT_TYPES))
+    none = pa.scalar(None, pa.string())
+    columns.update(
+        cpu_milli=pa.array(cpu, pa.int64()), memory_bytes=pa.array(memory, pa.int64()),
+        gpu_milli=pa.array(gpu, pa.int64()), scheduler_name=scheduler_name, group=group,
+        priority=priority,
+        node=pc.coalesce(_none_if_empty(node), pc.if_else(
+            pc.equal(columns["resource"], "nodes"), columns["name"], none)),
+        uid=pc.coalesce(columns["uid"], uid),
+        name=pc.if_else(pc.not_equal(columns["name"], ""), columns["name"],
+                        pc.coalesce(_none_if_empty(name), pa.scalar(""))),
+        component=_per_distinct(component, pa.string(), columns["user"], columns["user_agent"]))
+    return pa.table({name: columns[name] for name in ROW_COLUMNS})
 
 
-def table_of(rows: list[tuple]) -> pa.Table:
-    """Row tuples -> an Arrow table of ``ROW_COLUMNS`` and ``component``."""
-    columns = dict(zip(ROW_COLUMNS, zip(*rows)))
-    return _with_components({name: pa.array(values, ROW_TYPES[name])
-                             for name, values in columns.items()})
-
-
-def _with_components(arrays: dict[str, pa.Array]) -> pa.Table:
-    arrays["component"] = _per_distinct(component, pa.string(), arrays["user"],
-                                        arrays["user_agent"])
-    return pa.table(arrays)
-
-
-def _row_times(event: Event) -> tuple[Optional[int], Optional[int]]:
-    """``ts`` and ``received_ts`` in microseconds; every time the event has must be valid."""
-    received, stage_time, legacy_time = (
-        None if text is None else (decode_time(text, key) - EPOCH) // MICROSECOND
-        for text, key in zip((event.received, event.stage_time, event.legacy_time), TIME_KEYS))
-    return (stage_time if stage_time is not None else legacy_time,
-            received if received is not None else legacy_time)
+def _none_if_empty(strings: pa.Array) -> pa.Array:
+    return pc.if_else(pc.equal(strings, ""), pa.scalar(None, pa.string()), strings)
 
 
 def _per_distinct(function: Callable, type_: pa.DataType, *arrays: pa.Array) -> pa.Array:
@@ -262,6 +266,8 @@ def _per_distinct(function: Callable, type_: pa.DataType, *arrays: pa.Array) -> 
 def _target(event: Event) -> Target:
     """What the request wrote: ``objectRef``, with the request URI filling its gaps."""
     ref = event.object_ref
+    if ref is not None and ref.resource and ref.name is not None:
+        return Target(ref.resource, ref.namespace or None, ref.name, ref.subresource or None)
     if ref is not None and ref.resource:
         parsed = parse_request_uri(event.request_uri) if event.request_uri else None
         return Target(ref.resource, ref.namespace or None, parsed.name if parsed else "",
@@ -272,12 +278,8 @@ def _target(event: Event) -> Target:
     return parsed
 
 
-def _wants_body(target: Target, verb: str) -> bool:
+def _wants_body(resource: str, subresource: Optional[str], verb: str) -> bool:
     """Whether a row of this kind takes columns from the body (pods, bindings, nodes)."""
-    return _wants_body_of(target.resource, target.subresource, verb)
-
-
-def _wants_body_of(resource: Optional[str], subresource: Optional[str], verb: str) -> bool:
     if resource == "pods":
         if subresource == "binding":
             return verb == "create"
@@ -285,7 +287,7 @@ def _wants_body_of(resource: Optional[str], subresource: Optional[str], verb: st
     return resource == "nodes" and verb in ("create", "update", "patch")
 
 
-def _extract(event: Event, target: Target) -> Extract:
+def _extract(event: Event, resource: str, subresource: Optional[str]) -> Extract:
     """The body's contribution; ``NOTHING`` when the log level left the needed body out."""
     body, key, partial = _pick_body(event)
     if body is None:
@@ -294,20 +296,20 @@ def _extract(event: Event, target: Target) -> Extract:
     if (meta is None or not meta.name) and key == "requestObject" and event.response_object:
         stored = decode_body(event.response_object, "responseObject")  # generateName: the
         meta = stored.metadata if stored is not None else meta       # server chose the name
-    ids = {"uid": meta.uid, "name": meta.name} if meta is not None else {}
-    if target.subresource == "binding":
+    uid, name = (meta.uid, meta.name) if meta is not None else (None, None)
+    if subresource == "binding":
         node = body.target.name if body.target is not None else None
-        return Extract(node=node, **ids) if node else NOTHING
-    if target.resource == "nodes":
+        return Extract(NONE, node, None, None, None, uid, name) if node else NOTHING
+    if resource == "nodes":
         if body.status is None:
             return NOTHING
         amounts = allocatable(body.status.allocatable, key, partial)
-        return Extract(amounts=amounts, **ids) if amounts != NONE else NOTHING
+        return Extract(amounts, None, None, None, None, uid, name) if amounts != NONE else NOTHING
     pod = pod_columns(body.spec, key) if body.spec and not partial else None
     if pod is None:
         return NOTHING
     return Extract(pod.amounts, pod.node_name, pod.scheduler_name, group_of(meta), pod.priority,
-                   **ids)
+                   uid, name)
 
 
 def _pick_body(event: Event) -> tuple[Optional[Body], str, bool]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import gc
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Optional
 
 import pyarrow as pa
@@ -98,14 +99,16 @@ def _kept_events(events: list, summary: Summary, options: Options) -> list[tuple
     for stage_type, count in Counter(map(type, events)).items():
         if stage_type is not Event:
             summary.skipped_stages[STAGE_TYPES[stage_type]] += count
-    complete = [(index, e) for index, e in enumerate(events) if e.__class__ is Event]
-    _count_dropped_verbs(Counter([e.verb for _, e in complete]), summary, options)
+    _count_dropped_verbs(Counter([e.verb for e in events if e.__class__ is Event]), summary,
+                         options)
     kept_verbs = options.kept_verbs
-    return [(index, e) for index, e in complete if e.verb in kept_verbs]
+    kept = compress(range(len(events)), [e.__class__ is Event and e.verb in kept_verbs
+                                         for e in events])
+    return [(index, events[index]) for index in kept]
 
 
 def _count_dropped_verbs(verbs: Counter, summary: Summary, options: Options) -> None:
-    """Count the completed events whose verb makes no row: reads, or verbs that are not CRUD."""
+    """Count the completed events (``verbs`` counts them by verb) whose verb makes no row."""
     for verb, count in verbs.items():
         if verb in options.kept_verbs:
             continue
