@@ -302,12 +302,12 @@ class Scheduler:
                 & (free[1, nodes] >= request[1]) & (free[2, nodes] >= request[2]))
 
     def _scores(self, nodes: np.ndarray, request) -> np.ndarray:
-        """kube-scheduler's NodeResourcesFit: mean over cpu and memory of the share left free
-        after placing the pod (least-allocated), or used (most-allocated)."""
-        view = self.view
-        alloc = np.maximum(view.alloc[:2, nodes], 1)
-        left = (view.free[:2, nodes] - np.asarray(request[:2])[:, None]) / alloc
-        score = left.mean(axis=0)
+        """kube-scheduler's NodeResourcesFit: over cpu and memory, the share left free after
+        placing the pod (least-allocated), or used (most-allocated); summed, which ranks nodes as
+        the mean does."""
+        free, alloc = self.view.free, self.view.alloc
+        score = (free[0, nodes] - request[0]) / np.maximum(alloc[0, nodes], 1)
+        score += (free[1, nodes] - request[1]) / np.maximum(alloc[1, nodes], 1)
         return score if self.settings["policy"] == "least-allocated" else -score
 
     def _random_first_fit(self, nodes, total: int, request) -> tuple[int, int]:
