@@ -1,0 +1,40 @@
+-- per_component_delay_timeline: per_component_delay minute by minute, to show the delay of each
+-- stage growing (or not) with the load.
+--
+-- One row per run, minute, watcher_role and component (the six stages of the watch pipeline in
+-- order, then end_to_end; see per_component_delay.sql):
+--   run            the run directory's name
+--   minute         the minute (UTC) in which the delivered writes were committed
+--   watcher_role   scheduler, binder, dispatcher, kubelet or observer
+--   component      the stage, or end_to_end
+--   events         deliveries of writes committed in that minute
+--   mean_ms        mean delay, milliseconds
+--   p50_ms, p90_ms, p99_ms
+--                  percentiles, interpolated linearly between deliveries
+--   max_ms         largest delay
+--   share          mean_ms / the end_to_end mean_ms of the same minute and role (null when that
+--                  is 0)
+--
+-- Parameters: from_ts, to_ts select deliveries by their write's commit_ts; watcher selects
+-- watchers by name.
+WITH per_minute AS (
+    SELECT run, date_trunc('minute', commit_ts) AS minute, watcher_role, count(*) AS events,
+           [delay_stats(storage_to_cache), delay_stats(cacher_queue), delay_stats(watcher_queue),
+            delay_stats(network), delay_stats(client_queue), delay_stats(handler),
+            delay_stats(end_to_end)] AS stats
+    FROM delivery_delays
+    WHERE in_time_window(commit_ts) AND watcher_selected(watcher)
+    GROUP BY run, minute, watcher_role
+), per_component AS (
+    SELECT run, minute, watcher_role, events, stats[7].mean_ms AS end_to_end_mean_ms,
+           unnest(['storage_to_cache', 'cacher_queue', 'watcher_queue', 'network',
+                   'client_queue', 'handler', 'end_to_end']) AS component,
+           unnest(range(1, 8)) AS position,
+           unnest(stats, recursive := true)
+    FROM per_minute
+)
+SELECT run, minute, watcher_role, component, events, mean_ms,
+       percentiles[1] AS p50_ms, percentiles[2] AS p90_ms, percentiles[3] AS p99_ms, max_ms,
+       mean_ms / nullif(end_to_end_mean_ms, 0) AS share
+FROM per_component
+ORDER BY run, minute, watcher_role, position;

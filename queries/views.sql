@@ -1,0 +1,518 @@
+-- views.sql: one or several run directories as DuckDB views, plus the derived views the shipped
+-- queries share.  Plain DuckDB SQL: it needs nothing from the replay package.
+--
+--   SET VARIABLE run_dirs = ['runs/sample-observe'];      -- a list of run directories (globs work)
+--   .read queries/views.sql                              -- in the duckdb shell; from Python:
+--                                                        -- con.execute(open(...).read())
+--
+-- The views read the run directories when a query runs, not when they are created, so setting
+-- run_dirs again points the same views at other runs.  See queries/README.md.
+--
+-- Conventions: every view starts with `run` (the run directory's name) so that several runs can be
+-- compared with one GROUP BY; times are UTC timestamps with microsecond precision, compared as
+-- such; free capacity is in the trace's units (cpu_milli, memory_bytes, gpu_milli).
+
+
+---------------------------------------------------------------------------------------------------
+-- The run directories: runs, and one view per table (docs/run-directory.md describes the columns)
+---------------------------------------------------------------------------------------------------
+
+-- runs: one row per run: run, model, seed, profile, trace (the trace's path), then one column per
+-- model parameter of any of the runs (null for a run whose model lacks it).  The parameters come
+-- from the resolved configuration in manifest.json, which always names the model.
+CREATE OR REPLACE VIEW runs AS
+SELECT * EXCLUDE (name)
+FROM (
+    SELECT parse_path(filename)[-2] AS run,
+           model.name AS model,
+           seed,
+           config.profile AS profile,
+           trace.path AS trace,
+           unnest(config.model)
+    FROM read_json([rtrim(dir, '/') || '/manifest.json' FOR dir IN getvariable('run_dirs')],
+                   filename = true, union_by_name = true)
+);
+
+-- run_table('events') and so on: a table of every run, each row preceded by its run's name, model
+-- and model parameters.
+CREATE OR REPLACE MACRO run_table(table_name) AS TABLE
+SELECT runs.* EXCLUDE (seed, profile, trace), rows.* EXCLUDE (filename)
+FROM read_parquet([rtrim(dir, '/') || '/' || table_name || '.parquet'
+                   FOR dir IN getvariable('run_dirs')],
+                  filename = true) AS rows
+JOIN runs ON runs.run = parse_path(rows.filename)[-2];
+
+CREATE OR REPLACE VIEW events AS FROM run_table('events');
+CREATE OR REPLACE VIEW deliveries AS FROM run_table('deliveries');
+CREATE OR REPLACE VIEW attempts AS FROM run_table('attempts');
+CREATE OR REPLACE VIEW pods AS FROM run_table('pods');
+CREATE OR REPLACE VIEW watchers AS FROM run_table('watchers');
+
+
+---------------------------------------------------------------------------------------------------
+-- Parameters of the shipped queries, read when a query runs (all optional):
+--   from_ts, to_ts  only what happens in [from_ts, to_ts) (timestamps; each query says what "what
+--                   happens" is: a write's commit, an attempt's decision, a window's start)
+--   watcher         only watchers (for conflicts: schedulers) whose name matches this glob
+---------------------------------------------------------------------------------------------------
+
+CREATE OR REPLACE MACRO in_time_window(ts) AS
+    ts >= coalesce(getvariable('from_ts')::TIMESTAMPTZ, '-infinity'::TIMESTAMPTZ)
+    AND ts < coalesce(getvariable('to_ts')::TIMESTAMPTZ, 'infinity'::TIMESTAMPTZ);
+
+CREATE OR REPLACE MACRO watcher_selected(name) AS
+    name GLOB coalesce(getvariable('watcher'), '*');
+
+
+---------------------------------------------------------------------------------------------------
+-- Watch delay
+---------------------------------------------------------------------------------------------------
+
+CREATE OR REPLACE MACRO ms_between(from_ts, to_ts) AS
+    (epoch_us(to_ts) - epoch_us(from_ts)) / 1000.0;
+
+-- delivery_delays: run, watcher, watcher_role, commit_ts, then the delay in milliseconds of each
+-- stage of the watch pipeline, in pipeline order (storage_to_cache, cacher_queue, watcher_queue,
+-- network, client_queue, handler) and end_to_end, their sum: one row per delivery.
+CREATE OR REPLACE VIEW delivery_delays AS
+SELECT run, watcher, role AS watcher_role, commit_ts,
+       ms_between(commit_ts, cached_ts) AS storage_to_cache,
+       ms_between(cached_ts, dispatched_ts) AS cacher_queue,
+       ms_between(dispatched_ts, sent_ts) AS watcher_queue,
+       ms_between(sent_ts, received_ts) AS network,
+       ms_between(received_ts, dequeued_ts) AS client_queue,
+       ms_between(dequeued_ts, applied_ts) AS handler,
+       ms_between(commit_ts, applied_ts) AS end_to_end
+FROM deliveries;
+
+-- delay_stats(ms): an aggregate: the mean, the 50th, 90th and 99th percentiles (interpolated
+-- linearly, computed together) and the maximum of ms, as a struct.
+CREATE OR REPLACE MACRO delay_stats(ms) AS {
+    'mean_ms': avg(ms),
+    'percentiles': quantile_cont(ms, [0.5, 0.9, 0.99]),
+    'max_ms': max(ms)
+};
+
+
+---------------------------------------------------------------------------------------------------
+-- Free capacity: the truth, each watcher's view, and where they differ
+--
+-- A node's free capacity is its allocatable minus the requests of the pods bound to it.  In the
+-- truth every change takes effect at its commit_ts; in a watcher's view at the watcher's applied_ts
+-- for that write.  A scheduler also counts the pods it has assumed itself (attempts.node from
+-- decided_ts to forgotten_ts); the truth it is compared with counts them too until the attempt's
+-- write commits (or fails), because a decision in flight is not watch delay: an ideal watcher with
+-- no delay would hold the same assumption.  Changes at the same instant take effect together, so
+-- no interval has zero length and a pipeline without delay never differs from the truth.
+---------------------------------------------------------------------------------------------------
+
+-- run_bounds: run, start_ts, end_ts: the first and the last timestamp anywhere in the run.  A
+-- window still open at the end of the run ends at end_ts.
+CREATE OR REPLACE VIEW run_bounds AS
+SELECT run, min(first_ts) AS start_ts, max(last_ts) AS end_ts
+FROM (
+    SELECT run, min(commit_ts) AS first_ts, max(commit_ts) AS last_ts FROM events GROUP BY run
+    UNION ALL
+    SELECT run, NULL, max(applied_ts) FROM deliveries GROUP BY run
+    UNION ALL
+    SELECT run,
+           min(least(enqueued_ts, started_ts, decided_ts, committed_ts)),
+           max(greatest(decided_ts, committed_ts, forgotten_ts))
+    FROM attempts
+    GROUP BY run
+)
+GROUP BY run;
+
+-- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id: every
+-- committed write that changes a node's free capacity, and by how much (negative: less free).
+--   * A node write carrying cpu_milli, memory_bytes or gpu_milli sets that allocatable (a value
+--     the write does not carry keeps its last one); a node delete removes the node (allocatable
+--     0), and a node created again starts from nothing.  Unknown allocatable counts as 0.
+--   * A pod takes its requests (from its create; a pod created before the trace requests nothing
+--     known) from its node at its binding and gives them back at its last committed delete, if
+--     that came after the binding.  Pods are matched to the writes by name and time, one
+--     incarnation (pods row) at a time.  attempt_id is the attempt that wrote a binding.
+CREATE OR REPLACE VIEW capacity_changes AS
+WITH node_writes AS (
+    SELECT run, rv, commit_ts, name AS node, verb = 'delete' AS removes,
+           cpu_milli, memory_bytes, gpu_milli
+    FROM events
+    WHERE resource = 'nodes'
+      AND (verb = 'delete' OR coalesce(cpu_milli, memory_bytes, gpu_milli) IS NOT NULL)
+), node_lives AS (
+    -- how many times the node was deleted before this write: a new life starts after a delete
+    SELECT *,
+           count(*) FILTER (removes) OVER (
+               PARTITION BY run, node ORDER BY rv
+               ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS life
+    FROM node_writes
+), allocatable AS (
+    SELECT run, rv, commit_ts, node,
+           CASE WHEN removes THEN 0
+                ELSE coalesce(last_value(cpu_milli IGNORE NULLS) OVER same_life, 0) END AS cpu_milli,
+           CASE WHEN removes THEN 0
+                ELSE coalesce(last_value(memory_bytes IGNORE NULLS) OVER same_life, 0) END AS memory_bytes,
+           CASE WHEN removes THEN 0
+                ELSE coalesce(last_value(gpu_milli IGNORE NULLS) OVER same_life, 0) END AS gpu_milli
+    FROM node_lives
+    WINDOW same_life AS (PARTITION BY run, node, life ORDER BY rv ROWS UNBOUNDED PRECEDING)
+), node_changes AS (
+    SELECT run, rv, commit_ts, node,
+           cpu_milli - lag(cpu_milli, 1, 0) OVER by_node AS cpu_milli,
+           memory_bytes - lag(memory_bytes, 1, 0) OVER by_node AS memory_bytes,
+           gpu_milli - lag(gpu_milli, 1, 0) OVER by_node AS gpu_milli,
+           NULL::BIGINT AS attempt_id
+    FROM allocatable
+    WINDOW by_node AS (PARTITION BY run, node ORDER BY rv)
+), pod_writes AS (
+    SELECT run, rv, commit_ts, concat_ws('/', namespace, name) AS pod,
+           verb = 'create' AS binds, attempt_id
+    FROM events
+    WHERE resource = 'pods'
+      AND (verb = 'create' AND subresource = 'binding' OR verb = 'delete' AND subresource IS NULL)
+), last_deletes AS (
+    -- several deletes of a pod at the same instant: the last one removes it
+    SELECT run, pod, commit_ts, max(rv) AS rv
+    FROM pod_writes
+    WHERE NOT binds
+    GROUP BY run, pod, commit_ts
+), placements AS (
+    SELECT pods.run, pods.node,
+           coalesce(pods.cpu_milli, 0) AS cpu_milli,
+           coalesce(pods.memory_bytes, 0) AS memory_bytes,
+           coalesce(pods.gpu_milli, 0) AS gpu_milli,
+           binding.rv AS bind_rv, binding.commit_ts AS bound_ts, binding.attempt_id,
+           removal.rv AS delete_rv, removal.commit_ts AS deleted_ts
+    FROM pods
+    JOIN pod_writes AS binding
+      ON binding.binds AND binding.run = pods.run AND binding.pod = pods.pod
+     AND binding.commit_ts = pods.bound_ts
+    LEFT JOIN last_deletes AS removal
+      ON removal.run = pods.run AND removal.pod = pods.pod AND removal.commit_ts = pods.deleted_ts
+     AND removal.rv > binding.rv
+    WHERE coalesce(pods.cpu_milli, 0) <> 0 OR coalesce(pods.memory_bytes, 0) <> 0
+       OR coalesce(pods.gpu_milli, 0) <> 0
+)
+SELECT run, bind_rv AS rv, bound_ts AS commit_ts, node,
+       -cpu_milli AS cpu_milli, -memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, attempt_id
+FROM placements
+UNION ALL
+SELECT run, delete_rv, deleted_ts, node, cpu_milli, memory_bytes, gpu_milli, NULL
+FROM placements
+WHERE delete_rv IS NOT NULL
+UNION ALL
+SELECT *
+FROM node_changes
+WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0;
+
+-- capacity_viewers: run, watcher, node: the watchers that have a view of free capacity: those that
+-- watch both pods and nodes.  node is the only node a node-bound watcher (a kubelet) sees; null
+-- means every node.
+CREATE OR REPLACE VIEW capacity_viewers AS
+SELECT run, watcher, node
+FROM watchers
+WHERE list_has_all(string_split(resources, ','), ['pods', 'nodes']);
+
+-- capacity_windows: run, watcher, node, resource, kind, start_ts, end_ts, gap_max, gap_seconds,
+-- wasted, conflicts: one row per maximal interval during which a watcher's view of a node's free
+-- capacity of one resource (cpu, memory, gpu) differs from the truth.  kind 'stale': the view
+-- shows less free capacity than there is; 'phantom': more.  gap_max is the largest difference,
+-- in cores, GiB or GPUs; gap_seconds its integral over time (core-seconds, GiB-seconds,
+-- GPU-seconds).  wasted (stale windows only): a pod was pending at some instant of the window
+-- whose request of the resource was above the view's free capacity there and within the
+-- truth's.  A pod is pending from its create until its binding or its delete commits (until the
+-- end of the run if neither does); pods created before the trace are not counted (their requests
+-- are unknown).  conflicts (phantom windows only): attempts of the watcher, as a scheduler, on
+-- the node, decided during the window and ending in conflict.
+--
+-- How: a view differs from the truth on a node while a change to the node is committed but not
+-- yet applied by the watcher, and while an assumption of its own is held longer than the truth
+-- needs.  A watcher applies writes in commit order, so most such lags overlap no other lag or
+-- change on the same node: each of those is a window by itself.  Only the others are cut into
+-- segments at every instant where the truth or the view changes, and merged into windows.
+CREATE OR REPLACE VIEW capacity_windows AS
+WITH bounds AS MATERIALIZED (
+    FROM run_bounds
+), viewers AS MATERIALIZED (
+    SELECT run, watcher, node AS only_node, row_number() OVER (ORDER BY run, watcher) AS viewer_id
+    FROM capacity_viewers
+), all_changes AS MATERIALIZED (
+    FROM capacity_changes
+), nodes AS MATERIALIZED (
+    SELECT run, node, row_number() OVER (ORDER BY run, node) AS node_id
+    FROM (SELECT DISTINCT run, node FROM all_changes)
+), changes AS MATERIALIZED (
+    -- each change with its node's number and, for a binding, the assumption its scheduler held:
+    -- from the binding's commit (or the decision, if later) until the scheduler forgot it
+    SELECT all_changes.*, nodes.node_id,
+           attempts.scheduler AS assumed_by, attempts.node AS assumed_on,
+           greatest(attempts.decided_ts, all_changes.commit_ts) AS assumed_from,
+           coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until
+    FROM all_changes
+    JOIN nodes USING (run, node)
+    JOIN bounds USING (run)
+    LEFT JOIN attempts
+      ON attempts.run = all_changes.run AND attempts.attempt_id = all_changes.attempt_id
+), received AS MATERIALIZED (
+    -- each change as each viewer received it.  own: the viewer's own binding; folded: one it
+    -- assumed from the binding's commit until it applied it, so that its view never lacked it
+    -- (a pod counts once: holding the assumption longer changes nothing)
+    SELECT viewers.viewer_id, changes.node_id, changes.rv, changes.commit_ts, deliveries.applied_ts,
+           coalesce(changes.assumed_by = deliveries.watcher, false) AS own,
+           coalesce(own AND changes.assumed_on = changes.node
+                    AND changes.assumed_from = changes.commit_ts
+                    AND changes.assumed_until >= deliveries.applied_ts, false) AS folded,
+           changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
+    FROM deliveries
+    JOIN changes USING (run, rv)
+    JOIN viewers
+      ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher
+     AND (viewers.only_node IS NULL OR viewers.only_node = changes.node)
+), shortfall AS (
+    -- viewers that received fewer changes than they watch
+    SELECT viewers.*
+    FROM viewers
+    LEFT JOIN (SELECT viewer_id, count(*) AS changes FROM received GROUP BY viewer_id) AS got
+      USING (viewer_id)
+    LEFT JOIN (SELECT run, count(*) AS changes FROM changes GROUP BY run) AS per_run USING (run)
+    LEFT JOIN (SELECT run, node, count(*) AS changes FROM changes GROUP BY run, node) AS per_node
+      ON per_node.run = viewers.run AND per_node.node = viewers.only_node
+    WHERE coalesce(got.changes, 0)
+          < coalesce(CASE WHEN only_node IS NULL THEN per_run.changes ELSE per_node.changes END, 0)
+), missed AS (
+    -- changes a viewer never received: it stays blind to them until the end of the run
+    SELECT shortfall.viewer_id, changes.node_id, changes.rv, changes.commit_ts,
+           NULL::TIMESTAMPTZ AS applied_ts, coalesce(changes.assumed_by = shortfall.watcher, false),
+           false, changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
+    FROM shortfall
+    JOIN changes
+      ON changes.run = shortfall.run AND changes.node = coalesce(shortfall.only_node, changes.node)
+    ANTI JOIN received USING (viewer_id, rv)
+), lags AS (
+    -- view_ts: when the change entered the view
+    SELECT received.*, CASE WHEN folded THEN commit_ts ELSE applied_ts END AS view_ts
+    FROM received
+    UNION ALL
+    SELECT missed.*, bounds.end_ts
+    FROM missed
+    JOIN viewers USING (viewer_id)
+    JOIN bounds USING (run)
+), failed_attempts AS (
+    -- attempts that wrote no binding but that the scheduler held for a while, with the requests
+    -- of their pod: the latest incarnation of its name created by the decision
+    SELECT attempts.run, attempts.scheduler, attempts.node,
+           greatest(attempts.decided_ts, attempts.committed_ts) AS start_ts,
+           attempts.forgotten_ts,
+           arg_max(coalesce(creates.cpu_milli, 0), creates.rv) AS cpu_milli,
+           arg_max(coalesce(creates.memory_bytes, 0), creates.rv) AS memory_bytes,
+           arg_max(coalesce(creates.gpu_milli, 0), creates.rv) AS gpu_milli
+    FROM attempts
+    JOIN events AS creates
+      ON creates.run = attempts.run AND creates.resource = 'pods' AND creates.verb = 'create'
+     AND creates.subresource IS NULL
+     AND concat_ws('/', creates.namespace, creates.name) = attempts.pod
+     AND creates.commit_ts <= attempts.decided_ts
+    WHERE attempts.node IS NOT NULL
+      AND (attempts.forgotten_ts IS NULL
+           OR attempts.forgotten_ts > greatest(attempts.decided_ts, attempts.committed_ts))
+      AND attempts.attempt_id NOT IN (SELECT attempt_id FROM events
+                                      WHERE resource = 'pods' AND subresource = 'binding'
+                                        AND attempt_id IS NOT NULL)
+    GROUP BY ALL
+), held AS (
+    -- assumptions held longer than the truth needs: own bindings not folded above, until
+    -- forgotten or until the binding is applied (from then on the pod counts as bound), and
+    -- failed attempts, from their failure until forgotten
+    SELECT viewer_id, node_id, start_ts, end_ts, cpu_milli, memory_bytes, gpu_milli
+    FROM (
+        SELECT lags.viewer_id, nodes.node_id, changes.assumed_from AS start_ts,
+               least(changes.assumed_until, lags.applied_ts) AS end_ts,
+               changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
+        FROM lags
+        JOIN viewers USING (viewer_id)
+        JOIN changes USING (run, rv)
+        JOIN nodes ON nodes.run = changes.run AND nodes.node = changes.assumed_on
+        WHERE lags.own AND NOT lags.folded
+          AND (viewers.only_node IS NULL OR viewers.only_node = changes.assumed_on)
+    )
+    WHERE end_ts > start_ts
+    UNION ALL
+    SELECT viewers.viewer_id, nodes.node_id, failed.start_ts,
+           coalesce(failed.forgotten_ts, bounds.end_ts),
+           -failed.cpu_milli, -failed.memory_bytes, -failed.gpu_milli
+    FROM failed_attempts AS failed
+    JOIN bounds USING (run)
+    JOIN viewers
+      ON viewers.run = failed.run AND viewers.watcher = failed.scheduler
+     AND (viewers.only_node IS NULL OR viewers.only_node = failed.node)
+    JOIN nodes ON nodes.run = failed.run AND nodes.node = failed.node
+), irregular AS (
+    -- (viewer, node) pairs with a missed change or a held assumption: cut into segments
+    SELECT DISTINCT viewer_id, node_id FROM missed
+    UNION
+    SELECT DISTINCT viewer_id, node_id FROM held
+), ordered AS (
+    -- per viewer and node, in commit order: the truth's free capacity after each change, and
+    -- whether the change's lag overlaps or touches another change (touching windows may merge)
+    SELECT viewer_id, node_id, rv, commit_ts, view_ts, cpu_milli, memory_bytes, gpu_milli,
+           sum(cpu_milli) OVER by_rv AS truth_cpu,
+           sum(memory_bytes) OVER by_rv AS truth_memory,
+           sum(gpu_milli) OVER by_rv AS truth_gpu,
+           max(view_ts) OVER (by_rv ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_view_ts,
+           lead(commit_ts) OVER by_rv AS next_commit_ts
+    FROM lags
+    WINDOW by_rv AS (PARTITION BY viewer_id, node_id ORDER BY rv)
+), classified AS MATERIALIZED (
+    SELECT ordered.*,
+           irregular.viewer_id IS NULL
+           AND (earlier_view_ts IS NULL OR earlier_view_ts < commit_ts)
+           AND (next_commit_ts IS NULL OR next_commit_ts > view_ts) AS alone
+    FROM ordered
+    LEFT JOIN irregular USING (viewer_id, node_id)
+), lone_windows AS MATERIALIZED (
+    -- a lag that overlaps no other change is a window: the view lacks exactly this change
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, -change AS gap, truth, truth - change AS view
+    FROM (
+        SELECT viewer_id, node_id, commit_ts AS start_ts, view_ts AS end_ts,
+               unnest([{'resource': 'cpu', 'change': cpu_milli, 'truth': truth_cpu},
+                       {'resource': 'memory', 'change': memory_bytes, 'truth': truth_memory},
+                       {'resource': 'gpu', 'change': gpu_milli, 'truth': truth_gpu}],
+                      recursive := true)
+        FROM classified
+        WHERE alone AND view_ts > commit_ts
+    )
+    WHERE change <> 0
+), points AS (
+    -- the others: every instant at which the truth or the view changes
+    SELECT viewer_id, node_id, commit_ts AS ts, rv,
+           CASE WHEN view_ts > commit_ts THEN -cpu_milli ELSE 0 END AS gap_cpu,
+           CASE WHEN view_ts > commit_ts THEN -memory_bytes ELSE 0 END AS gap_memory,
+           CASE WHEN view_ts > commit_ts THEN -gpu_milli ELSE 0 END AS gap_gpu,
+           truth_cpu, truth_memory, truth_gpu
+    FROM classified
+    WHERE NOT alone
+    UNION ALL
+    SELECT viewer_id, node_id, view_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL
+    FROM classified
+    WHERE NOT alone AND view_ts > commit_ts
+    UNION ALL
+    SELECT viewer_id, node_id, start_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL
+    FROM held
+    UNION ALL
+    SELECT viewer_id, node_id, end_ts, NULL, -cpu_milli, -memory_bytes, -gpu_milli, NULL, NULL, NULL
+    FROM held
+), instants AS (
+    SELECT viewer_id, node_id, ts,
+           sum(gap_cpu) AS gap_cpu, sum(gap_memory) AS gap_memory, sum(gap_gpu) AS gap_gpu,
+           arg_max(truth_cpu, rv) AS truth_cpu, arg_max(truth_memory, rv) AS truth_memory,
+           arg_max(truth_gpu, rv) AS truth_gpu
+    FROM points
+    GROUP BY viewer_id, node_id, ts
+), stepped AS (
+    SELECT viewer_id, node_id, ts AS start_ts, lead(ts) OVER by_ts AS end_ts,
+           sum(gap_cpu) OVER by_ts AS gap_cpu,
+           sum(gap_memory) OVER by_ts AS gap_memory,
+           sum(gap_gpu) OVER by_ts AS gap_gpu,
+           coalesce(last_value(truth_cpu IGNORE NULLS) OVER by_ts, 0) AS truth_cpu,
+           coalesce(last_value(truth_memory IGNORE NULLS) OVER by_ts, 0) AS truth_memory,
+           coalesce(last_value(truth_gpu IGNORE NULLS) OVER by_ts, 0) AS truth_gpu
+    FROM instants
+    WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY ts ROWS UNBOUNDED PRECEDING)
+), split_segments AS (
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, gap, truth, truth + gap AS view
+    FROM (
+        SELECT viewer_id, node_id, start_ts, end_ts,
+               unnest([{'resource': 'cpu', 'gap': gap_cpu, 'truth': truth_cpu},
+                       {'resource': 'memory', 'gap': gap_memory, 'truth': truth_memory},
+                       {'resource': 'gpu', 'gap': gap_gpu, 'truth': truth_gpu}],
+                      recursive := true)
+        FROM stepped
+    )
+    WHERE gap <> 0
+), merged_segments AS MATERIALIZED (
+    -- consecutive segments with a difference of the same sign form one window, named by its start
+    SELECT *,
+           max(CASE WHEN starts THEN start_ts END) OVER (
+               PARTITION BY viewer_id, node_id, resource ORDER BY start_ts
+               ROWS UNBOUNDED PRECEDING) AS window_ts
+    FROM (
+        SELECT *,
+               coalesce(lag(end_ts) OVER by_start <> start_ts
+                        OR sign(lag(gap) OVER by_start) <> sign(gap), true) AS starts
+        FROM split_segments
+        WINDOW by_start AS (PARTITION BY viewer_id, node_id, resource ORDER BY start_ts)
+    )
+), windows AS MATERIALIZED (
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, gap < 0 AS stale, abs(gap) AS gap_max,
+           abs(gap) * (epoch_us(end_ts) - epoch_us(start_ts)) AS gap_us
+    FROM lone_windows
+    UNION ALL
+    SELECT viewer_id, node_id, resource, window_ts, max(end_ts), any_value(gap) < 0,
+           max(abs(gap)), sum(abs(gap) * (epoch_us(end_ts) - epoch_us(start_ts)))
+    FROM merged_segments
+    GROUP BY viewer_id, node_id, resource, window_ts
+), pending AS (
+    -- pods waiting to be placed, by request size: reach_ts is the latest end among those of the
+    -- same size that started by start_ts
+    SELECT run, resource, request, start_ts,
+           max(end_ts) OVER (PARTITION BY run, resource, request ORDER BY start_ts) AS reach_ts
+    FROM (
+        SELECT run, created_ts AS start_ts,
+               coalesce(least(bound_ts, deleted_ts), bounds.end_ts) AS end_ts,
+               unnest([{'resource': 'cpu', 'request': cpu_milli},
+                       {'resource': 'memory', 'request': memory_bytes},
+                       {'resource': 'gpu', 'request': gpu_milli}], recursive := true)
+        FROM pods
+        JOIN bounds USING (run)
+        WHERE created_ts IS NOT NULL
+    )
+    WHERE request > 0 AND end_ts > start_ts
+), stale_segments AS (
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, start_ts AS window_ts, truth, view
+    FROM lone_windows
+    WHERE gap < 0
+    UNION ALL
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, window_ts, truth, view
+    FROM merged_segments
+    WHERE gap < 0
+), wasted AS (
+    -- stale windows with a segment during which a pending pod fit the truth's free capacity
+    -- but not the view's
+    SELECT DISTINCT segments.viewer_id, segments.node_id, segments.resource,
+           segments.window_ts AS start_ts
+    FROM stale_segments AS segments
+    JOIN viewers USING (viewer_id)
+    JOIN (SELECT DISTINCT run, resource, request FROM pending) AS sizes
+      ON sizes.run = viewers.run AND sizes.resource = segments.resource
+     AND sizes.request > segments.view AND sizes.request <= segments.truth
+    ASOF JOIN pending
+      ON pending.run = sizes.run AND pending.resource = sizes.resource
+     AND pending.request = sizes.request AND segments.end_ts > pending.start_ts
+    WHERE pending.reach_ts > segments.start_ts
+), conflicted AS (
+    -- phantom windows and the conflicting attempts their watcher decided during them
+    SELECT windows.viewer_id, windows.node_id, windows.resource, windows.start_ts,
+           count(*) AS conflicts
+    FROM attempts
+    JOIN viewers ON viewers.run = attempts.run AND viewers.watcher = attempts.scheduler
+    JOIN nodes ON nodes.run = attempts.run AND nodes.node = attempts.node
+    JOIN windows
+      ON windows.viewer_id = viewers.viewer_id AND windows.node_id = nodes.node_id
+     AND attempts.decided_ts >= windows.start_ts AND attempts.decided_ts < windows.end_ts
+    WHERE attempts.outcome = 'conflict' AND NOT windows.stale
+    GROUP BY ALL
+)
+SELECT viewers.run, viewers.watcher, nodes.node, windows.resource,
+       CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
+       windows.start_ts, windows.end_ts,
+       windows.gap_max / unit.size AS gap_max,
+       windows.gap_us / 1e6 / unit.size AS gap_seconds,
+       CASE WHEN stale THEN wasted.start_ts IS NOT NULL END AS wasted,
+       CASE WHEN NOT stale THEN coalesce(conflicted.conflicts, 0) END AS conflicts
+FROM windows
+JOIN viewers USING (viewer_id)
+JOIN nodes USING (node_id)
+JOIN (VALUES ('cpu', 1000.0), ('memory', 1073741824.0), ('gpu', 1000.0)) AS unit(resource, size)
+  USING (resource)
+LEFT JOIN wasted USING (viewer_id, node_id, resource, start_ts)
+LEFT JOIN conflicted USING (viewer_id, node_id, resource, start_ts);

@@ -1,0 +1,94 @@
+"""Open run directories in DuckDB and run queries on them, with parameters as DuckDB variables.
+
+The views come from ``queries/views.sql``, pointed at the runs through the ``run_dirs`` variable;
+query parameters (``from_ts``, ``to_ts``, ``watcher``, and any ``--var``) are set with
+``SET VARIABLE`` and bound values, never pasted into SQL.  DuckDB's errors become one-line
+``ReplayError``s that say which query failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import duckdb
+
+from replay.analysis.catalog import Query, views_sql
+from replay.engine.rundir import TABLES
+from replay.errors import ReplayError
+
+RUNS_VARIABLE = "run_dirs"
+PARAMETERS = ("from_ts", "to_ts", "watcher")  # optional in every shipped query
+_GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
+
+
+def check_run_dir(path: str) -> None:
+    """A run directory has a manifest and every table; say what is missing otherwise."""
+    run = Path(path)
+    if not run.is_dir():
+        raise ReplayError(f"{path}: no such run directory")
+    if not (run / "manifest.json").is_file():
+        raise ReplayError(f"{path}: not a run directory (no manifest.json)")
+    missing = [t for t in TABLES if not (run / f"{t}.parquet").is_file()]
+    if missing:
+        raise ReplayError(f"{path}: incomplete run directory (no {', '.join(missing)} table)")
+
+
+def open_runs(run_dirs: list[str]) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the views of ``views.sql`` over these runs.
+
+    Times are shown in UTC whatever the machine's time zone, so output is the same everywhere."""
+    for path in run_dirs:
+        check_run_dir(path)
+    names = Counter(Path(p).resolve().name for p in run_dirs)
+    twice = sorted(name for name, count in names.items() if count > 1)
+    if twice:
+        raise ReplayError(f"two run directories are named {twice[0]!r}: a run is known by its "
+                          f"directory's name, so give them different names")
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [[str(Path(p)) for p in run_dirs]])
+    with duckdb_errors("queries/views.sql"):
+        con.execute(views_sql())
+    return con
+
+
+def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> None:
+    """``SET VARIABLE name = value`` for each value that is given; ``RESET`` the others."""
+    for name, value in values.items():
+        if not name.isidentifier():
+            raise ReplayError(f"--var {name}=...: a variable name is letters, digits and _")
+        if value is None:
+            con.execute(f"RESET VARIABLE {name}")
+        else:
+            con.execute(f"SET VARIABLE {name} = ?", [value])
+
+
+def run_query(con: duckdb.DuckDBPyConnection, query: Query,
+              variables: Mapping[str, Any]) -> duckdb.DuckDBPyRelation:
+    """The query's result as a relation (run when it is read), after setting its variables.
+
+    A variable the query reads that is neither given nor optional is an error, not a silent
+    NULL."""
+    optional = {RUNS_VARIABLE, *PARAMETERS}
+    given = {name for name, value in variables.items() if value is not None}
+    missing = sorted(set(_GETVARIABLE.findall(query.sql)) - optional - given)
+    if missing:
+        raise ReplayError(f"{query.name}: reads the variable {missing[0]!r}; "
+                          f"set it with --var {missing[0]}=VALUE")
+    set_variables(con, variables)
+    with duckdb_errors(query.name):
+        return con.sql(query.sql)
+
+
+@contextlib.contextmanager
+def duckdb_errors(where: str) -> Iterator[None]:
+    """Turn a DuckDB error into a one-line ``ReplayError`` naming ``where`` it happened."""
+    try:
+        yield
+    except duckdb.Error as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ReplayError(f"{where}: {first}") from None

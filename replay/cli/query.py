@@ -1,0 +1,87 @@
+"""``replay query RUN_DIR... [NAME | FILE.sql]``: answer a question with DuckDB SQL over runs."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+from pathlib import Path
+
+from replay.analysis.catalog import HEADLINE, load_query, shipped
+from replay.analysis.output import FORMATS, render_table, write_result
+from replay.analysis.runs import duckdb_errors, open_runs, run_query
+from replay.errors import ReplayError
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "query", help="answer a question with DuckDB SQL over run directories",
+        description="Run a shipped query by NAME, or your own FILE.sql, over the tables of one "
+                    "or more run directories (views named after the tables, every row "
+                    "carrying its run's name, model and model parameters; queries/README.md). "
+                    "Without NAME, print the headline results: "
+                    f"{', '.join(HEADLINE)}. Queries: {', '.join(shipped())}.")
+    parser.add_argument("args", nargs="+", metavar="RUN_DIR... [NAME | FILE.sql]",
+                        help="run directories, then optionally the query")
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="output format (default: table, at most 40 rows; the others hold "
+                             "every row; parquet needs --out)")
+    parser.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    parser.add_argument("--from", dest="from_ts", type=timestamp, metavar="TIME",
+                        help="only what happens from TIME on (ISO 8601; UTC unless it says)")
+    parser.add_argument("--to", dest="to_ts", type=timestamp, metavar="TIME",
+                        help="only what happens before TIME")
+    parser.add_argument("--watcher", metavar="GLOB",
+                        help="only watchers (schedulers, for conflicts) whose name matches GLOB, "
+                             "e.g. 'kubelet/*'")
+    parser.add_argument("--var", dest="variables", action="append", default=[],
+                        metavar="NAME=VALUE",
+                        help="set the DuckDB variable NAME (a string) for your own query; "
+                             "repeatable")
+    parser.set_defaults(run=run)
+
+
+def timestamp(text: str) -> dt.datetime:
+    """An ISO 8601 time; one without a zone is UTC."""
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
+
+
+def split_arguments(args: list[str]) -> tuple[list[str], str | None]:
+    """Run directories, and the query if the last argument names one: a FILE.sql, or a name
+    that is not a directory."""
+    *runs, last = args
+    if runs and (last.endswith(".sql") or not Path(last).is_dir()):
+        return runs, last
+    return args, None
+
+
+def parse_variables(items: list[str]) -> dict[str, str]:
+    variables = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ReplayError(f"--var {item!r}: expected NAME=VALUE")
+        variables[name] = value
+    return variables
+
+
+def run(args: argparse.Namespace) -> int:
+    runs, name = split_arguments(args.args)
+    variables = {"from_ts": args.from_ts, "to_ts": args.to_ts, "watcher": args.watcher,
+                 **parse_variables(args.variables)}
+    if name is None and (args.out or args.format != "table"):
+        raise ReplayError("--format and --out need a query NAME or FILE.sql")
+    queries = [load_query(name)] if name else [load_query(q) for q in HEADLINE]
+    con = open_runs(runs)
+    if name:
+        query = queries[0]
+        with duckdb_errors(query.name):
+            write_result(run_query(con, query, variables), args.format, args.out)
+        return 0
+    for query in queries:
+        with duckdb_errors(query.name):
+            print(f"{query.name}:\n{render_table(run_query(con, query, variables))}")
+    return 0

@@ -1,0 +1,376 @@
+"""Independent answers to the shipped queries, computed in Python from a run directory's tables.
+
+The queries' tests compare these with DuckDB's.  Everything here follows docs/run-directory.md
+and queries/README.md literally and naively: the truth is rebuilt from the events (not from the
+pods table the SQL uses), and every view is replayed instant by instant, so that a shortcut taken
+by the SQL for speed cannot hide a mistake.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+RESOURCES = {"cpu": "cpu_milli", "memory": "memory_bytes", "gpu": "gpu_milli"}
+UNIT = {"cpu": 1000.0, "memory": float(1 << 30), "gpu": 1000.0}
+STAGES = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts", "dequeued_ts",
+          "applied_ts")
+COMPONENTS = ("storage_to_cache", "cacher_queue", "watcher_queue", "network", "client_queue",
+              "handler")
+
+
+def load(run_dir: Path) -> dict[str, pl.DataFrame]:
+    return {t: pl.read_parquet(Path(run_dir) / f"{t}.parquet") for t in TABLES}
+
+
+def us(ts) -> int:
+    """A timestamp as integer microseconds since the epoch."""
+    return int(ts.timestamp() * 1_000_000) if ts is not None else None
+
+
+# --- per-component delay -------------------------------------------------------------------------
+
+def component_delays(tables) -> pl.DataFrame:
+    """One row per (delivery, component): role, component, ms, commit_ts."""
+    d = tables["deliveries"]
+    frames = []
+    for name, (a, b) in zip(COMPONENTS + ("end_to_end",),
+                            list(zip(STAGES, STAGES[1:])) + [("commit_ts", "applied_ts")]):
+        frames.append(d.select(
+            watcher_role=pl.col("role"), component=pl.lit(name), commit_ts="commit_ts",
+            ms=(pl.col(b) - pl.col(a)).dt.total_microseconds() / 1000.0))
+    return pl.concat(frames)
+
+
+def delay_stats(delays: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    stats = delays.group_by(by + ["component"]).agg(
+        events=pl.len(), mean_ms=pl.col("ms").mean(),
+        p50_ms=pl.col("ms").quantile(0.5, "linear"), p90_ms=pl.col("ms").quantile(0.9, "linear"),
+        p99_ms=pl.col("ms").quantile(0.99, "linear"), max_ms=pl.col("ms").max())
+    end = stats.filter(pl.col("component") == "end_to_end").select(by + [pl.col("mean_ms").alias("e2e")])
+    return (stats.join(end, on=by)
+            .with_columns(share=pl.when(pl.col("e2e") > 0).then(pl.col("mean_ms") / pl.col("e2e")))
+            .drop("e2e"))
+
+
+def per_component_delay(tables) -> pl.DataFrame:
+    return delay_stats(component_delays(tables), ["watcher_role"])
+
+
+def per_component_delay_timeline(tables) -> pl.DataFrame:
+    delays = component_delays(tables).with_columns(minute=pl.col("commit_ts").dt.truncate("1m"))
+    return delay_stats(delays, ["minute", "watcher_role"])
+
+
+# --- conflicts -----------------------------------------------------------------------------------
+
+def _conflict_counts(attempts: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    return attempts.group_by(by).agg(
+        attempts=pl.len(),
+        bound=(pl.col("outcome") == "bound").sum(),
+        conflicts=(pl.col("outcome") == "conflict").sum(),
+        unschedulable=(pl.col("outcome") == "unschedulable").sum(),
+    ).with_columns(
+        conflict_rate=pl.when(pl.col("bound") + pl.col("conflicts") > 0)
+        .then(pl.col("conflicts") / (pl.col("bound") + pl.col("conflicts"))),
+        conflict_fraction=pl.when(pl.col("bound") > 0).then(pl.col("conflicts") / pl.col("bound")))
+
+
+def conflict_rate(tables) -> pl.DataFrame:
+    a = tables["attempts"]
+    per = _conflict_counts(a, ["scheduler"])
+    everyone = _conflict_counts(a.with_columns(scheduler=pl.lit("ALL")), ["scheduler"])
+    reasons = {}
+    for scheduler, reason, n in (a.filter(pl.col("outcome") == "conflict")
+                                 .group_by("scheduler", "reason").len().iter_rows()):
+        for key in (scheduler, "ALL"):
+            reasons.setdefault(key, {}).setdefault(reason, 0)
+            reasons[key][reason] += n
+    table = pl.concat([per, everyone]) if a.height else everyone
+    return table.with_columns(
+        by_reason=pl.Series([reasons.get(s, {}) for s in table["scheduler"]], dtype=pl.Object))
+
+
+LAG_EDGES_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def lag_bucket(lag_ms):
+    if lag_ms is None:
+        return None, None
+    for low, high in zip(LAG_EDGES_MS, LAG_EDGES_MS[1:]):
+        if lag_ms < high:
+            return float(low), float(high)
+    return float(LAG_EDGES_MS[-1]), None
+
+
+def conflict_rate_by_lag(tables) -> pl.DataFrame:
+    a = tables["attempts"]
+    buckets = [lag_bucket(v) for v in a["view_lag_ms"].to_list()]
+    a = a.with_columns(lag_from_ms=pl.Series([b[0] for b in buckets], dtype=pl.Float64),
+                       lag_to_ms=pl.Series([b[1] for b in buckets], dtype=pl.Float64))
+    return pl.concat([
+        _conflict_counts(a, ["scheduler", "lag_from_ms", "lag_to_ms"]),
+        _conflict_counts(a.with_columns(scheduler=pl.lit("ALL")),
+                         ["scheduler", "lag_from_ms", "lag_to_ms"]),
+    ]) if a.height else _conflict_counts(a, ["scheduler", "lag_from_ms", "lag_to_ms"])
+
+
+# --- free capacity -------------------------------------------------------------------------------
+
+@dataclass(eq=False)  # compared and hashed by identity
+class Incarnation:
+    pod: str
+    requests: dict
+    created: int | None = None
+    bind: tuple | None = None  # (rv, commit_us, node, attempt_id)
+    delete: tuple | None = None  # (rv, commit_us) of the last delete
+
+
+@dataclass
+class Truth:
+    changes: list = field(default_factory=list)  # (rv, commit_us, node, {resource: delta})
+    incarnations: list = field(default_factory=list)
+    node_changes: list = field(default_factory=list)  # the changes of allocatable alone
+    by_attempt: dict = field(default_factory=dict)  # attempt_id -> (commit_us, incarnation)
+
+
+def rebuild_truth(events: pl.DataFrame) -> Truth:
+    """Replay the committed writes: node allocatable and pod placements, as capacity changes."""
+    truth = Truth()
+    allocatable: dict[str, dict] = {}
+    current: dict[str, Incarnation] = {}
+    zero = {r: 0 for r in RESOURCES}
+    for e in events.sort("rv").iter_rows(named=True):
+        if e["resource"] == "nodes":
+            old = allocatable.get(e["name"], zero)
+            if e["verb"] == "delete":
+                new = dict(zero)
+            elif any(e[c] is not None for c in RESOURCES.values()):
+                new = {r: old[r] if e[c] is None else e[c] for r, c in RESOURCES.items()}
+            else:
+                continue
+            allocatable[e["name"]] = new
+            delta = {r: new[r] - old[r] for r in RESOURCES}
+            if any(delta.values()):
+                truth.changes.append((e["rv"], us(e["commit_ts"]), e["name"], delta))
+                truth.node_changes.append(truth.changes[-1])
+        elif e["resource"] == "pods" and e["name"]:
+            pod = e["name"] if e["namespace"] is None else f"{e['namespace']}/{e['name']}"
+            if e["verb"] == "create" and e["subresource"] is None:
+                current[pod] = Incarnation(pod, {r: e[c] or 0 for r, c in RESOURCES.items()},
+                                           us(e["commit_ts"]))
+                truth.incarnations.append(current[pod])
+                continue
+            if pod not in current:  # created before the trace began: requests unknown
+                current[pod] = Incarnation(pod, dict(zero))
+                truth.incarnations.append(current[pod])
+            inc = current[pod]
+            if e["verb"] == "create" and e["subresource"] == "binding" and inc.bind is None:
+                inc.bind = (e["rv"], us(e["commit_ts"]), e["node"], e["attempt_id"])
+            elif e["verb"] == "delete" and e["subresource"] is None:
+                inc.delete = (e["rv"], us(e["commit_ts"]))
+    for inc in truth.incarnations:
+        if inc.bind is None:
+            continue
+        rv, at, node, attempt = inc.bind
+        if attempt is not None:
+            truth.by_attempt[attempt] = (at, inc)
+        if not any(inc.requests.values()):
+            continue
+        truth.changes.append((rv, at, node, {r: -v for r, v in inc.requests.items()}))
+        if inc.delete is not None and inc.delete[0] > rv:
+            truth.changes.append((inc.delete[0], inc.delete[1], node, dict(inc.requests)))
+    truth.changes.sort()
+    return truth
+
+
+def run_end(tables) -> int:
+    a = tables["attempts"]
+    times = [tables["events"]["commit_ts"].max(), tables["deliveries"]["applied_ts"].max()]
+    times += [a[c].max() for c in ("decided_ts", "committed_ts", "forgotten_ts")]
+    return max(us(t) for t in times if t is not None)
+
+
+class CapacityReference:
+    """Every stale or phantom window of every watcher that has a view of capacity, by brute force:
+    the truth and each view are replayed change by change on every node."""
+
+    def __init__(self, tables):
+        self.tables = tables
+        self.truth = rebuild_truth(tables["events"])
+        self.node_changes = self.truth.node_changes
+        self.end = run_end(tables)
+        self.pending = [  # (start, end, requests) of each pod waiting to be placed
+            (inc.created, min([t for t in (inc.bind and inc.bind[1], inc.delete and inc.delete[1])
+                               if t is not None] or [self.end]), inc.requests)
+            for inc in self.truth.incarnations if inc.created is not None]
+
+    def windows(self) -> pl.DataFrame:
+        rows = []
+        watchers = self.tables["watchers"].filter(
+            pl.col("resources").str.split(",").list.contains("pods")
+            & pl.col("resources").str.split(",").list.contains("nodes"))
+        for w in watchers.iter_rows(named=True):
+            rows += self._watcher_windows(w)
+        return pl.DataFrame(rows, schema={
+            "watcher": pl.String, "node": pl.String, "resource": pl.String, "kind": pl.String,
+            "start_us": pl.Int64, "end_us": pl.Int64, "gap_max": pl.Float64,
+            "gap_seconds": pl.Float64, "wasted": pl.Boolean, "conflicts": pl.Int64}, orient="row")
+
+    def _watcher_windows(self, w: dict) -> list:
+        seen = dict(self.tables["deliveries"].filter(pl.col("watcher") == w["watcher"])
+                    .select("rv", pl.col("applied_ts").dt.epoch("us")).iter_rows())
+        steps: dict[str, list] = {}  # node -> (instant, truth delta, view delta)
+
+        def visible(node):
+            return w["node"] is None or node == w["node"]
+
+        for rv, at, node, delta in self.truth.changes:
+            if visible(node):
+                steps.setdefault(node, []).append((at, delta, None))
+        for rv, at, node, delta in self.node_changes:
+            if visible(node):
+                steps[node].append((seen.get(rv, self.end), None, delta))
+        # a pod counts once in the view: while its binding is applied and its delete is not, or
+        # while the watcher holds an assumption of it; never after its delete is applied
+        for (inc, node), spans in self._memberships(w, seen).items():
+            if not visible(node):
+                continue
+            for start, stop in _union(spans):
+                steps.setdefault(node, []).append((start, None, {r: -v for r, v in inc.requests.items()}))
+                steps[node].append((stop, None, dict(inc.requests)))
+        return [self._describe(w["watcher"], node, resource, window)
+                for node, changes in steps.items() for resource in RESOURCES
+                for window in self._windows(changes, resource)]
+
+    def _memberships(self, w: dict, seen: dict) -> dict:
+        """(incarnation, node) -> intervals during which the pod counts on the node in the view."""
+        spans: dict[tuple, list] = {}
+        gone = {}  # incarnation -> when the watcher applied its delete
+        for inc in self.truth.incarnations:
+            if inc.bind is None or not any(inc.requests.values()):
+                continue
+            rv, _, node, _ = inc.bind
+            removed = (seen.get(inc.delete[0], self.end)
+                       if inc.delete is not None and inc.delete[0] > rv else self.end)
+            gone[inc] = removed
+            spans.setdefault((inc, node), []).append((seen.get(rv, self.end), removed))
+        for start, stop, node, inc in self._assumptions(w):
+            stop = min(stop, gone.get(inc, self.end))
+            spans.setdefault((inc, node), []).append((start, stop))
+        return {key: [(a, b) for a, b in value if b > a] for key, value in spans.items()}
+
+    def _assumptions(self, w: dict):
+        """(start, end, node, incarnation) of each assumption the watcher held: from its decision,
+        or the commit (or failure) of its write if later, until it forgot it."""
+        attempts = self.tables["attempts"].filter(pl.col("scheduler") == w["watcher"])
+        for a in attempts.iter_rows(named=True):
+            if a["node"] is None:
+                continue
+            if a["attempt_id"] in self.truth.by_attempt:
+                settled, inc = self.truth.by_attempt[a["attempt_id"]]
+            else:
+                settled, inc = us(a["committed_ts"]), self._incarnation_at(a["pod"], us(a["decided_ts"]))
+            if settled is None or inc is None or not any(inc.requests.values()):
+                continue
+            start = max(us(a["decided_ts"]), settled)
+            stop = us(a["forgotten_ts"]) if a["forgotten_ts"] is not None else self.end
+            yield start, stop, a["node"], inc
+
+    def _incarnation_at(self, pod: str, at: int):
+        """The latest incarnation of ``pod`` created by ``at`` (in commit order)."""
+        created = [inc for inc in self.truth.incarnations
+                   if inc.pod == pod and inc.created is not None and inc.created <= at]
+        return created[-1] if created else None
+
+    def _windows(self, changes: list, resource: str) -> list:
+        """Maximal intervals where the view's free capacity differs from the truth's, as lists of
+        (start, end, truth, view) segments."""
+        by_time: dict[int, list] = {}
+        for t, dt, dv in changes:
+            by_time.setdefault(t, []).append((dt, dv))
+        instants = sorted(by_time)
+        truth = view = 0
+        segments = []
+        for i, t in enumerate(instants):
+            for dt, dv in by_time[t]:
+                truth += dt[resource] if dt else 0
+                view += dv[resource] if dv else 0
+            stop = instants[i + 1] if i + 1 < len(instants) else self.end
+            if view != truth and stop > t:
+                segments.append((t, stop, truth, view))
+        windows: list[list] = []
+        for seg in segments:
+            last = windows[-1][-1] if windows else None
+            if last and last[1] == seg[0] and (last[3] > last[2]) == (seg[3] > seg[2]):
+                windows[-1].append(seg)
+            else:
+                windows.append([seg])
+        return windows
+
+    def _describe(self, watcher, node, resource, segments) -> tuple:
+        stale = segments[0][3] < segments[0][2]
+        start, stop = segments[0][0], segments[-1][1]
+        gap_max = max(abs(v - t) for _, _, t, v in segments) / UNIT[resource]
+        gap_seconds = sum(abs(v - t) * (b - a) for a, b, t, v in segments) / 1e6 / UNIT[resource]
+        wasted = conflicts = None
+        if stale:
+            wasted = any(self._pending_fits(resource, s) for s in segments)
+        else:
+            a = self.tables["attempts"]
+            conflicts = a.filter((pl.col("scheduler") == watcher) & (pl.col("node") == node)
+                                 & (pl.col("outcome") == "conflict")
+                                 & (pl.col("decided_ts").dt.epoch("us") >= start)
+                                 & (pl.col("decided_ts").dt.epoch("us") < stop)).height
+        return (watcher, node, resource, "stale" if stale else "phantom", start, stop, gap_max,
+                gap_seconds, wasted, conflicts)
+
+    def _pending_fits(self, resource: str, segment) -> bool:
+        """Whether a pod pending during the segment asked for more of ``resource`` than the view
+        had free and no more than the truth had."""
+        start, stop, truth, view = segment
+        return any(p_start < stop and p_end > start and view < requests[resource] <= truth
+                   for p_start, p_end, requests in self.pending
+                   if requests[resource] > 0 and p_end > p_start)
+
+
+def _union(spans: list) -> list:
+    """Overlapping or touching intervals merged."""
+    merged: list[list] = []
+    for start, stop in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], stop)
+        else:
+            merged.append([start, stop])
+    return merged
+
+
+def stale_capacity_summary(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per watcher with a view of capacity: its stale and phantom windows summarised."""
+    viewers = tables["watchers"].filter(
+        pl.col("resources").str.split(",").list.contains("pods")
+        & pl.col("resources").str.split(",").list.contains("nodes")).select("watcher")
+    w = windows.with_columns(ms=(pl.col("end_us") - pl.col("start_us")) / 1000.0)
+    cpu = pl.col("resource") == "cpu"
+
+    def side(kind: str, prefix: str, costly: pl.Expr, costly_name: str) -> pl.DataFrame:
+        k = w.filter(pl.col("kind") == kind)
+        return k.group_by("watcher").agg(
+            pl.len().alias(f"{prefix}windows"),
+            pl.col("ms").quantile(0.5, "linear").alias(f"{prefix}p50_ms"),
+            pl.col("ms").quantile(0.99, "linear").alias(f"{prefix}p99_ms"),
+            pl.col("ms").max().alias(f"{prefix}max_ms"),
+            pl.col("gap_seconds").filter(cpu).sum().alias(f"{prefix}core_seconds"),
+            pl.col("gap_seconds").filter(cpu & costly).sum().alias(costly_name))
+
+    stale = side("stale", "", pl.col("wasted"), "wasted_core_seconds").rename(
+        {"core_seconds": "blind_core_seconds"})
+    phantom = side("phantom", "phantom_", pl.col("conflicts") > 0, "conflicted_core_seconds")
+    out = viewers.join(stale, on="watcher", how="left").join(phantom, on="watcher", how="left")
+    return out.with_columns(pl.col("windows", "phantom_windows").fill_null(0),
+                            pl.col("blind_core_seconds", "wasted_core_seconds",
+                                   "phantom_core_seconds", "conflicted_core_seconds").fill_null(0.0))

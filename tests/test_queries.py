@@ -1,0 +1,444 @@
+"""The shipped queries against independent answers (tests/query_reference.py) on small runs.
+
+Hypothesis draws small traces (nodes changing allocatable or going away, pods bound on the first
+try or after a conflict, deleted, created again under the same name, writes at the same instant)
+and small configurations (no delay, constant delays, the default profile; the model's watchers or
+a list with a watcher that receives nothing), replays them, and compares every query with its
+reference.  Hand-worked runs pin exact windows; edited run directories exercise what the engine
+never writes today (a missed write, an assumption held too long).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import math
+import shutil
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import query_reference as ref
+from conftest import SAMPLE_TRACE
+from replay import models
+from replay.analysis.catalog import load_query
+from replay.analysis.runs import open_runs, run_query
+from replay.engine.config import load_config
+from replay.engine.run import run_replay
+from replay.errors import ReplayError
+from replay.trace.io import write_trace
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+GIB = 1 << 30
+SCHEDULERS = ("kube-scheduler", "second-scheduler")
+
+
+# --- making runs ---------------------------------------------------------------------------------
+
+def write_rows(path, rows: list[dict]) -> None:
+    """A trace from rows of dicts with ``ms`` (milliseconds after T0); other columns as named."""
+    frame = pl.DataFrame([
+        {"ts": T0 + dt.timedelta(milliseconds=r["ms"]),
+         "received_ts": T0 + dt.timedelta(milliseconds=r.get("received_ms", r["ms"])),
+         "verb": r["verb"], "resource": r["resource"], "subresource": r.get("subresource"),
+         "namespace": "ns" if r["resource"] == "pods" else None, "name": r["name"],
+         "node": r.get("node"), "cpu_milli": r.get("cpu"), "memory_bytes": r.get("memory"),
+         "gpu_milli": r.get("gpu"), "code": r.get("code", 201),
+         "component": r.get("component", "workload")}
+        for r in sorted(rows, key=lambda r: r["ms"])],
+        schema_overrides={"cpu_milli": pl.Int64, "memory_bytes": pl.Int64, "gpu_milli": pl.Int64,
+                          "subresource": pl.String, "node": pl.String, "namespace": pl.String})
+    write_trace(frame, path, source="test", source_args={})
+
+
+def replay_rows(tmp_path, rows: list[dict], config: str = "", name: str = "run"):
+    trace, toml = tmp_path / f"{name}.parquet", tmp_path / f"{name}.toml"
+    write_rows(trace, rows)
+    toml.write_text(config)
+    out = tmp_path / name
+    run_replay(trace, load_config(toml), out=out, force=True)
+    return out
+
+
+def node(ms, name, cpu, memory=8 * GIB, gpu=None, verb="create", subresource=None):
+    return {"ms": ms, "verb": verb, "resource": "nodes", "subresource": subresource, "name": name,
+            "node": name, "cpu": cpu, "memory": memory, "gpu": gpu, "component": "kubelet"}
+
+
+def pod(ms, name, cpu, memory=0, gpu=None):
+    return {"ms": ms, "verb": "create", "resource": "pods", "name": name, "cpu": cpu,
+            "memory": memory, "gpu": gpu}
+
+
+def bind(ms, name, node_name, code=201, decided_ms=None, scheduler="kube-scheduler"):
+    return {"ms": ms, "received_ms": ms if decided_ms is None else decided_ms, "verb": "create",
+            "resource": "pods", "subresource": "binding", "name": name, "node": node_name,
+            "code": code, "component": scheduler}
+
+
+def delete(ms, name):
+    return {"ms": ms, "verb": "delete", "resource": "pods", "name": name, "code": 200}
+
+
+ZERO = 'profile = "zero"\n'
+
+
+def network(ms: float) -> str:
+    """No delay but a constant network latency: every write is applied ``ms`` after its commit."""
+    return ZERO + f'[stages.network]\nlatency = {{ dist = "constant", ms = {ms} }}\n'
+
+
+FEW_WATCHERS = """
+[[watchers]]
+name = "kube-scheduler"
+role = "scheduler"
+[[watchers]]
+name = "second-scheduler"
+role = "scheduler"
+[[watchers]]
+name = "kubelet/n0"
+role = "kubelet"
+node = "n0"
+[[watchers]]
+name = "kubelet/ghost"
+role = "kubelet"
+node = "ghost"
+[[watchers]]
+name = "configmaps-only"
+role = "observer"
+resources = ["configmaps"]
+[[watchers]]
+name = "pods-only"
+role = "observer"
+resources = ["pods"]
+"""
+
+
+# --- running queries -----------------------------------------------------------------------------
+
+def query(run_dirs, name: str, **variables) -> pl.DataFrame:
+    return Answers(*run_dirs).query(name, **variables)
+
+
+class Answers:
+    """The queries' answers on one or more runs, from one DuckDB connection; and the reference's
+    on the first run."""
+
+    def __init__(self, *run_dirs):
+        self.con = open_runs([str(d) for d in run_dirs])
+        self.tables = ref.load(run_dirs[0])
+
+    def query(self, name: str, **variables) -> pl.DataFrame:
+        return run_query(self.con, load_query(name), variables).pl()
+
+    def windows(self, kind: str) -> pl.DataFrame:
+        prefix = "blind" if kind == "stale" else "phantom"
+        return self.query(f"{kind}_capacity_windows").select(
+            "watcher", "node", "resource",
+            start_us=pl.col("start_ts").dt.epoch("us"), end_us=pl.col("end_ts").dt.epoch("us"),
+            gap_max=f"{prefix}_max", gap_seconds=f"{prefix}_integral",
+            flag="wasted" if kind == "stale" else "conflicts")
+
+    @functools.cached_property
+    def reference_windows(self) -> pl.DataFrame:
+        return ref.CapacityReference(self.tables).windows()
+
+    def expected_windows(self, kind: str) -> pl.DataFrame:
+        return self.reference_windows.filter(pl.col("kind") == kind).select(
+            "watcher", "node", "resource", "start_us", "end_us", "gap_max", "gap_seconds",
+            flag="wasted" if kind == "stale" else "conflicts")
+
+
+def windows_of(run_dir, kind: str) -> pl.DataFrame:
+    return Answers(run_dir).windows(kind)
+
+
+def assert_same(got: pl.DataFrame, expected: pl.DataFrame, key: list[str]) -> None:
+    """Equal rows whatever their order; floats to 1e-9 relative."""
+    assert sorted(got.columns) == sorted(expected.columns)
+    got, expected = got.sort(key), expected.select(got.columns).sort(key)
+    assert got.height == expected.height, (got, expected)
+    for column in got.columns:
+        a, b = got[column].to_list(), expected[column].to_list()
+        if got[column].dtype.is_float():
+            assert all((x is None and y is None) or (x is not None and y is not None
+                       and math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-9))
+                       for x, y in zip(a, b)), (column, a, b)
+        else:
+            assert a == b, (column, a, b)
+
+
+def check_capacity(answers: Answers) -> None:
+    for kind in ("stale", "phantom"):
+        assert_same(answers.windows(kind), answers.expected_windows(kind),
+                    ["watcher", "node", "resource", "start_us"])
+    assert_same(answers.query("stale_capacity_summary").drop("run"),
+                ref.stale_capacity_summary(answers.tables, answers.reference_windows), ["watcher"])
+
+
+def check_delays(answers: Answers) -> None:
+    assert_same(answers.query("per_component_delay").drop("run"),
+                ref.per_component_delay(answers.tables), ["watcher_role", "component"])
+    assert_same(answers.query("per_component_delay_timeline").drop("run"),
+                ref.per_component_delay_timeline(answers.tables),
+                ["minute", "watcher_role", "component"])
+
+
+def check_conflicts(answers: Answers) -> None:
+    got = answers.query("conflict_rate").drop("run")
+    expected = ref.conflict_rate(answers.tables)
+    assert dict(got.select("scheduler", "conflicts_by_reason").rows()) == dict(
+        zip(expected["scheduler"], expected["by_reason"]))
+    assert_same(got.drop("conflicts_by_reason"), expected.drop("by_reason"), ["scheduler"])
+    assert got["scheduler"].to_list()[-1] == "ALL"
+    assert_same(answers.query("conflict_rate_by_lag").drop("run"),
+                ref.conflict_rate_by_lag(answers.tables), ["scheduler", "lag_from_ms"])
+
+
+# --- properties on random runs ---------------------------------------------------------------------
+
+@st.composite
+def small_traces(draw) -> list[dict]:
+    """A few nodes and pods, all within 60 ms, so that deliveries overlap and writes tie."""
+    rows = []
+    names = [f"n{i}" for i in range(draw(st.integers(1, 3)))]
+    for name in names:
+        rows.append(node(0, name, draw(st.sampled_from([1000, 2000, 4000])),
+                         draw(st.sampled_from([2 * GIB, 8 * GIB])),
+                         draw(st.sampled_from([None, 0, 1000]))))
+    if draw(st.booleans()):
+        rows.append(node(draw(st.integers(1, 60)), draw(st.sampled_from(names)),
+                         draw(st.sampled_from([None, 500, 3000])), None, None,
+                         verb="patch", subresource="status"))
+    if draw(st.integers(0, 4)) == 0:
+        rows.append({**node(draw(st.integers(1, 60)), names[-1], None), "verb": "delete",
+                     "memory": None, "code": 200})
+    pods = draw(st.integers(1, 6))
+    for i in range(pods):
+        name, at = f"p{draw(st.integers(0, pods - 1))}", draw(st.integers(0, 50))
+        rows.append(pod(at, name, draw(st.sampled_from([0, 500, 1000, 1500])),
+                        draw(st.sampled_from([0, GIB])), draw(st.sampled_from([None, 0, 500]))))
+        if i == 0 or draw(st.booleans()):
+            at += draw(st.integers(0, 4))
+            scheduler = draw(st.sampled_from(SCHEDULERS))
+            target = draw(st.sampled_from(names))
+            if draw(st.integers(0, 3)) == 0:
+                rows.append(bind(at, name, target, code=409, scheduler=scheduler))
+                at += draw(st.integers(0, 3))
+            rows.append(bind(at, name, target, decided_ms=at - draw(st.integers(0, 2)),
+                             scheduler=scheduler))
+            if draw(st.booleans()):
+                at += draw(st.integers(0, 20))
+                rows += [delete(at, name)] * draw(st.integers(1, 2))
+    return rows
+
+
+CONFIGS = st.sampled_from([ZERO, ZERO + FEW_WATCHERS, network(1), network(3), network(8),
+                           network(3) + FEW_WATCHERS, "seed = 3\n", "seed = 5\n" + FEW_WATCHERS])
+PROPERTY = settings(max_examples=30, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                           HealthCheck.too_slow])
+
+
+@PROPERTY
+@given(rows=small_traces(), config=CONFIGS)
+def test_every_query_matches_its_reference(tmp_path, rows, config):
+    """And with no delay anywhere, no view ever differs from the truth."""
+    answers = Answers(replay_rows(tmp_path, rows, config))
+    check_capacity(answers)
+    check_delays(answers)
+    check_conflicts(answers)
+    if config.startswith(ZERO) and "[stages" not in config:
+        assert answers.reference_windows.height == 0
+
+
+# --- worked examples -------------------------------------------------------------------------------
+
+WORKED = [
+    node(0, "n1", 4000, 8 * GIB),
+    pod(10, "a", 1000),
+    bind(12, "a", "n1", decided_ms=11),
+    delete(100, "a"),
+    pod(101, "b", 3500),
+    bind(103, "b", "n1", decided_ms=102),
+    pod(150, "c", 500),
+    bind(200, "c", "n1"),
+]
+
+
+def ms(n: float) -> int:
+    return int((T0 + dt.timedelta(milliseconds=n)).timestamp() * 1_000_000)
+
+
+def test_worked_example_windows(tmp_path):
+    """Every write is applied 2 ms after its commit.  The scheduler sees its own bindings at
+    once; the kubelet sees them 2 ms late (phantom).  Both are blind to the new node and to a's
+    delete for 2 ms; during the delete b (3.5 cores) was pending: it fit the 4 free cores, not the
+    view's 3, so that window was wasted.  c's binding, the last write, is applied 2 ms after the
+    trace's last commit."""
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    stale = windows_of(run_dir, "stale").sort("watcher", "resource", "start_us")
+    assert stale.rows() == [
+        ("kube-scheduler", "n1", "cpu", ms(0), ms(2), 4.0, 0.008, False),
+        ("kube-scheduler", "n1", "cpu", ms(100), ms(102), 1.0, 0.002, True),
+        ("kube-scheduler", "n1", "memory", ms(0), ms(2), 8.0, 0.016, False),
+        ("kubelet/n1", "n1", "cpu", ms(0), ms(2), 4.0, 0.008, False),
+        ("kubelet/n1", "n1", "cpu", ms(100), ms(102), 1.0, 0.002, True),
+        ("kubelet/n1", "n1", "memory", ms(0), ms(2), 8.0, 0.016, False),
+    ]
+    phantom = windows_of(run_dir, "phantom").sort("start_us")
+    assert phantom.rows() == [
+        ("kubelet/n1", "n1", "cpu", ms(12), ms(14), 1.0, 0.002, 0),
+        ("kubelet/n1", "n1", "cpu", ms(103), ms(105), 3.5, 0.007, 0),
+        ("kubelet/n1", "n1", "cpu", ms(200), ms(202), 0.5, 0.001, 0),
+    ]
+    summary = query([run_dir], "stale_capacity_summary")
+    assert summary.select("watcher", "windows", "blind_core_seconds", "wasted_core_seconds",
+                          "phantom_windows").rows() == [
+        ("kube-scheduler", 3, 0.010, 0.002, 0), ("kubelet/n1", 3, 0.010, 0.002, 3)]
+
+
+def test_overlapping_lags_are_cut_and_merged(tmp_path):
+    """a is deleted at 100 and b bound at 101 on the same node, both applied 8 ms late by the
+    kubelet: its view lacks a's delete (stale by 1 core) until 101, then lacks both (b's 3.5
+    cores minus a's 1: phantom by 2.5) until 108, then lacks b alone until 109."""
+    rows = WORKED[:4] + [pod(99, "b", 3500), bind(101, "b", "n1")]
+    run_dir = replay_rows(tmp_path, rows, network(8))
+    kubelet = pl.col("watcher") == "kubelet/n1"
+    cpu = pl.col("resource") == "cpu"
+    assert windows_of(run_dir, "stale").filter(kubelet, cpu, pl.col("start_us") > ms(50)).rows() \
+        == [("kubelet/n1", "n1", "cpu", ms(100), ms(101), 1.0, 0.001, True)]
+    assert windows_of(run_dir, "phantom").filter(kubelet, pl.col("start_us") > ms(50)).rows() \
+        == [("kubelet/n1", "n1", "cpu", ms(101), ms(109), 3.5, 2.5 * 0.007 + 3.5 * 0.001, 0)]
+
+
+def test_time_window_and_watcher_parameters(tmp_path):
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    later = query([run_dir], "stale_capacity_windows", from_ts=T0 + dt.timedelta(milliseconds=50),
+                  watcher="kubelet/*")
+    assert later.select("watcher", "start_ts").rows() == [
+        ("kubelet/n1", T0 + dt.timedelta(milliseconds=100))]
+    before = query([run_dir], "per_component_delay", to_ts=T0 + dt.timedelta(milliseconds=50))
+    # the node, a's create and a's binding; the kubelet is sent a pod from its binding on
+    assert dict(before.filter(pl.col("component") == "end_to_end")
+                .select("watcher_role", "events").rows()) == {"scheduler": 3, "kubelet": 2}
+    assert query([run_dir], "conflict_rate", watcher="nobody").height == 0
+
+
+# --- edge cases --------------------------------------------------------------------------------------
+
+def test_a_run_without_conflicts(tmp_path):
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    got = query([run_dir], "conflict_rate")
+    assert got.select("scheduler", "attempts", "bound", "conflicts", "conflict_rate",
+                      "conflict_fraction").rows() == [
+        ("kube-scheduler", 3, 3, 0, 0.0, 0.0), ("ALL", 3, 3, 0, 0.0, 0.0)]
+    assert got["conflicts_by_reason"].to_list() == [{}, {}]
+    check_conflicts(Answers(run_dir))
+
+
+def test_conflicts_by_reason(tmp_path):
+    rows = WORKED + [pod(20, "d", 100), bind(21, "d", "n1", code=409),
+                     bind(22, "d", "n1", code=500), bind(23, "d", "n1")]
+    run_dir = replay_rows(tmp_path, rows, network(2))
+    got = query([run_dir], "conflict_rate")
+    assert got.select("attempts", "bound", "conflicts", "conflict_rate",
+                      "conflict_fraction").row(0) == (6, 4, 1, 0.2, 0.25)
+    assert got["conflicts_by_reason"][0] == {"api_conflict": 1}
+    check_conflicts(Answers(run_dir))
+
+
+def test_a_watcher_that_receives_nothing(tmp_path):
+    run_dir = replay_rows(tmp_path, WORKED, network(2) + FEW_WATCHERS.replace("n0", "n1"))
+    summary = query([run_dir], "stale_capacity_summary")
+    ghost = summary.filter(pl.col("watcher") == "kubelet/ghost")
+    assert ghost.select("windows", "p50_ms", "blind_core_seconds", "phantom_windows").rows() == [
+        (0, None, 0.0, 0)]
+    assert "configmaps-only" not in summary["watcher"] and "pods-only" not in summary["watcher"]
+    delays = query([run_dir], "per_component_delay", watcher="configmaps-only")
+    assert delays.height == 0
+    check_capacity(Answers(run_dir))
+
+
+def edited_run(tmp_path, edit, rows=WORKED) -> str:
+    """A copy of the run of ``rows`` (2 ms delays) with tables changed by ``edit(tables)``."""
+    original = replay_rows(tmp_path, rows, network(2), name="original")
+    run_dir = tmp_path / "edited"
+    shutil.copytree(original, run_dir)
+    tables = ref.load(run_dir)
+    for name, table in edit(tables).items():
+        table.write_parquet(run_dir / f"{name}.parquet")
+    return run_dir
+
+
+def test_a_missed_write_leaves_a_window_open_until_the_end(tmp_path):
+    """The kubelet never receives a's delete: it is blind to that core until the run ends."""
+    def drop_delete(tables):
+        delete_rv = tables["events"].filter(pl.col("verb") == "delete")["rv"][0]
+        d = tables["deliveries"]
+        return {"deliveries": d.filter(~((pl.col("rv") == delete_rv)
+                                         & (pl.col("watcher") == "kubelet/n1")))}
+
+    run_dir = edited_run(tmp_path, drop_delete)
+    stale = windows_of(run_dir, "stale").filter(pl.col("watcher") == "kubelet/n1",
+                                                pl.col("resource") == "cpu")
+    assert stale["end_us"].to_list()[-1] == ref.run_end(ref.load(run_dir))
+    check_capacity(Answers(run_dir))
+
+
+@pytest.mark.parametrize("forgotten_ms", [None, 12.5, 300])
+def test_assumptions_held_short_or_long(tmp_path, forgotten_ms):
+    """b's assumption forgotten never, before the binding is applied, or long after it."""
+    def forget(tables):
+        a = tables["attempts"]
+        when = None if forgotten_ms is None else T0 + dt.timedelta(milliseconds=forgotten_ms)
+        return {"attempts": a.with_columns(forgotten_ts=pl.when(pl.col("attempt_id") == 1)
+                                           .then(pl.lit(when, dtype=a["forgotten_ts"].dtype))
+                                           .otherwise("forgotten_ts"))}
+
+    check_capacity(Answers(edited_run(tmp_path, forget)))
+
+
+def test_a_failed_attempt_held_until_forgotten(tmp_path):
+    """A 409 the scheduler learns of 30 ms late: it holds the core it assumed meanwhile."""
+    rows = WORKED + [pod(20, "d", 1000), bind(21, "d", "n1", code=409)]
+
+    def late(tables):
+        a = tables["attempts"]
+        return {"attempts": a.with_columns(
+            forgotten_ts=pl.when(pl.col("outcome") == "conflict")
+            .then(pl.col("committed_ts") + dt.timedelta(milliseconds=30))
+            .otherwise("forgotten_ts"))}
+
+    run_dir = edited_run(tmp_path, late, rows)
+    stale = windows_of(run_dir, "stale").filter(pl.col("start_us") == ms(21))
+    assert stale.select("watcher", "end_us", "gap_max").rows() == [
+        ("kube-scheduler", ms(51), 1.0)]
+    check_capacity(Answers(run_dir))
+
+
+# --- every model -----------------------------------------------------------------------------------
+
+def sample_prefix(tmp_path, seconds: float = 3.0):
+    """The sample trace's first seconds: every model replays it quickly."""
+    trace = pl.read_parquet(SAMPLE_TRACE)
+    path = tmp_path / "prefix.parquet"
+    write_trace(trace.filter(pl.col("ts") < trace["ts"].min() + dt.timedelta(seconds=seconds)),
+                path, source="test", source_args={})
+    return path
+
+
+@pytest.mark.parametrize("model", sorted(models.registered()))
+def test_every_model_answers_every_query(tmp_path, model):
+    try:
+        out = tmp_path / model
+        run_replay(sample_prefix(tmp_path), load_config(model=model), out=out)
+    except (ReplayError, NotImplementedError) as err:
+        pytest.skip(f"model {model} cannot replay the sample yet: {err}")
+    answers = Answers(out)
+    check_capacity(answers)
+    check_conflicts(answers)
+    for name in ("per_component_delay", "per_component_delay_timeline"):
+        assert answers.query(name).height > 0

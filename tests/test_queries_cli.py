@@ -1,0 +1,144 @@
+"""``replay query`` and the views without the package: formats, parameters, several runs, errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+from conftest import REPO
+from replay.analysis.catalog import HEADLINE, queries_dir, shipped
+from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
+
+QUERIES = ("per_component_delay", "per_component_delay_timeline", "conflict_rate",
+           "conflict_rate_by_lag", "stale_capacity_windows", "phantom_capacity_windows",
+           "stale_capacity_summary")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The worked example replayed twice: 2 ms delays, and 5 ms with more watchers."""
+    folder = tmp_path_factory.mktemp("runs")
+    return (replay_rows(folder, WORKED, network(2), name="fast"),
+            replay_rows(folder, WORKED, network(5) + FEW_WATCHERS.replace("n0", "n1"),
+                        name="slow"))
+
+
+def test_the_shipped_queries():
+    assert shipped() == sorted(QUERIES)
+    assert set(HEADLINE) <= set(QUERIES)
+    for name in QUERIES:
+        header = (queries_dir() / f"{name}.sql").read_text().splitlines()[0]
+        assert header.startswith(f"-- {name}: "), name
+    assert (queries_dir() / "README.md").read_text().count("```") >= 2
+
+
+def test_headline(cli, runs):
+    result = cli("query", runs[0])
+    assert result.code == 0, result.err
+    for name in HEADLINE:
+        assert f"{name}:\n" in result.out
+    assert "kube-scheduler" in result.out and "end_to_end" in result.out
+
+
+@pytest.mark.parametrize("name", QUERIES)
+def test_every_format_holds_the_same_rows(cli, runs, tmp_path, name):
+    expected = Answers(runs[0]).query(name)
+    out = tmp_path / "out.parquet"
+    assert cli("query", runs[0], name, "--format", "parquet", "--out", out).code == 0
+    assert pl.read_parquet(out).height == expected.height
+    as_csv = cli("query", runs[0], name, "--format", "csv")
+    assert as_csv.code == 0, as_csv.err
+    assert as_csv.out.count("\n") == expected.height + 1
+    as_json = cli("query", runs[0], name, "--format", "json")
+    rows = json.loads(as_json.out)
+    assert len(rows) == expected.height and (not rows or list(rows[0]) == expected.columns)
+    assert cli("query", runs[0], name).code == 0
+
+
+def test_output_is_ordered_and_the_same_every_time(cli, runs):
+    first = cli("query", *runs, "stale_capacity_windows", "--format", "csv").out
+    assert first == cli("query", *runs, "stale_capacity_windows", "--format", "csv").out
+    lines = first.splitlines()[1:]
+    keys = [line.split(",")[:4] + [line.split(",")[4]] for line in lines]
+    assert keys == sorted(keys)
+    assert "+00" in lines[0]  # times in UTC
+
+
+def test_parameters(cli, runs):
+    result = cli("query", runs[0], "stale_capacity_windows", "--format", "json",
+                 "--from", "2026-01-01T00:00:00.050", "--to", "2026-01-01T01:00:00+00:00",
+                 "--watcher", "kubelet/*")
+    assert [(r["watcher"], r["start_ts"]) for r in json.loads(result.out)] == [
+        ("kubelet/n1", "2026-01-01 00:00:00.1+00")]
+
+
+def test_several_runs_compare_with_one_group_by(cli, runs, tmp_path):
+    mine = tmp_path / "compare.sql"
+    mine.write_text("SELECT run, model, count(*) AS windows FROM capacity_windows JOIN runs "
+                    "USING (run) WHERE kind = getvariable('kind') GROUP BY ALL ORDER BY run")
+    result = cli("query", *runs, mine, "--var", "kind=stale", "--format", "json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == [{"run": "fast", "model": "observe", "windows": 6},
+                                      {"run": "slow", "model": "observe", "windows": 9}]
+    summary = json.loads(cli("query", *runs, "stale_capacity_summary", "--format", "json").out)
+    assert {r["run"] for r in summary} == {"fast", "slow"}
+
+
+def test_model_parameters_become_columns(tmp_path):
+    answers = Answers(replay_rows(tmp_path, WORKED, network(2)))
+    runs_view = answers.con.sql("SELECT * FROM runs").pl()
+    assert runs_view.select("run", "model", "profile").rows() == [("run", "observe", "zero")]
+    first = answers.con.sql("SELECT * FROM attempts LIMIT 1").pl()
+    assert first.columns[:2] == ["run", "model"]
+
+
+def test_plain_duckdb_without_the_package(runs):
+    """views.sql and a query file from DuckDB alone, as queries/README.md shows."""
+    script = f"""
+import duckdb, sys
+con = duckdb.connect()
+con.execute("SET VARIABLE run_dirs = ?", [[{str(runs[0])!r}, {str(runs[1])!r}]])
+con.execute(open({str(queries_dir() / 'views.sql')!r}).read())
+rows = con.sql(open({str(queries_dir() / 'conflict_rate.sql')!r}).read()).fetchall()
+assert 'replay' not in sys.modules
+print(len(rows))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=REPO.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "4"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["nowhere"], "nowhere: no such run directory"),
+    ([REPO], "not a run directory (no manifest.json)"),
+    (["{run}", "no_such_query"], "no query named 'no_such_query'; queries: conflict_rate"),
+    (["{run}", "missing.sql"], "missing.sql: no such query file"),
+    (["{run}", "{bad}"], "Catalog Error"),
+    (["{run}", "{var}"], "reads the variable 'limit'; set it with --var limit=VALUE"),
+    (["{run}", "conflict_rate", "--format", "parquet"], "--format parquet writes a file"),
+    (["{run}", "--format", "csv"], "--format and --out need a query NAME or FILE.sql"),
+    (["{run}", "{run}", "conflict_rate"], "two run directories are named 'fast'"),
+    (["{run}", "conflict_rate", "--var", "novalue"], "--var 'novalue': expected NAME=VALUE"),
+])
+def test_errors_are_one_line(cli, runs, tmp_path, args, message):
+    bad, var = tmp_path / "bad.sql", tmp_path / "var.sql"
+    bad.write_text("SELECT * FROM no_such_table")
+    var.write_text("SELECT getvariable('limit') AS n")
+    result = cli("query", *[str(a).format(run=runs[0], bad=bad, var=var) for a in args])
+    assert result.code == 1, result.out
+    assert message in result.err
+    assert result.err.count("\n") == 1 and "Traceback" not in result.err
+
+
+def test_a_failing_query_leaves_no_file(cli, runs, tmp_path):
+    bad = tmp_path / "bad.sql"
+    bad.write_text("SELECT 1 / 0 AS x, error('stop here') AS y")
+    out = tmp_path / "out.csv"
+    result = cli("query", runs[0], bad, "--format", "csv", "--out", out)
+    assert result.code == 1 and "stop here" in result.err
+    assert list(tmp_path.iterdir()) == [bad]
