@@ -152,6 +152,24 @@ def test_invariants_and_step_equals_scan(case):
     assert sorted(stepped) == sorted(rows)
 
 
+def test_scanning_a_few_watchers_at_a_time_gives_the_same_times():
+    """observe scans (and writes) the deliveries in parts of whole watchers."""
+    rng = np.random.default_rng(7)
+    commit = np.cumsum(rng.integers(0, 3000, 500))
+    owner = np.sort(rng.integers(0, 5, 2000))
+    write = np.concatenate([np.sort(rng.choice(500, (owner == w).sum(), replace=False))
+                            for w in range(5)])
+    watchers = [WatcherSpec(f"w{i}", "observer") for i in range(5)]
+    pipeline = Pipeline(RunConfig(seed=3), watchers)
+    whole = pipeline.scan(commit, write, owner)
+    shared = pipeline.shared_stages(commit, np.bincount(write, minlength=len(commit)))
+    cut = np.searchsorted(owner, [0, 2, 3, 5])
+    parts = [pipeline.watcher_stages(shared, write[lo:hi], owner[lo:hi])
+             for lo, hi in zip(cut[:-1], cut[1:])]
+    for column in STAGE_COLUMNS:
+        assert np.concatenate([p[column] for p in parts]).tolist() == whole[column].tolist()
+
+
 def test_zero_cost_pipeline_applies_at_commit():
     watchers = [WatcherSpec(f"w{i}", "observer") for i in range(3)]
     commit = list(range(0, 5000, 7))

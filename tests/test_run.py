@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO, SAMPLE_TRACE
 from replay.engine.config import load_config
 from replay.engine.run import run_replay
-from replay.engine.rundir import write_run
+from replay.engine.rundir import conform_table, write_run
 from replay.models.observe import ObserveModel
 from replay.trace.io import read_trace, write_trace
 
@@ -115,16 +115,21 @@ def test_another_seed_changes_delays_not_truth(tmp_path):
 
 
 def test_tables_that_come_one_at_a_time_are_written_alike(tmp_path):
-    """write_run takes (name, table) pairs as a model yields them: the same directory as from
-    RunTables, and none at all when the model fails half-way."""
+    """write_run takes (name, table) pairs as a model yields them, a table possibly in parts:
+    the same directory as from RunTables, and none at all when the model fails half-way."""
     trace, model, config = read_trace(SAMPLE_TRACE), ObserveModel(), load_config()
     watchers = model.default_watchers(trace)
     tables = model.replay(trace, config, watchers)
     write_run(tmp_path / "all", tables, {})
     write_run(tmp_path / "streamed", model.tables(trace, config, watchers), {})
-    streamed = read_run(tmp_path / "streamed")
+    halves = ((name, part) for name, table in tables.items()
+              for whole in [conform_table(name, table)]
+              for part in (whole.slice(0, whole.num_rows // 2), whole.slice(whole.num_rows // 2)))
+    write_run(tmp_path / "parts", halves, {})
+    streamed, parts = read_run(tmp_path / "streamed"), read_run(tmp_path / "parts")
     for table, frame in read_run(tmp_path / "all").items():
         assert frame.equals(streamed[table]), table
+        assert frame.equals(parts[table]), table
 
     def failing():
         yield from list(tables.items())[:2]
@@ -132,7 +137,7 @@ def test_tables_that_come_one_at_a_time_are_written_alike(tmp_path):
 
     with pytest.raises(RuntimeError):
         write_run(tmp_path / "failed", failing(), {})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["all", "streamed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["all", "parts", "streamed"]
 
 
 def test_cli_run_default_out_and_force(cli, tmp_path, monkeypatch):

@@ -25,7 +25,7 @@ in blocks per watcher.  All times are integer microseconds.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -191,6 +191,14 @@ class _Ahead:
         return value
 
 
+class SharedTimes(NamedTuple):
+    """Per write (rv = 1..n): its commit, and when the API server's shared stages handed it on."""
+
+    commit: np.ndarray
+    cached: np.ndarray
+    dispatched: np.ndarray
+
+
 @dataclass
 class Delivery:
     """Stage times of one write at one watcher, in microseconds."""
@@ -247,15 +255,26 @@ class Pipeline:
         index (0-based) and a watcher index, sorted by watcher and then by write.  Returns one array
         per ``STAGE_COLUMNS`` entry, aligned with the deliveries.
         """
+        shared = self.shared_stages(commit, np.bincount(delivery_write, minlength=len(commit)))
+        return self.watcher_stages(shared, delivery_write, delivery_watcher)
+
+    def shared_stages(self, commit: np.ndarray, matches: np.ndarray) -> SharedTimes:
+        """The API server's stages of writes rv = 1..n committed at ``commit``; ``matches``:
+        how many watchers each write goes to."""
         writes = len(commit)
         arrive = self.storage_latency.draw_shared(writes)
         arrive += commit
         cached = lindley(arrive, self.storage_service.draw_shared(writes))
         dispatch_cost = self.cacher_per_watcher.draw_shared(writes)
-        dispatch_cost *= np.bincount(delivery_write, minlength=writes)
+        dispatch_cost *= matches
         dispatch_cost += self.cacher_service.draw_shared(writes)
-        dispatched = lindley(cached, dispatch_cost)
+        return SharedTimes(commit, cached, lindley(cached, dispatch_cost))
 
+    def watcher_stages(self, shared: SharedTimes, delivery_write: np.ndarray,
+                       delivery_watcher: np.ndarray) -> dict[str, np.ndarray]:
+        """``scan``'s result for some of the deliveries: every delivery of each watcher among
+        them (so that a long scan can be done and written a few watchers at a time)."""
+        commit, cached, dispatched = shared
         segments = Segments(delivery_watcher)
         queue_cost, net_cost, handler_cost = (
             self._draw_own(key, segments) for key in self.PER_WATCHER)

@@ -76,7 +76,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         bar.update()
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
-        tables: dict[str, pa.Table | pl.DataFrame] = {}
+        tables: dict[str, list[pa.Table | pl.DataFrame]] = {}
         rows = write_run(out, _kept(_tables(model, trace, config, watchers), tables), manifest,
                          force=force)
         bar.update(2)
@@ -112,9 +112,9 @@ def _tables(model: models.Model, trace: pl.DataFrame, config: RunConfig,
 
 def _kept(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
           into: dict) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
-    """``tables``, each also kept in ``into`` as it passes."""
+    """``tables``, each (or each part of one) also kept in ``into`` as it passes."""
     for name, table in tables:
-        into[name] = table
+        into.setdefault(name, []).append(table)
         yield name, table
 
 
@@ -132,29 +132,35 @@ def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watche
 
 
 def _summarise(out: Path, model: str, rows: dict[str, int], watchers: int,
-               tables: dict[str, pa.Table | pl.DataFrame]) -> RunResult:
-    deliveries = conform_table("deliveries", tables["deliveries"])
-    role, roles = _codes(deliveries.column("role"))
-    delay_us = _us(deliveries.column("applied_ts")) - _us(deliveries.column("commit_ts"))
+               tables: dict[str, list[pa.Table | pl.DataFrame]]) -> RunResult:
+    delays: dict[str, list[np.ndarray]] = {}
+    for part in tables["deliveries"]:
+        part = conform_table("deliveries", part)
+        delay_us = _us(part.column("applied_ts")) - _us(part.column("commit_ts"))
+        for role, at in _where(part.column("role")).items():
+            delays.setdefault(role, []).append(delay_us[at])
     summary = []
-    for name in sorted(set(roles)):
-        mine = delay_us[np.isin(role, [i for i, r in enumerate(roles) if r == name])]
+    for role, parts in sorted(delays.items()):
+        mine = np.concatenate(parts)
         if len(mine):
-            summary.append((name, len(mine), *_nearest_ms(mine, (0.5, 0.99))))
+            summary.append((role, len(mine), *_nearest_ms(mine, (0.5, 0.99))))
     delay = pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,
                                           "p50_ms": pl.Float64, "p99_ms": pl.Float64},
                          orient="row")
-    outcome, outcomes = _codes(conform_table("attempts", tables["attempts"]).column("outcome"))
-    conflicts = int(np.isin(outcome, [i for i, o in enumerate(outcomes) if o == "conflict"]).sum())
-    return RunResult(out, model, rows, watchers, delay, conflicts, len(outcome))
+    outcomes = [_where(conform_table("attempts", part).column("outcome"))
+                for part in tables["attempts"]]
+    conflicts = sum(int(o["conflict"].sum()) for o in outcomes if "conflict" in o)
+    return RunResult(out, model, rows, watchers, delay, conflicts, rows["attempts"])
 
 
-def _codes(column: pa.ChunkedArray) -> tuple[np.ndarray, list[str]]:
-    """A string column as integer codes and the labels they stand for (labels may repeat)."""
+def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray]:
+    """For each value of a string column, where the column holds it (a boolean mask)."""
     array = column.combine_chunks()
     if not pa.types.is_dictionary(array.type):
         array = array.dictionary_encode()
-    return array.indices.to_numpy(zero_copy_only=False), array.dictionary.to_pylist()
+    codes, labels = array.indices.to_numpy(zero_copy_only=False), array.dictionary.to_pylist()
+    return {label: np.isin(codes, [i for i, other in enumerate(labels) if other == label])
+            for label in set(labels)}
 
 
 def _us(column: pa.ChunkedArray) -> np.ndarray:

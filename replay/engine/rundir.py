@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -101,17 +101,45 @@ def _is_string_like(kind: pa.DataType) -> bool:
     return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
 
 
-def write_parquet(table: pa.Table, path: Path) -> None:
-    """Write one run table: zstd, delta-encoded integers and times, dictionary-encoded strings.
+class TableFile:
+    """One run table's Parquet file: zstd, delta-encoded integers and times, dictionary-encoded
+    strings.  The Arrow schema is not stored, so every reader sees the Parquet types: strings as
+    strings (not as Arrow dictionaries) and times as UTC microsecond timestamps.
 
-    The Arrow schema is not stored, so every reader sees the Parquet types: strings as strings
-    (not as Arrow dictionaries) and times as UTC microsecond timestamps."""
-    delta = [f.name for f in table.schema
-             if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)]
-    strings = [f.name for f in table.schema if f.name not in delta]
-    pq.write_table(table, path, compression="zstd", use_dictionary=strings,
-                   column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-                   row_group_size=1 << 20, store_schema=False)
+    Parts are written in order by a thread of the file's own (pyarrow releases the GIL while it
+    encodes), so the caller computes the next part, or the next table, meanwhile.
+    """
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._thread = ThreadPoolExecutor(max_workers=1)
+        self._writer: pq.ParquetWriter | None = None
+        self._done: list[Future] = []
+
+    def add(self, part: pa.Table) -> None:
+        self._done.append(self._thread.submit(self._write, part))
+
+    def close(self) -> None:
+        """Wait until every part is written, and raise the first error if any."""
+        self._done.append(self._thread.submit(self._finish))
+        self._thread.shutdown()
+        for future in self._done:
+            future.result()
+
+    def _write(self, part: pa.Table) -> None:
+        if self._writer is None:
+            delta = [f.name for f in part.schema
+                     if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)]
+            strings = [f.name for f in part.schema if f.name not in delta]
+            self._writer = pq.ParquetWriter(
+                self.path, part.schema, compression="zstd", use_dictionary=strings,
+                column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
+                store_schema=False)
+        self._writer.write_table(part, row_group_size=1 << 20)
+
+    def _finish(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
 
 
 def sha256_of(path: str | os.PathLike) -> str:
@@ -129,24 +157,26 @@ def write_run(dest: str | os.PathLike,
 
     ``tables`` may also come one at a time as (name, table) pairs, e.g. from a generator that
     computes each table after the previous one: each is written in the background as soon as it
-    comes, while the next is computed (pyarrow releases the GIL while it encodes).  An existing
-    ``dest`` is replaced only with ``force``, and only once the new one is complete.
+    comes, while the next is computed.  A table may come in parts, as several pairs with its
+    name: they are written, in order, as one table.  An existing ``dest`` is replaced only with
+    ``force``, and only once the new one is complete.
     """
     dest = Path(dest)
     if dest.exists() and not force:
         raise ReplayError(f"{dest}: already exists; choose another --out or pass --force")
     if dest.exists() and not (dest / "manifest.json").exists() and any(dest.iterdir()):
         raise ReplayError(f"{dest}: exists and is not a run directory; not replacing it")
-    rows = {}
+    rows: dict[str, int] = {}
     with atomic_dir(dest, replace=force) as tmp:
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            done = []
+        files: dict[str, TableFile] = {}
+        try:
             for name, table in tables.items() if isinstance(tables, RunTables) else tables:
-                conformed = conform_table(name, table)
-                rows[name] = conformed.num_rows
-                done.append(pool.submit(write_parquet, conformed, tmp / f"{name}.parquet"))
-            for future in done:
-                future.result()
+                part = conform_table(name, table)
+                rows[name] = rows.get(name, 0) + part.num_rows
+                files.setdefault(name, TableFile(tmp / f"{name}.parquet")).add(part)
+        finally:
+            for file in files.values():
+                file.close()
         document = {**manifest, "tables": rows, "replay_version": __version__}
         (tmp / "manifest.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
     return rows

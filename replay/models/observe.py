@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, view_lag_us
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, segment_starts, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.watchers import match, node_index, watchers_table
 from replay.models.base import Model
@@ -61,16 +61,23 @@ class ObserveModel(Model):
 
     def replay(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> RunTables:
-        return RunTables(**dict(self.tables(trace, config, watchers)))
+        parts: dict[str, list[pa.Table | pl.DataFrame]] = {}
+        for name, part in self.tables(trace, config, watchers):
+            parts.setdefault(name, []).append(part)
+        return RunTables(**{name: pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+                            for name, tables in parts.items()})
 
     def tables(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
-        """The run's tables as (name, table), each as soon as it is complete."""
+        """The run's tables as (name, table), each as soon as it is complete; the deliveries in
+        parts of about a million (whole watchers), so that each is written while the next is
+        computed."""
         replay = _Replay(trace, config, watchers)
         yield "watchers", watchers_table(watchers)
         yield "events", replay.events()
-        yield "deliveries", replay.deliveries()
         yield "pods", replay.pods()
+        for part in replay.deliveries():
+            yield "deliveries", part
         yield "attempts", replay.attempts()
 
 
@@ -113,31 +120,34 @@ class _Replay:
                     pa.array(np.zeros(rows, dtype=np.int8)), pa.array(["trace"])))
                 .append_column("attempt_id", pa.array(attempt, mask=attempt == 0)))
 
-    @cached_property
-    def seen(self) -> "_Seen":
-        """Every committed write through the pipeline to every watcher it matches."""
+    def deliveries(self) -> Iterator[pa.Table]:
+        """Every committed write through the pipeline to every watcher it matches, in parts of
+        whole watchers; afterwards ``seen`` holds what each watcher applied when."""
         committed = np.flatnonzero(self.masks.ok)
         resource = self.trace["resource"]
         if len(committed) < self.trace.height:
             resource = resource.gather(committed)
         write, watcher = match(self.watchers, resource, self._targets()[committed])
-        times = Pipeline(self.config, self.watchers).scan(self.ts[committed], write, watcher)
-        write += 1  # now each delivery's rv
-        return _Seen(write, watcher, times, self.watchers, len(committed))
-
-    def deliveries(self) -> pa.Table:
-        rv, watcher, times = self.seen.rv, self.seen.watcher, self.seen.times
+        pipeline = Pipeline(self.config, self.watchers)
+        shared = pipeline.shared_stages(self.ts[committed],
+                                        np.bincount(write, minlength=len(committed)))
+        commit, applied = np.empty_like(write), np.empty_like(write)
+        names = [w.name for w in self.watchers]
         roles = sorted({w.role for w in self.watchers})
         role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
-        return pa.table({
-            "rv": pa.array(rv),
-            # dictionary-encoded: 5M copies of a name are not worth building, and a dictionary
-            # of each role once is half as costly to write as one of 20,000 roles
-            "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher),
-                                                      [w.name for w in self.watchers]),
-            "role": pa.DictionaryArray.from_arrays(pa.array(role_of[watcher]), roles),
-            **{name: pa.array(times[name], type=TS) for name in STAGE_COLUMNS},
-        })
+        for part in _whole_watchers(watcher, 1 << 20):
+            times = pipeline.watcher_stages(shared, write[part], watcher[part])
+            commit[part], applied[part] = times["commit_ts"], times["applied_ts"]
+            write[part] += 1  # now each delivery's rv
+            yield pa.table({
+                "rv": pa.array(write[part]),
+                # dictionary-encoded: millions of copies of a name are not worth building, and a
+                # dictionary of each role once is half as costly to write as one of 20,000
+                "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher[part]), names),
+                "role": pa.DictionaryArray.from_arrays(pa.array(role_of[watcher[part]]), roles),
+                **{name: pa.array(times[name], type=TS) for name in STAGE_COLUMNS},
+            })
+        self.seen = _Seen(write, watcher, commit, applied, self.watchers, len(committed))
 
     def _targets(self) -> np.ndarray:
         """Per trace row, the node it concerns as an index into ``watched_nodes`` (-1 if none):
@@ -276,13 +286,12 @@ def _arrow(series: pl.Series) -> pa.Array:
 class _Seen:
     """The deliveries of each watcher, for questions about what a watcher had applied when."""
 
-    def __init__(self, rv: np.ndarray, watcher: np.ndarray, times: dict[str, np.ndarray],
-                 watchers: list[WatcherSpec], writes: int):
+    def __init__(self, rv: np.ndarray, watcher: np.ndarray, commit: np.ndarray,
+                 applied: np.ndarray, watchers: list[WatcherSpec], writes: int):
         starts = np.searchsorted(watcher, np.arange(len(watchers) + 1))
         self.segment = {w.name: slice(starts[i], starts[i + 1]) for i, w in enumerate(watchers)}
-        self.rv, self.watcher, self.times = rv, watcher, times
+        self.rv, self.commit, self.applied = rv, commit, applied
         self.writes = writes
-        self.commit, self.applied = times["commit_ts"], times["applied_ts"]
 
     def groups(self, names: pl.Series) -> list[tuple[slice, np.ndarray]]:
         """For each watcher in ``names``: its deliveries, and where ``names`` holds it."""
@@ -306,6 +315,18 @@ class _Seen:
         for segment, mine in groups:
             out[mine] = view_lag_us(self.commit[segment], self.applied[segment], at[mine]) / 1000.0
         return pa.array(out, mask=np.isnan(out))
+
+
+def _whole_watchers(watcher: np.ndarray, size: int) -> list[slice]:
+    """Consecutive parts of the deliveries (sorted by ``watcher``), each of whole watchers and
+    of at most ``size`` deliveries unless one watcher alone has more."""
+    bounds, last = [0], 0
+    for end in [*segment_starts(watcher)[1:].tolist(), len(watcher)]:
+        if end - bounds[-1] > size and last > bounds[-1]:
+            bounds.append(last)
+        last = end
+    bounds.append(len(watcher))
+    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def _creation_order(since: np.ndarray, pod: pl.Series) -> np.ndarray:
