@@ -272,8 +272,9 @@ def _times_at(ts: np.ndarray, rows: np.ndarray) -> pa.Array:
 
 
 def _take(trace: pl.DataFrame, columns: list[str], rows: np.ndarray) -> dict[str, pa.Array]:
-    """The trace's ``columns`` at ``rows``, null where a row is -1."""
-    taken = trace.select(pl.when(pl.Series(rows >= 0)).then(
+    """The trace's ``columns`` at ``rows``, null where a row is -1 (rows in any order: polars
+    gathers from one chunk fifteen times faster than from a trace's row groups)."""
+    taken = trace.select(columns).rechunk().select(pl.when(pl.Series(rows >= 0)).then(
         pl.col(columns).gather(np.maximum(rows, 0))))
     return {name: _arrow(taken[name]) for name in columns}
 
