@@ -9,7 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from replay.engine.config import PROFILES, RunConfig, WatcherSpec
 from replay.engine.distributions import Constant, Exponential, LogNormal, Uniform, Empirical
-from replay.engine.pipeline import (STAGE_COLUMNS, Pipeline, lindley, segmented_cummax,
+from replay.engine.pipeline import (STAGE_COLUMNS, Pipeline, Resume, lindley, segmented_cummax,
                                     segmented_lindley, view_lag_us)
 
 
@@ -152,20 +152,26 @@ def test_invariants_and_step_equals_scan(case):
     assert sorted(stepped) == sorted(rows)
 
 
-def test_scanning_a_few_watchers_at_a_time_gives_the_same_times():
-    """observe scans (and writes) the deliveries in parts of whole watchers."""
+@pytest.mark.parametrize("cuts", [[0, 2000], [0, 700, 2000], [0, 1, 2, 399, 400, 1999, 2000],
+                                  [0, 150, 300, 450, 600, 1200, 2000]])
+def test_scanning_a_part_at_a_time_gives_the_same_times(cuts):
+    """observe scans (and writes) the deliveries in parts, cut anywhere, even in the midst of a
+    watcher's deliveries."""
     rng = np.random.default_rng(7)
-    commit = np.cumsum(rng.integers(0, 3000, 500))
-    owner = np.sort(rng.integers(0, 5, 2000))
-    write = np.concatenate([np.sort(rng.choice(500, (owner == w).sum(), replace=False))
-                            for w in range(5)])
-    watchers = [WatcherSpec(f"w{i}", "observer") for i in range(5)]
-    pipeline = Pipeline(RunConfig(seed=3), watchers)
+    commit = np.cumsum(rng.integers(0, 3000, 1000))
+    owner = np.sort(rng.integers(0, 3, 2000))
+    write = np.concatenate([np.sort(rng.choice(1000, (owner == w).sum(), replace=False))
+                            for w in range(3)])
+    costs = {"watcher_queue__service": Exponential(0.5), "network__latency": LogNormal(0.5, 5.0),
+             "handler__service": Exponential(1.0)}
+    pipeline = Pipeline(zero_config(3, **costs), [WatcherSpec(f"w{i}", "observer") for i in range(3)])
     whole = pipeline.scan(commit, write, owner)
     shared = pipeline.shared_stages(commit, np.bincount(write, minlength=len(commit)))
-    cut = np.searchsorted(owner, [0, 2, 3, 5])
-    parts = [pipeline.watcher_stages(shared, write[lo:hi], owner[lo:hi])
-             for lo, hi in zip(cut[:-1], cut[1:])]
+    parts, resume = [], None
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        parts.append(pipeline.watcher_stages(shared, write[lo:hi], owner[lo:hi], resume))
+        resume = Resume.after(parts[-1], owner[lo:hi], resume) if hi < 2000 and \
+            owner[hi] == owner[hi - 1] else None
     for column in STAGE_COLUMNS:
         assert np.concatenate([p[column] for p in parts]).tolist() == whole[column].tolist()
 

@@ -89,8 +89,9 @@ class Segments:
     work in place, and share the one temporary they need (the lift).
     """
 
-    def __init__(self, ids: np.ndarray):
-        self.ids = ids
+    def __init__(self, ids: np.ndarray, done: int = 0):
+        """``done``: how many deliveries of the first segment came before these."""
+        self.ids, self.done = ids, done
         self._lift: tuple[int, np.ndarray] | None = None  # (bits, lift)
         self._begin: np.ndarray | None = None
 
@@ -117,10 +118,11 @@ class Segments:
         np.maximum.accumulate(values, out=values)
         values -= self._lift[1]
 
-    def lindley(self, arrival: np.ndarray, service: np.ndarray,
-                scratch: np.ndarray | None = None) -> np.ndarray:
+    def lindley(self, arrival: np.ndarray, service: np.ndarray, scratch: np.ndarray | None = None,
+                last: int | None = None) -> np.ndarray:
         """``lindley`` on each segment (one queue per watcher); ``scratch``, if given, is an
-        array of the same size that may be overwritten.
+        array of the same size that may be overwritten; ``last``: the departure before the
+        first, if the first segment continues.
 
         The running sum of service need not restart per segment: within a segment it is off by a
         constant, which ``lindley``'s formula adds and subtracts again.
@@ -128,6 +130,8 @@ class Segments:
         total = np.cumsum(service, out=scratch)
         out = arrival - total
         out += service
+        if last is not None and len(out):
+            out[0] = max(out[0], last)  # (it was the first arrival): d_0 = max(a_0, last) + s_0
         self.cummax(out)
         out += total
         return out
@@ -137,6 +141,7 @@ class Segments:
         if self._begin is None:
             count = np.bincount(self.ids - self.ids[0])
             self._begin = np.cumsum(count) - count
+            self._begin[0] -= self.done
         positions = np.arange(at.start, at.stop) if isinstance(at, slice) else at
         return (positions - self._begin[self.ids[at] - self.ids[0]]).astype(np.uint64)
 
@@ -197,6 +202,25 @@ class SharedTimes(NamedTuple):
     commit: np.ndarray
     cached: np.ndarray
     dispatched: np.ndarray
+
+
+class Resume(NamedTuple):
+    """Where a watcher's deliveries stopped at the end of a part of a scan: how many of them came
+    before, and the last one's sent, received and applied times."""
+
+    done: int
+    sent: int
+    received: int
+    applied: int
+
+    @classmethod
+    def after(cls, times: dict[str, np.ndarray], delivery_watcher: np.ndarray,
+              resumed: "Resume | None") -> "Resume":
+        """After the part that ``times`` (of ``delivery_watcher``, itself ``resumed``) scanned,
+        for the next part, which begins with more deliveries of this part's last watcher."""
+        first = int(np.searchsorted(delivery_watcher, delivery_watcher[-1]))
+        before = len(delivery_watcher) - first + (resumed.done if resumed and not first else 0)
+        return cls(before, *(int(times[c][-1]) for c in ("sent_ts", "received_ts", "applied_ts")))
 
 
 @dataclass
@@ -271,19 +295,24 @@ class Pipeline:
         return SharedTimes(commit, cached, lindley(cached, dispatch_cost))
 
     def watcher_stages(self, shared: SharedTimes, delivery_write: np.ndarray,
-                       delivery_watcher: np.ndarray) -> dict[str, np.ndarray]:
-        """``scan``'s result for some of the deliveries: every delivery of each watcher among
-        them (so that a long scan can be done and written a few watchers at a time)."""
+                       delivery_watcher: np.ndarray,
+                       resume: Resume | None = None) -> dict[str, np.ndarray]:
+        """``scan``'s result for a run of consecutive deliveries, so that a long scan can be
+        done (and written) a part at a time.  ``resume``: where the first watcher's deliveries
+        stopped if the part begins in their midst (``Resume.after`` the previous part)."""
         commit, cached, dispatched = shared
-        segments = Segments(delivery_watcher)
+        segments = Segments(delivery_watcher, resume.done if resume else 0)
         queue_cost, net_cost, handler_cost = (
             self._draw_own(key, segments) for key in self.PER_WATCHER)
         from_cacher = dispatched[delivery_write]
-        sent = segments.lindley(from_cacher, queue_cost)
+        sent = segments.lindley(from_cacher, queue_cost, last=resume.sent if resume else None)
         received = net_cost
         received += sent
+        if resume and len(received):
+            received[0] = max(received[0], resume.received)
         segments.cummax(received)
-        applied = segments.lindley(received, handler_cost, scratch=queue_cost)
+        applied = segments.lindley(received, handler_cost, scratch=queue_cost,
+                                   last=resume.applied if resume else None)
         dequeued = np.subtract(applied, handler_cost, out=handler_cost)
         return dict(zip(STAGE_COLUMNS, (commit[delivery_write], cached[delivery_write], from_cacher,
                                         sent, received, dequeued, applied)))

@@ -21,7 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, segment_starts, view_lag_us
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.watchers import match, node_index, watchers_table
 from replay.models.base import Model
@@ -37,6 +37,7 @@ TS = pa.timestamp("us", tz="UTC")
 EVENT_COLUMNS = ("verb", "resource", "subresource", "namespace", "name", "node", "cpu_milli",
                  "memory_bytes", "gpu_milli", "code", "component")
 NEVER = np.iinfo(np.int64).max
+PART = 1 << 20  # deliveries scanned, and then written as a row group, at a time
 
 
 class ObserveModel(Model):
@@ -70,8 +71,7 @@ class ObserveModel(Model):
     def tables(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         """The run's tables as (name, table), each as soon as it is complete; the deliveries in
-        parts of about a million (whole watchers), so that each is written while the next is
-        computed."""
+        parts, so that each is written while the next is computed."""
         replay = _Replay(trace, config, watchers)
         yield "watchers", watchers_table(watchers)
         yield "events", replay.events()
@@ -121,8 +121,9 @@ class _Replay:
                 .append_column("attempt_id", pa.array(attempt, mask=attempt == 0)))
 
     def deliveries(self) -> Iterator[pa.Table]:
-        """Every committed write through the pipeline to every watcher it matches, in parts of
-        whole watchers; afterwards ``seen`` holds what each watcher applied when."""
+        """Every committed write through the pipeline to every watcher it matches, in parts of a
+        million deliveries (a row group each); afterwards ``seen`` holds what each watcher applied
+        when."""
         committed = np.flatnonzero(self.masks.ok)
         resource = self.trace["resource"]
         if len(committed) < self.trace.height:
@@ -135,9 +136,13 @@ class _Replay:
         names = [w.name for w in self.watchers]
         roles = sorted({w.role for w in self.watchers})
         role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
-        for part in _whole_watchers(watcher, 1 << 20):
-            times = pipeline.watcher_stages(shared, write[part], watcher[part])
+        resume = None
+        for start in range(0, max(len(write), 1), PART):
+            part = slice(start, start + PART)
+            times = pipeline.watcher_stages(shared, write[part], watcher[part], resume)
             commit[part], applied[part] = times["commit_ts"], times["applied_ts"]
+            more = start + PART < len(write) and watcher[start + PART] == watcher[part][-1]
+            resume = Resume.after(times, watcher[part], resume) if more else None
             write[part] += 1  # now each delivery's rv
             yield pa.table({
                 "rv": pa.array(write[part]),
@@ -316,18 +321,6 @@ class _Seen:
         for segment, mine in groups:
             out[mine] = view_lag_us(self.commit[segment], self.applied[segment], at[mine]) / 1000.0
         return pa.array(out, mask=np.isnan(out))
-
-
-def _whole_watchers(watcher: np.ndarray, size: int) -> list[slice]:
-    """Consecutive parts of the deliveries (sorted by ``watcher``), each of whole watchers and
-    of at most ``size`` deliveries unless one watcher alone has more."""
-    bounds, last = [0], 0
-    for end in [*segment_starts(watcher)[1:].tolist(), len(watcher)]:
-        if end - bounds[-1] > size and last > bounds[-1]:
-            bounds.append(last)
-        last = end
-    bounds.append(len(watcher))
-    return [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]
 
 
 def _creation_order(since: np.ndarray, pod: pl.Series) -> np.ndarray:
