@@ -79,11 +79,12 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         bar.update()
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
-        tables: dict[str, list[pa.Table | pl.DataFrame]] = {}
-        rows = write_run(out, _kept(_tables(model, trace, config, watchers), tables), manifest,
-                         force=force)
+        summary: dict = {}
+        rows = write_run(out, _summarised(_tables(model, trace, config, watchers), summary),
+                         manifest, force=force)
         bar.update(2)
-    return _summarise(out, model_class.name, rows, len(watchers), tables)
+    return RunResult(out, model_class.name, rows, len(watchers), summary["delay"],
+                     summary["conflicts"], rows["attempts"])
 
 
 @contextlib.contextmanager
@@ -139,12 +140,16 @@ def _tables(model: models.Model, trace: pl.DataFrame, config: RunConfig,
     return model.replay(trace, config, watchers).items()
 
 
-def _kept(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
-          into: dict) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
-    """``tables``, each (or each part of one) also kept in ``into`` as it passes."""
+def _summarised(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
+                into: dict) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
+    """``tables`` as they pass; once the last has passed, while the last ones are still being
+    written, ``into`` gets the run's end-to-end delay by role and its number of conflicts."""
+    kept: dict[str, list[pa.Table | pl.DataFrame]] = {}
     for name, table in tables:
-        into.setdefault(name, []).append(table)
+        kept.setdefault(name, []).append(table)
         yield name, table
+    into["delay"] = _delay_by_role(kept["deliveries"])
+    into["conflicts"] = _conflicts(kept["attempts"])
 
 
 def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watchers: int) -> dict:
@@ -160,10 +165,10 @@ def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watche
     }
 
 
-def _summarise(out: Path, model: str, rows: dict[str, int], watchers: int,
-               tables: dict[str, list[pa.Table | pl.DataFrame]]) -> RunResult:
+def _delay_by_role(deliveries: list[pa.Table | pl.DataFrame]) -> pl.DataFrame:
+    """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay."""
     delays: dict[str, list[np.ndarray]] = {}
-    for part in tables["deliveries"]:
+    for part in deliveries:
         part = conform_table("deliveries", part)
         delay_us = _us(part.column("applied_ts")) - _us(part.column("commit_ts"))
         for role, at in _where(part.column("role")).items():
@@ -173,13 +178,14 @@ def _summarise(out: Path, model: str, rows: dict[str, int], watchers: int,
         mine = np.concatenate(parts)
         if len(mine):
             summary.append((role, len(mine), *_nearest_ms(mine, (0.5, 0.99))))
-    delay = pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,
-                                          "p50_ms": pl.Float64, "p99_ms": pl.Float64},
-                         orient="row")
-    outcomes = [_where(conform_table("attempts", part).column("outcome"))
-                for part in tables["attempts"]]
-    conflicts = sum(int(o["conflict"].sum()) for o in outcomes if "conflict" in o)
-    return RunResult(out, model, rows, watchers, delay, conflicts, rows["attempts"])
+    return pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,
+                                         "p50_ms": pl.Float64, "p99_ms": pl.Float64},
+                        orient="row")
+
+
+def _conflicts(attempts: list[pa.Table | pl.DataFrame]) -> int:
+    outcomes = [_where(conform_table("attempts", part).column("outcome")) for part in attempts]
+    return sum(int(o["conflict"].sum()) for o in outcomes if "conflict" in o)
 
 
 def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray]:
