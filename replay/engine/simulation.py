@@ -104,8 +104,11 @@ class Simulation:
 
     def commit(self, kind: int, pod: Pod | None, component: str, node: int = -1,
                attempt: Attempt | None = None, row: int = -1, code: int = 0,
-               alloc: tuple[int, int, int] | None = None, origin: bool = True) -> Write:
-        """Commit a write now: apply it to the truth, log it and send it to its watchers."""
+               alloc: tuple[int, int, int] | None = None, by_model: bool = True) -> Write:
+        """Commit a write now: apply it to the truth, log it and send it to its watchers.
+
+        The attempt's ``committed`` time is its first write's (a Gödel scheduler's assume patch,
+        not the binder's binding that follows it)."""
         now = self.env.now
         rv = self._log.rv + 1
         code = code or (201 if SHAPE[kind][0] == "create" else 200)
@@ -113,8 +116,8 @@ class Simulation:
         self.truth.apply(write, alloc)
         for listener in self.listeners:
             listener(write)
-        self._log.event(write, origin)
-        if attempt is not None:
+        self._log.event(write, by_model)
+        if attempt is not None and attempt.committed < 0:
             attempt.committed = now
         if kind == POD_BIND and pod.run_us != NEVER:
             self.env.at(now + pod.run_us, self._end_of_run, pod)
@@ -128,15 +131,15 @@ class Simulation:
         kind, row = int(w.kind[i]), int(w.row[i])
         if kind == POD_CREATE:
             self.commit(POD_CREATE, self._new_pod(int(w.pod[i])), "workload", row=row,
-                        origin=False)
+                        by_model=False)
         elif kind == POD_DELETE:
             pod = self.pod_of_incarnation.get(int(w.pod[i]))
             if pod is not None and pod.deleted < 0:
-                self.commit(POD_DELETE, pod, "workload", row=row, origin=False)
+                self.commit(POD_DELETE, pod, "workload", row=row, by_model=False)
         else:
             alloc = tuple(int(v) for v in w.alloc[i]) if kind == NODE_SET else None
             self.commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
-                        origin=False)
+                        by_model=False)
         if i + 1 < len(w.row):
             self.env.at(int(w.ts[i + 1]), self._feed, i + 1)
 
@@ -160,7 +163,7 @@ class Simulation:
 
     def _end_of_run(self, pod: Pod) -> None:
         if pod.deleted < 0:
-            self.commit(POD_DELETE, pod, "workload", origin=False)
+            self.commit(POD_DELETE, pod, "workload", by_model=False)
 
     # -- watch --------------------------------------------------------------------------------
     def _filters(self, watchers: list[WatcherSpec]) -> None:
