@@ -172,7 +172,7 @@ def _delay_by_role(deliveries: list[pa.Table | pl.DataFrame]) -> pl.DataFrame:
         part = conform_table("deliveries", part)
         delay_us = _us(part.column("applied_ts")) - _us(part.column("commit_ts"))
         for role, at in _where(part.column("role")).items():
-            delays.setdefault(role, []).append(delay_us[at])
+            delays.setdefault(role, []).append(delay_us if at is None else delay_us[at])
     summary = []
     for role, parts in sorted(delays.items()):
         mine = np.concatenate(parts)
@@ -184,23 +184,36 @@ def _delay_by_role(deliveries: list[pa.Table | pl.DataFrame]) -> pl.DataFrame:
 
 
 def _conflicts(attempts: list[pa.Table | pl.DataFrame]) -> int:
-    outcomes = [_where(conform_table("attempts", part).column("outcome")) for part in attempts]
-    return sum(int(o["conflict"].sum()) for o in outcomes if "conflict" in o)
+    conflicts = 0
+    for part in attempts:
+        outcome = conform_table("attempts", part).column("outcome")
+        at = _where(outcome).get("conflict", False)
+        conflicts += len(outcome) if at is None else int(np.sum(at))
+    return conflicts
 
 
-def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray]:
-    """For each value of a string column, where the column holds it (a boolean mask)."""
+def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray | None]:
+    """For each value of a string column, where the column holds it: a boolean mask, or None
+    if it holds nothing else (a part of the deliveries often has one role)."""
     array = column.combine_chunks()
     if not pa.types.is_dictionary(array.type):
         array = array.dictionary_encode()
     codes, labels = array.indices.to_numpy(zero_copy_only=False), array.dictionary.to_pylist()
-    return {label: np.isin(codes, [i for i, other in enumerate(labels) if other == label])
-            for label in set(labels)}
+    count = np.bincount(codes, minlength=len(labels))
+    where: dict[str, np.ndarray | None] = {}
+    for label in set(labels):
+        mine = [i for i, other in enumerate(labels) if other == label]
+        if count[mine].sum() == len(codes):
+            where[label] = None
+        elif count[mine].sum():
+            where[label] = codes == mine[0] if len(mine) == 1 else np.isin(codes, mine)
+    return where
 
 
 def _us(column: pa.ChunkedArray) -> np.ndarray:
-    """A timestamp column as integer microseconds."""
-    return column.combine_chunks().cast(pa.int64()).to_numpy()
+    """A timestamp column as integer microseconds (no copy of a column in one chunk)."""
+    chunks = [chunk.view(pa.int64()).to_numpy(zero_copy_only=False) for chunk in column.chunks]
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
 def _nearest_ms(us: np.ndarray, quantiles: tuple[float, ...]) -> list[float]:
