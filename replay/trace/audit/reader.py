@@ -72,9 +72,15 @@ class Block:
 
 
 def _lines(text: bytes) -> int:
-    """The number of lines in ``text``; numpy counts newlines twice as fast as ``bytes.count``."""
-    newlines = np.count_nonzero(np.frombuffer(text, np.uint8) == ord("\n"))
-    return int(newlines) + (not text.endswith(b"\n"))
+    """The number of lines in ``text``.
+
+    numpy counts newlines faster than ``bytes.count``, a MiB at a time so as not to allocate
+    (and fault in) a mask as large as the block.
+    """
+    data = np.frombuffer(text, np.uint8)
+    newlines = sum(int(np.count_nonzero(data[start:start + (1 << 20)] == ord("\n")))
+                   for start in range(0, len(data), 1 << 20))
+    return newlines + (not text.endswith(b"\n"))
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,9 @@ class Extract(NamedTuple):
 
 
 NOTHING = Extract()
-EXTRACT_TYPES = (pa.string(), pa.string(), pa.string(), pa.int32(), pa.string(), pa.string())
+BODY_COLUMNS = {"cpu_milli": pa.int64(), "memory_bytes": pa.int64(), "gpu_milli": pa.int64(),
+                "node": pa.string(), "scheduler_name": pa.string(), "group": pa.string(),
+                "priority": pa.int32(), "uid": pa.string(), "name": pa.string()}  # an ``Extract``
 
 
 @dataclass
@@ -87,13 +89,17 @@ def rows_of(events: list[Event], seqs: list[int], keep_going: bool) -> Rows:
     columns, positions = _targeted(events, seqs, rows, keep_going)
     wants_body = _per_distinct(_wants_body, pa.bool_(), columns["resource"],
                                columns["subresource"], columns["verb"])
-    for part in (pc.invert(wants_body), wants_body):
-        if part.true_count:
-            some = {name: column.filter(part) for name, column in columns.items()}
-            at = list(compress(positions, part.to_pylist()))
-            extracts = _extracts(some, [events[p] for p in at], at, rows, keep_going) if (
-                part is wants_body) else [NOTHING] * len(at)
-            rows.tables.append(_with_extracts(some, extracts))
+    plain = pc.invert(wants_body)
+    if plain.true_count:
+        some = {name: column.filter(plain) for name, column in columns.items()}
+        body = {name: pa.nulls(plain.true_count, kind) for name, kind in BODY_COLUMNS.items()}
+        rows.tables.append(_completed(some, body))
+    if wants_body.true_count:
+        some = {name: column.filter(wants_body) for name, column in columns.items()}
+        at = list(compress(positions, wants_body.to_pylist()))
+        some, body = _bodies(some, [events[p] for p in at], at, rows, keep_going)
+        if body is not None:
+            rows.tables.append(_completed(some, body))
     return rows
 
 
@@ -199,10 +205,11 @@ def _irregular(event: Event) -> tuple[int, Optional[int], Target]:
             received if received is not None else legacy_time, _target(event))
 
 
-def _extracts(columns: dict[str, pa.Array], events: list[Event], positions: list[int],
-              rows: Rows, keep_going: bool) -> list[Optional[Extract]]:
-    """What the bodies of writes that take columns from their body give; None for a broken one
-    (and for those after it unless ``keep_going``)."""
+def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[int],
+            rows: Rows, keep_going: bool
+            ) -> tuple[dict[str, pa.Array], Optional[dict[str, pa.Array]]]:
+    """The columns of writes that take columns from their body, less the broken ones (and those
+    after the first unless ``keep_going``), and what their bodies give (``BODY_COLUMNS``)."""
     extracts = []
     for event, position, resource, subresource in zip(
             events, positions, columns["resource"].to_pylist(), columns["subresource"].to_pylist()):
@@ -215,30 +222,32 @@ def _extracts(columns: dict[str, pa.Array], events: list[Event], positions: list
             extract = None
         rows.lacking_bodies += extract is NOTHING
         extracts.append(extract)
-    return extracts + [None] * (len(events) - len(extracts))
+    if len(extracts) < len(events) or None in extracts:
+        read = pa.array([x is not None for x in extracts] + [False] * (len(events) - len(extracts)))
+        columns = {name: column.filter(read) for name, column in columns.items()}
+        extracts = [x for x in extracts if x is not None]
+    if not extracts:
+        return columns, None
+    amounts, *given = zip(*extracts)
+    values = (*zip(*amounts), *given)
+    return columns, {name: pa.array(column, kind)
+                     for (name, kind), column in zip(BODY_COLUMNS.items(), values)}
 
 
-def _with_extracts(columns: dict[str, pa.Array], extracts: list[Optional[Extract]]) -> pa.Table:
-    """The rows: ``columns`` completed by what the bodies gave (rows whose body is broken are
-    left out), as ``traces/README.md`` describes."""
-    read = pa.array([x is not None for x in extracts])
-    columns = {name: column.filter(read) for name, column in columns.items()}
-    amounts, *others = zip(*filter(None, extracts)) if read.true_count else [()] * 7
-    cpu, memory, gpu = zip(*amounts) if amounts else [()] * 3
-    node, scheduler_name, group, priority, uid, name = (
-        pa.array(values, kind) for values, kind in zip(others, EXTRACT_TYPES))
+def _completed(columns: dict[str, pa.Array], body: dict[str, pa.Array]) -> pa.Table:
+    """The rows: ``columns`` completed by what the bodies gave, as ``traces/README.md`` says."""
     none = pa.scalar(None, pa.string())
+    name = columns["name"]
     columns.update(
-        cpu_milli=pa.array(cpu, pa.int64()), memory_bytes=pa.array(memory, pa.int64()),
-        gpu_milli=pa.array(gpu, pa.int64()), scheduler_name=scheduler_name, group=group,
-        priority=priority,
-        node=pc.coalesce(_none_if_empty(node), pc.if_else(
-            pc.equal(columns["resource"], "nodes"), columns["name"], none)),
-        uid=pc.coalesce(columns["uid"], uid),
-        name=pc.if_else(pc.not_equal(columns["name"], ""), columns["name"],
-                        pc.coalesce(_none_if_empty(name), pa.scalar(""))),
+        {key: body[key] for key in ("cpu_milli", "memory_bytes", "gpu_milli", "scheduler_name",
+                                    "group", "priority")},
+        node=pc.coalesce(_none_if_empty(body["node"]), pc.if_else(
+            pc.equal(columns["resource"], "nodes"), name, none)),
+        uid=pc.coalesce(columns["uid"], body["uid"]),
+        name=pc.if_else(pc.not_equal(name, ""), name,
+                        pc.coalesce(_none_if_empty(body["name"]), pa.scalar(""))),
         component=_per_distinct(component, pa.string(), columns["user"], columns["user_agent"]))
-    return pa.table({name: columns[name] for name in ROW_COLUMNS})
+    return pa.table({key: columns[key] for key in ROW_COLUMNS})
 
 
 def _none_if_empty(strings: pa.Array) -> pa.Array:
