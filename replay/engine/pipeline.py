@@ -419,4 +419,3 @@ def view_lag_us(commit: np.ndarray, applied: np.ndarray, at: np.ndarray) -> np.n
     pending = first_pending < len(commit)
     oldest = commit[np.minimum(first_pending, max(len(commit) - 1, 0))] if len(commit) else at
     return np.where(pending & (oldest <= at), at - oldest, 0)
-

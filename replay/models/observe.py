@@ -25,7 +25,7 @@ from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.watchers import match, node_index, watchers_table
 from replay.models.base import Model
-from replay.models.recorded import IS_BINDING, PodHistory, RowMasks, stable_argsort
+from replay.models.recorded import IS_BINDING, PodHistory, RowMasks, stable_sort
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -329,8 +329,7 @@ def _creation_order(since: np.ndarray, pod: pl.Series) -> np.ndarray:
     Only where ``since`` ties are the strings compared: sorting a million of them costs ten
     times more than sorting the times.
     """
-    order = stable_argsort(since)
-    ordered = since[order]
+    order, ordered = stable_sort(since)
     tie = ordered[1:] == ordered[:-1]
     runs = np.flatnonzero(np.r_[tie, False] | np.r_[False, tie])
     if len(runs):

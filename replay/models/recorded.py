@@ -35,8 +35,9 @@ def pod_name() -> pl.Expr:
     return pl.concat_str("namespace", "name", separator="/", ignore_nulls=True)
 
 
-def stable_argsort(keys: np.ndarray) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` for integer keys, two to three times faster.
+def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.argsort(keys, kind="stable")`` for integer keys, and the sorted keys, two to three
+    times faster.
 
     Each key (less the smallest) goes in the high bits of a uint64 and its index in the low
     bits, and numpy sorts those plain integers with SIMD instructions.  When the keys need more
@@ -44,18 +45,22 @@ def stable_argsort(keys: np.ndarray) -> np.ndarray:
     in order, and a stable sort of the full keys is the fallback when they do not.
     """
     if len(keys) == 0:
-        return np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), keys
+    low = keys.min()
     bits = max(1, (len(keys) - 1).bit_length())
-    shifted = (keys - keys.min()).astype(np.uint64)  # wraps around into the right value
+    shifted = (keys - low).astype(np.uint64)  # wraps around into the right value
     drop = max(0, int(shifted.max()).bit_length() + bits - 64)
     packed = (shifted >> np.uint64(drop)) << np.uint64(bits)
     packed |= np.arange(len(keys), dtype=np.uint64)
     packed.sort()
     order = (packed & np.uint64((1 << bits) - 1)).astype(np.int64)
+    if not drop:
+        return order, ((packed >> np.uint64(bits)) + np.uint64(low)).astype(keys.dtype)
     ordered = keys[order]
-    if drop and np.any(ordered[1:] < ordered[:-1]):
-        return np.argsort(keys, kind="stable")
-    return order
+    if np.any(ordered[1:] < ordered[:-1]):
+        order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
+    return order, ordered
 
 
 class RowMasks:
@@ -115,9 +120,8 @@ class PodHistory:
         names = (trace.select("namespace", "name").filter(pl.Series(masks.named_pod))
                  .select(pod_name()).to_series().rechunk())  # one chunk: gathers 15x faster
         key = names.hash(seed=0).to_numpy()
-        order = stable_argsort(key)  # by name, each name's rows in trace order
+        order, sorted_key = stable_sort(key)  # by name, each name's rows in trace order
         rows = pod_rows[order]
-        sorted_key = key[order]
         new_name = np.r_[True, sorted_key[1:] != sorted_key[:-1]] if len(rows) else np.zeros(0, bool)
         incarnation = np.cumsum(new_name | masks.ok_create[rows]) - 1
         binding_at = np.where(masks.ok_binding[rows], rows, -1)

@@ -1,0 +1,35 @@
+"""The fast stable sorts the replay uses give exactly numpy's stable argsort."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, strategies as st
+
+from replay.engine.pipeline import stable_order
+from replay.models.recorded import stable_sort
+
+int64s = st.integers(-2**63, 2**63 - 1)
+
+
+@given(st.lists(st.one_of(st.integers(-3, 3), int64s), max_size=300),
+       st.sampled_from([np.int64, np.uint64]))
+def test_stable_sort_is_numpys(keys, dtype):
+    keys = np.array(keys, dtype=np.int64).astype(dtype)
+    order, ordered = stable_sort(keys)
+    expected = np.argsort(keys, kind="stable")
+    assert order.tolist() == expected.tolist()
+    assert ordered.tolist() == keys[expected].tolist() and ordered.dtype == keys.dtype
+
+
+def test_stable_sort_of_hashes_that_share_their_high_bits():
+    """Keys whose high bits alone cannot order them take the fallback."""
+    keys = np.array([5, 3, 2**63 + 9, 2**63 + 1, 4, 2**63 + 9], dtype=np.uint64)
+    keys = np.tile(keys, 50)
+    assert stable_sort(keys)[0].tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+@given(st.lists(st.integers(0, 2**20), max_size=300))
+def test_stable_order_is_numpys(ids):
+    ids = np.array(ids, dtype=np.int64)
+    bound = int(ids.max()) + 1 if len(ids) else 1
+    assert stable_order(ids, bound).tolist() == np.argsort(ids, kind="stable").tolist()
