@@ -30,7 +30,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from replay.engine.config import STAGES, RunConfig, WatcherSpec
-from replay.engine.distributions import Distribution
+from replay.engine.distributions import Constant, Distribution
 from replay.rng import Stream, name_hash
 
 STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
@@ -169,8 +169,17 @@ class _Cost:
 
     def draw_shared(self, writes: int) -> np.ndarray:
         """The draws of writes rv = 1..``writes`` (a shared stage's counter is the rv)."""
-        return _in_chunks(writes, lambda part: self.draw(
-            np.arange(part.start + 1, part.stop + 1, dtype=np.uint64)))
+        return self.draw_parts(writes, lambda part: np.arange(part.start + 1, part.stop + 1,
+                                                              dtype=np.uint64))
+
+    def draw_parts(self, size: int, counters: Callable[[slice], np.ndarray],
+                   keys: Callable[[slice], np.ndarray] | None = None) -> np.ndarray:
+        """``size`` draws, made a cache-sized part at a time from that part's ``counters`` and
+        ``keys``; a constant needs neither."""
+        if isinstance(self.dist, Constant):
+            return np.full(size, self.draw(np.zeros(1, dtype=np.uint64))[0])
+        return _in_chunks(size, lambda part: self.draw(counters(part),
+                                                       None if keys is None else keys(part)))
 
 
 class _Ahead:
@@ -333,16 +342,14 @@ class Pipeline:
                  rows: np.ndarray | None) -> np.ndarray:
         """``cost``'s draws for the deliveries at ``rows`` (all if None); a delivery's counter is
         its index among its watcher's deliveries."""
-        size = len(segments.ids) if rows is None else len(rows)
-        if cost.dist.is_zero:
-            return np.zeros(size, dtype=np.int64)
         keys, watcher = self.keys[key], segments.ids
 
-        def draw(part: slice) -> np.ndarray:
-            at = part if rows is None else rows[part]
-            return cost.draw(segments.sequence(at), keys[watcher[at]])
+        def at(part: slice) -> slice | np.ndarray:
+            return part if rows is None else rows[part]
 
-        return _in_chunks(size, draw)
+        return cost.draw_parts(len(watcher) if rows is None else len(rows),
+                               lambda part: segments.sequence(at(part)),
+                               lambda part: keys[watcher[at(part)]])
 
     # -- one write at a time -----------------------------------------------------------------
     def _reset_step_state(self) -> None:
