@@ -275,6 +275,19 @@ def test_skip_bad_lines_counts_them(cli, tmp_path):
     assert "bad lines skipped: 2 (first: " in result.err and "a.log:2: not valid JSON" in result.err
 
 
+def test_skip_bad_lines_leaves_out_broken_bodies_and_times(cli, tmp_path):
+    log = write_log(tmp_path / "a.log", [
+        event(level="Request", request=pod([{"requests": {"cpu": "lots"}}]), audit_id="1"),
+        event(level="Request", request=pod([{"requests": {"cpu": "2"}}]), audit_id="2", second=1),
+        {**event(verb="delete", audit_id="3"), "stageTimestamp": "soon"},
+        event(verb="delete", audit_id="4", second=2)])
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", log, "--skip-bad-lines", "--out", out)
+    assert result.code == 0 and "bad lines skipped: 2 (first: " in result.err
+    assert "a.log:1: key requestObject.spec.containers[0].resources (cpu)" in result.err
+    assert [(r["audit_id"], r["cpu_milli"]) for r in rows(out)] == [("2", 2000), ("4", None)]
+
+
 def test_source_args_record_names_not_contents(tmp_path):
     from replay.trace.io import source_of
 

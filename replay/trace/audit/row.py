@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from itertools import compress
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
@@ -89,17 +88,9 @@ def rows_of(events: list[Event], seqs: list[int], keep_going: bool) -> Rows:
     columns, positions = _targeted(events, seqs, rows, keep_going)
     wants_body = _per_distinct(_wants_body, pa.bool_(), columns["resource"],
                                columns["subresource"], columns["verb"])
-    plain = pc.invert(wants_body)
-    if plain.true_count:
-        some = {name: column.filter(plain) for name, column in columns.items()}
-        body = {name: pa.nulls(plain.true_count, kind) for name, kind in BODY_COLUMNS.items()}
-        rows.tables.append(_completed(some, body))
-    if wants_body.true_count:
-        some = {name: column.filter(wants_body) for name, column in columns.items()}
-        at = list(compress(positions, wants_body.to_pylist()))
-        some, body = _bodies(some, [events[p] for p in at], at, rows, keep_going)
-        if body is not None:
-            rows.tables.append(_completed(some, body))
+    bodies = _bodies(columns, events, positions, wants_body, rows, keep_going)
+    if bodies is not None and len(positions):
+        rows.tables.append(_completed(columns, *bodies))
     return rows
 
 
@@ -206,36 +197,41 @@ def _irregular(event: Event) -> tuple[int, Optional[int], Target]:
 
 
 def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[int],
-            rows: Rows, keep_going: bool
-            ) -> tuple[dict[str, pa.Array], Optional[dict[str, pa.Array]]]:
-    """The columns of writes that take columns from their body, less the broken ones (and those
-    after the first unless ``keep_going``), and what their bodies give (``BODY_COLUMNS``)."""
-    extracts = []
-    for event, position, resource, subresource in zip(
-            events, positions, columns["resource"].to_pylist(), columns["subresource"].to_pylist()):
+            wants_body: pa.Array, rows: Rows, keep_going: bool
+            ) -> Optional[tuple[dict[str, pa.Array], list[int]]]:
+    """What the bodies of the rows that take columns from their body give (``BODY_COLUMNS``,
+    null in the other rows), and the rows whose body is broken; None when one is broken and
+    not ``keep_going``."""
+    at = pc.indices_nonzero(wants_body)
+    nulls = {name: pa.nulls(len(positions), kind) for name, kind in BODY_COLUMNS.items()}
+    if not len(at):
+        return nulls, []
+    extracts, broken = [], []
+    for row, resource, subresource in zip(at.to_pylist(), columns["resource"].take(at).to_pylist(),
+                                          columns["subresource"].take(at).to_pylist()):
         try:
-            extract = _extract(event, resource, subresource)
+            extract = _extract(events[positions[row]], resource, subresource)
         except (BadEvent, BadBody) as err:
-            rows.errors.append((position, err))
+            rows.errors.append((positions[row], err))
             if not keep_going:
-                break
-            extract = None
-        rows.lacking_bodies += extract is NOTHING
+                return None
+            broken.append(row)
+            extract = NOTHING
+        else:
+            rows.lacking_bodies += extract is NOTHING
         extracts.append(extract)
-    if len(extracts) < len(events) or None in extracts:
-        read = pa.array([x is not None for x in extracts] + [False] * (len(events) - len(extracts)))
-        columns = {name: column.filter(read) for name, column in columns.items()}
-        extracts = [x for x in extracts if x is not None]
-    if not extracts:
-        return columns, None
     amounts, *given = zip(*extracts)
-    values = (*zip(*amounts), *given)
-    return columns, {name: pa.array(column, kind)
-                     for (name, kind), column in zip(BODY_COLUMNS.items(), values)}
+    return {name: pc.replace_with_mask(nulls[name], wants_body, pa.array(values, kind))
+            for (name, kind), values in zip(BODY_COLUMNS.items(), (*zip(*amounts), *given))}, broken
 
 
-def _completed(columns: dict[str, pa.Array], body: dict[str, pa.Array]) -> pa.Table:
-    """The rows: ``columns`` completed by what the bodies gave, as ``traces/README.md`` says."""
+def _completed(columns: dict[str, pa.Array], body: dict[str, pa.Array], broken: list[int]
+               ) -> pa.Table:
+    """The rows: ``columns`` completed by what the bodies gave, as ``traces/README.md`` says,
+    less the rows whose body is ``broken``."""
+    if broken:
+        keep = pc.invert(pc.is_in(pa.array(range(len(columns["seq"]))), pa.array(broken)))
+        columns, body = ({name: a.filter(keep) for name, a in part.items()} for part in (columns, body))
     none = pa.scalar(None, pa.string())
     name = columns["name"]
     columns.update(
