@@ -100,10 +100,13 @@ CREATE OR REPLACE MACRO delay_stats(ms) AS {
 -- A node's free capacity is its allocatable minus the requests of the pods bound to it.  In the
 -- truth every change takes effect at its commit_ts; in a watcher's view at the watcher's applied_ts
 -- for that write.  A scheduler also counts the pods it has assumed itself (attempts.node from
--- decided_ts to forgotten_ts); the truth it is compared with counts them too until the attempt's
--- write commits (or fails), because a decision in flight is not watch delay: an ideal watcher with
--- no delay would hold the same assumption.  Changes at the same instant take effect together, so
--- no interval has zero length and a pipeline without delay never differs from the truth.
+-- decided_ts to forgotten_ts, to the end of the run when that is null).  A pod counts once: its
+-- assumption stops mattering once its binding on that node is in the view.  The truth a scheduler
+-- is compared with counts its assumption too until the attempt's write commits (or fails),
+-- because a decision in flight is not watch delay: an ideal watcher with no delay would hold the
+-- same assumption.  Changes at the same instant take effect together, so no interval has zero
+-- length and a pipeline without delay never differs from the truth.  Watchers apply writes in
+-- commit order (docs/run-directory.md), which the windows below rely on.
 ---------------------------------------------------------------------------------------------------
 
 -- run_bounds: run, start_ts, end_ts: the first and the last timestamp anywhere in the run.  A
@@ -123,8 +126,9 @@ FROM (
 )
 GROUP BY run;
 
--- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id: every
--- committed write that changes a node's free capacity, and by how much (negative: less free).
+-- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id, pod,
+-- change: every committed write that changes a node's free capacity, and by how much (negative:
+-- less free); change says what it is (node, binding, delete), pod which pod it moves.
 --   * A node write carrying cpu_milli, memory_bytes or gpu_milli sets that allocatable (a value
 --     the write does not carry keeps its last one); a node delete removes the node (allocatable
 --     0), and a node created again starts from nothing.  Unknown allocatable counts as 0.
@@ -161,7 +165,7 @@ WITH node_writes AS (
            cpu_milli - lag(cpu_milli, 1, 0) OVER by_node AS cpu_milli,
            memory_bytes - lag(memory_bytes, 1, 0) OVER by_node AS memory_bytes,
            gpu_milli - lag(gpu_milli, 1, 0) OVER by_node AS gpu_milli,
-           NULL::BIGINT AS attempt_id
+           NULL::BIGINT AS attempt_id, NULL AS pod, 'node' AS change
     FROM allocatable
     WINDOW by_node AS (PARTITION BY run, node ORDER BY rv)
 ), pod_writes AS (
@@ -170,34 +174,37 @@ WITH node_writes AS (
     FROM events
     WHERE resource = 'pods'
       AND (verb = 'create' AND subresource = 'binding' OR verb = 'delete' AND subresource IS NULL)
-), last_deletes AS (
-    -- several deletes of a pod at the same instant: the last one removes it
-    SELECT run, pod, commit_ts, max(rv) AS rv
+), instants AS (
+    -- several writes of a kind to one pod at the same instant: the first binding binds it, the
+    -- last delete removes it
+    SELECT run, pod, commit_ts, binds,
+           CASE WHEN binds THEN min(rv) ELSE max(rv) END AS rv,
+           arg_min(attempt_id, rv) AS attempt_id
     FROM pod_writes
-    WHERE NOT binds
-    GROUP BY run, pod, commit_ts
+    GROUP BY run, pod, commit_ts, binds
 ), placements AS (
-    SELECT pods.run, pods.node,
+    SELECT pods.run, pods.pod, pods.node,
            coalesce(pods.cpu_milli, 0) AS cpu_milli,
            coalesce(pods.memory_bytes, 0) AS memory_bytes,
            coalesce(pods.gpu_milli, 0) AS gpu_milli,
            binding.rv AS bind_rv, binding.commit_ts AS bound_ts, binding.attempt_id,
            removal.rv AS delete_rv, removal.commit_ts AS deleted_ts
     FROM pods
-    JOIN pod_writes AS binding
+    JOIN instants AS binding
       ON binding.binds AND binding.run = pods.run AND binding.pod = pods.pod
      AND binding.commit_ts = pods.bound_ts
-    LEFT JOIN last_deletes AS removal
-      ON removal.run = pods.run AND removal.pod = pods.pod AND removal.commit_ts = pods.deleted_ts
-     AND removal.rv > binding.rv
+    LEFT JOIN instants AS removal
+      ON NOT removal.binds AND removal.run = pods.run AND removal.pod = pods.pod
+     AND removal.commit_ts = pods.deleted_ts AND removal.rv > binding.rv
     WHERE coalesce(pods.cpu_milli, 0) <> 0 OR coalesce(pods.memory_bytes, 0) <> 0
        OR coalesce(pods.gpu_milli, 0) <> 0
 )
 SELECT run, bind_rv AS rv, bound_ts AS commit_ts, node,
-       -cpu_milli AS cpu_milli, -memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, attempt_id
+       -cpu_milli AS cpu_milli, -memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, attempt_id,
+       pod, 'binding' AS change
 FROM placements
 UNION ALL
-SELECT run, delete_rv, deleted_ts, node, cpu_milli, memory_bytes, gpu_milli, NULL
+SELECT run, delete_rv, deleted_ts, node, cpu_milli, memory_bytes, gpu_milli, NULL, pod, 'delete'
 FROM placements
 WHERE delete_rv IS NOT NULL
 UNION ALL
@@ -212,6 +219,11 @@ CREATE OR REPLACE VIEW capacity_viewers AS
 SELECT run, watcher, node
 FROM watchers
 WHERE list_has_all(string_split(resources, ','), ['pods', 'nodes']);
+
+-- unit_size(resource): how many of the trace's units make one core (cpu_milli), GiB
+-- (memory_bytes) or GPU (gpu_milli), the units in which the capacity queries report.
+CREATE OR REPLACE MACRO unit_size(resource) AS
+    CASE resource WHEN 'cpu' THEN 1000.0 WHEN 'memory' THEN 1073741824.0 ELSE 1000.0 END;
 
 -- capacity_windows: run, watcher, node, resource, kind, start_ts, end_ts, gap_max, gap_seconds,
 -- wasted, conflicts: one row per maximal interval during which a watcher's view of a node's free
@@ -242,27 +254,40 @@ WITH bounds AS MATERIALIZED (
     SELECT run, node, row_number() OVER (ORDER BY run, node) AS node_id
     FROM (SELECT DISTINCT run, node FROM all_changes)
 ), changes AS MATERIALIZED (
-    -- each change with its node's number and, for a binding, the assumption its scheduler held:
-    -- from the binding's commit (or the decision, if later) until the scheduler forgot it
-    SELECT all_changes.*, nodes.node_id,
-           attempts.scheduler AS assumed_by, attempts.node AS assumed_on,
+    -- each change with, on its node: the truth's free capacity after it, the previous change
+    -- and the next one's commit; for a binding, the assumption its scheduler held: from the
+    -- binding's commit (or the decision, if later) until the scheduler forgot it
+    SELECT all_changes.run, all_changes.rv, all_changes.commit_ts, all_changes.node, nodes.node_id,
+           all_changes.cpu_milli, all_changes.memory_bytes, all_changes.gpu_milli,
+           (sum(all_changes.cpu_milli) OVER by_node)::BIGINT AS truth_cpu,
+           (sum(all_changes.memory_bytes) OVER by_node)::BIGINT AS truth_memory,
+           (sum(all_changes.gpu_milli) OVER by_node)::BIGINT AS truth_gpu,
+           lag(all_changes.rv) OVER by_node AS previous_rv,
+           lead(all_changes.commit_ts) OVER by_node AS next_commit_ts,
+           attempts.scheduler AS assumed_by,
+           attempts.node = all_changes.node AS assumed_here,
            greatest(attempts.decided_ts, all_changes.commit_ts) AS assumed_from,
-           coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until
+           coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until,
+           attempts.node AS assumed_on
     FROM all_changes
     JOIN nodes USING (run, node)
     JOIN bounds USING (run)
     LEFT JOIN attempts
       ON attempts.run = all_changes.run AND attempts.attempt_id = all_changes.attempt_id
+    WINDOW by_node AS (PARTITION BY nodes.node_id ORDER BY all_changes.rv)
 ), received AS MATERIALIZED (
-    -- each change as each viewer received it.  own: the viewer's own binding; folded: one it
-    -- assumed from the binding's commit until it applied it, so that its view never lacked it
+    -- each change as each viewer received it.  view_ts: when it entered the view, at its commit
+    -- for the viewer's own binding if it assumed the pod from then until it applied the binding
     -- (a pod counts once: holding the assumption longer changes nothing)
-    SELECT viewers.viewer_id, changes.node_id, changes.rv, changes.commit_ts, deliveries.applied_ts,
+    SELECT viewers.viewer_id, changes.node_id, changes.rv, changes.previous_rv,
+           changes.commit_ts, changes.next_commit_ts, deliveries.applied_ts,
+           CASE WHEN changes.assumed_by = deliveries.watcher AND changes.assumed_here
+                     AND changes.assumed_from = changes.commit_ts
+                     AND changes.assumed_until >= deliveries.applied_ts
+                THEN changes.commit_ts ELSE deliveries.applied_ts END AS view_ts,
            coalesce(changes.assumed_by = deliveries.watcher, false) AS own,
-           coalesce(own AND changes.assumed_on = changes.node
-                    AND changes.assumed_from = changes.commit_ts
-                    AND changes.assumed_until >= deliveries.applied_ts, false) AS folded,
-           changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
+           changes.cpu_milli, changes.memory_bytes, changes.gpu_milli,
+           changes.truth_cpu, changes.truth_memory, changes.truth_gpu
     FROM deliveries
     JOIN changes USING (run, rv)
     JOIN viewers
@@ -281,31 +306,31 @@ WITH bounds AS MATERIALIZED (
           < coalesce(CASE WHEN only_node IS NULL THEN per_run.changes ELSE per_node.changes END, 0)
 ), missed AS (
     -- changes a viewer never received: it stays blind to them until the end of the run
-    SELECT shortfall.viewer_id, changes.node_id, changes.rv, changes.commit_ts,
-           NULL::TIMESTAMPTZ AS applied_ts, coalesce(changes.assumed_by = shortfall.watcher, false),
-           false, changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
+    SELECT shortfall.viewer_id, changes.node_id, changes.rv, changes.previous_rv,
+           changes.commit_ts, changes.next_commit_ts, NULL::TIMESTAMPTZ AS applied_ts,
+           bounds.end_ts AS view_ts, coalesce(changes.assumed_by = shortfall.watcher, false) AS own,
+           changes.cpu_milli, changes.memory_bytes, changes.gpu_milli,
+           changes.truth_cpu, changes.truth_memory, changes.truth_gpu
     FROM shortfall
-    JOIN changes
-      ON changes.run = shortfall.run AND changes.node = coalesce(shortfall.only_node, changes.node)
+    JOIN bounds USING (run)
+    JOIN nodes ON nodes.run = shortfall.run AND nodes.node = coalesce(shortfall.only_node, nodes.node)
+    JOIN changes USING (node_id)
     ANTI JOIN received USING (viewer_id, rv)
 ), lags AS (
-    -- view_ts: when the change entered the view
-    SELECT received.*, CASE WHEN folded THEN commit_ts ELSE applied_ts END AS view_ts
     FROM received
     UNION ALL
-    SELECT missed.*, bounds.end_ts
     FROM missed
-    JOIN viewers USING (viewer_id)
-    JOIN bounds USING (run)
-), failed_attempts AS (
-    -- attempts that wrote no binding but that the scheduler held for a while, with the requests
-    -- of their pod: the latest incarnation of its name created by the decision
-    SELECT attempts.run, attempts.scheduler, attempts.node,
+), other_attempts AS MATERIALIZED (
+    -- attempts whose binding did not place their pod (it failed, or the pod was bound already)
+    -- but that their scheduler held after their commit, with their pod: the latest incarnation
+    -- of its name created by the decision (created_rv), and its requests
+    SELECT attempts.run, attempts.attempt_id, attempts.scheduler, attempts.node, attempts.pod,
            greatest(attempts.decided_ts, attempts.committed_ts) AS start_ts,
            attempts.forgotten_ts,
-           arg_max(coalesce(creates.cpu_milli, 0), creates.rv) AS cpu_milli,
-           arg_max(coalesce(creates.memory_bytes, 0), creates.rv) AS memory_bytes,
-           arg_max(coalesce(creates.gpu_milli, 0), creates.rv) AS gpu_milli
+           max(creates.rv) AS created_rv,
+           -arg_max(coalesce(creates.cpu_milli, 0), creates.rv) AS cpu_milli,
+           -arg_max(coalesce(creates.memory_bytes, 0), creates.rv) AS memory_bytes,
+           -arg_max(coalesce(creates.gpu_milli, 0), creates.rv) AS gpu_milli
     FROM attempts
     JOIN events AS creates
       ON creates.run = attempts.run AND creates.resource = 'pods' AND creates.verb = 'create'
@@ -315,14 +340,28 @@ WITH bounds AS MATERIALIZED (
     WHERE attempts.node IS NOT NULL
       AND (attempts.forgotten_ts IS NULL
            OR attempts.forgotten_ts > greatest(attempts.decided_ts, attempts.committed_ts))
-      AND attempts.attempt_id NOT IN (SELECT attempt_id FROM events
-                                      WHERE resource = 'pods' AND subresource = 'binding'
-                                        AND attempt_id IS NOT NULL)
+      AND attempts.attempt_id NOT IN (SELECT attempt_id FROM all_changes
+                                      WHERE attempt_id IS NOT NULL)
     GROUP BY ALL
+), other_placements AS (
+    -- the binding that placed the same pod, if it placed it on the node the attempt chose:
+    -- once it is in the scheduler's view, the pod counts as bound, not as assumed
+    SELECT other.attempt_id, arg_min(placed.rv, placed.rv) AS rv,
+           arg_min(placed.node, placed.rv) AS node
+    FROM other_attempts AS other
+    JOIN all_changes AS placed
+      ON placed.run = other.run AND placed.pod = other.pod AND placed.change = 'binding'
+     AND placed.rv > other.created_rv
+    WHERE NOT EXISTS (SELECT 1 FROM events AS later
+                      WHERE later.run = other.run AND later.resource = 'pods'
+                        AND later.verb = 'create' AND later.subresource IS NULL
+                        AND concat_ws('/', later.namespace, later.name) = other.pod
+                        AND later.rv > other.created_rv AND later.rv < placed.rv)
+    GROUP BY other.attempt_id
 ), held AS (
-    -- assumptions held longer than the truth needs: own bindings not folded above, until
-    -- forgotten or until the binding is applied (from then on the pod counts as bound), and
-    -- failed attempts, from their failure until forgotten
+    -- assumptions held longer than the truth needs: own bindings not folded above, and other
+    -- attempts from their commit (or failure); each until forgotten, or until the pod's binding
+    -- on that node is in the scheduler's view (from then on the pod counts as bound)
     SELECT viewer_id, node_id, start_ts, end_ts, cpu_milli, memory_bytes, gpu_milli
     FROM (
         SELECT lags.viewer_id, nodes.node_id, changes.assumed_from AS start_ts,
@@ -330,48 +369,56 @@ WITH bounds AS MATERIALIZED (
                changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
         FROM lags
         JOIN viewers USING (viewer_id)
-        JOIN changes USING (run, rv)
+        JOIN changes USING (rv, node_id)
         JOIN nodes ON nodes.run = changes.run AND nodes.node = changes.assumed_on
-        WHERE lags.own AND NOT lags.folded
+        WHERE lags.own AND lags.view_ts IS DISTINCT FROM lags.commit_ts
           AND (viewers.only_node IS NULL OR viewers.only_node = changes.assumed_on)
     )
     WHERE end_ts > start_ts
     UNION ALL
-    SELECT viewers.viewer_id, nodes.node_id, failed.start_ts,
-           coalesce(failed.forgotten_ts, bounds.end_ts),
-           -failed.cpu_milli, -failed.memory_bytes, -failed.gpu_milli
-    FROM failed_attempts AS failed
-    JOIN bounds USING (run)
-    JOIN viewers
-      ON viewers.run = failed.run AND viewers.watcher = failed.scheduler
-     AND (viewers.only_node IS NULL OR viewers.only_node = failed.node)
-    JOIN nodes ON nodes.run = failed.run AND nodes.node = failed.node
+    SELECT viewer_id, node_id, start_ts, end_ts, cpu_milli, memory_bytes, gpu_milli
+    FROM (
+        SELECT viewers.viewer_id, nodes.node_id, other.start_ts,
+               least(coalesce(other.forgotten_ts, bounds.end_ts), placement.view_ts) AS end_ts,
+               other.cpu_milli, other.memory_bytes, other.gpu_milli
+        FROM other_attempts AS other
+        JOIN bounds USING (run)
+        JOIN viewers
+          ON viewers.run = other.run AND viewers.watcher = other.scheduler
+         AND (viewers.only_node IS NULL OR viewers.only_node = other.node)
+        JOIN nodes ON nodes.run = other.run AND nodes.node = other.node
+        LEFT JOIN (SELECT other_placements.attempt_id, lags.viewer_id, lags.view_ts
+                   FROM other_placements
+                   JOIN other_attempts USING (attempt_id)
+                   JOIN lags USING (rv)
+                   WHERE other_placements.node = other_attempts.node) AS placement
+          ON placement.attempt_id = other.attempt_id AND placement.viewer_id = viewers.viewer_id
+    )
+    WHERE end_ts > start_ts
 ), irregular AS (
     -- (viewer, node) pairs with a missed change or a held assumption: cut into segments
     SELECT DISTINCT viewer_id, node_id FROM missed
     UNION
     SELECT DISTINCT viewer_id, node_id FROM held
-), ordered AS (
-    -- per viewer and node, in commit order: the truth's free capacity after each change, and
-    -- whether the change's lag overlaps or touches another change (touching windows may merge)
-    SELECT viewer_id, node_id, rv, commit_ts, view_ts, cpu_milli, memory_bytes, gpu_milli,
-           sum(cpu_milli) OVER by_rv AS truth_cpu,
-           sum(memory_bytes) OVER by_rv AS truth_memory,
-           sum(gpu_milli) OVER by_rv AS truth_gpu,
-           max(view_ts) OVER (by_rv ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier_view_ts,
-           lead(commit_ts) OVER by_rv AS next_commit_ts
-    FROM lags
-    WINDOW by_rv AS (PARTITION BY viewer_id, node_id ORDER BY rv)
 ), classified AS MATERIALIZED (
-    SELECT ordered.*,
+    -- alone: the change's lag overlaps or touches no other change of the node (touching
+    -- windows may merge); the watcher applies writes in commit order, so only the previous
+    -- change's lag can reach into this one
+    SELECT lags.viewer_id, lags.node_id, lags.rv, lags.commit_ts, lags.view_ts,
+           lags.cpu_milli, lags.memory_bytes, lags.gpu_milli,
+           lags.truth_cpu, lags.truth_memory, lags.truth_gpu,
            irregular.viewer_id IS NULL
-           AND (earlier_view_ts IS NULL OR earlier_view_ts < commit_ts)
-           AND (next_commit_ts IS NULL OR next_commit_ts > view_ts) AS alone
-    FROM ordered
-    LEFT JOIN irregular USING (viewer_id, node_id)
+           AND (previous.applied_ts IS NULL OR previous.applied_ts < lags.commit_ts)
+           AND (lags.next_commit_ts IS NULL OR lags.next_commit_ts > lags.view_ts) AS alone
+    FROM lags
+    LEFT JOIN lags AS previous
+      ON previous.viewer_id = lags.viewer_id AND previous.rv = lags.previous_rv
+    LEFT JOIN irregular
+      ON irregular.viewer_id = lags.viewer_id AND irregular.node_id = lags.node_id
 ), lone_windows AS MATERIALIZED (
     -- a lag that overlaps no other change is a window: the view lacks exactly this change
-    SELECT viewer_id, node_id, resource, start_ts, end_ts, -change AS gap, truth, truth - change AS view
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, -change AS gap, truth,
+           truth - change AS view
     FROM (
         SELECT viewer_id, node_id, commit_ts AS start_ts, view_ts AS end_ts,
                unnest([{'resource': 'cpu', 'change': cpu_milli, 'truth': truth_cpu},
@@ -403,52 +450,55 @@ WITH bounds AS MATERIALIZED (
     FROM held
 ), instants AS (
     SELECT viewer_id, node_id, ts,
-           sum(gap_cpu) AS gap_cpu, sum(gap_memory) AS gap_memory, sum(gap_gpu) AS gap_gpu,
+           sum(gap_cpu)::BIGINT AS step_cpu, sum(gap_memory)::BIGINT AS step_memory,
+           sum(gap_gpu)::BIGINT AS step_gpu,
            arg_max(truth_cpu, rv) AS truth_cpu, arg_max(truth_memory, rv) AS truth_memory,
            arg_max(truth_gpu, rv) AS truth_gpu
     FROM points
     GROUP BY viewer_id, node_id, ts
 ), stepped AS (
-    SELECT viewer_id, node_id, ts AS start_ts, lead(ts) OVER by_ts AS end_ts,
-           sum(gap_cpu) OVER by_ts AS gap_cpu,
-           sum(gap_memory) OVER by_ts AS gap_memory,
-           sum(gap_gpu) OVER by_ts AS gap_gpu,
-           coalesce(last_value(truth_cpu IGNORE NULLS) OVER by_ts, 0) AS truth_cpu,
-           coalesce(last_value(truth_memory IGNORE NULLS) OVER by_ts, 0) AS truth_memory,
-           coalesce(last_value(truth_gpu IGNORE NULLS) OVER by_ts, 0) AS truth_gpu
-    FROM instants
-    WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY ts ROWS UNBOUNDED PRECEDING)
-), split_segments AS (
-    SELECT viewer_id, node_id, resource, start_ts, end_ts, gap, truth, truth + gap AS view
+    -- from each instant to the next: the difference (view minus truth) and the truth's free
+    -- capacity, and whether a window starts there: the difference takes a sign it did not have
+    SELECT *,
+           gap_cpu <> 0 AND sign(gap_cpu) <> sign(gap_cpu - step_cpu) AS starts_cpu,
+           gap_memory <> 0 AND sign(gap_memory) <> sign(gap_memory - step_memory) AS starts_memory,
+           gap_gpu <> 0 AND sign(gap_gpu) <> sign(gap_gpu - step_gpu) AS starts_gpu
+    FROM (
+        SELECT viewer_id, node_id, ts AS start_ts, lead(ts) OVER by_ts AS end_ts,
+               step_cpu, step_memory, step_gpu,
+               (sum(step_cpu) OVER by_ts)::BIGINT AS gap_cpu,
+               (sum(step_memory) OVER by_ts)::BIGINT AS gap_memory,
+               (sum(step_gpu) OVER by_ts)::BIGINT AS gap_gpu,
+               coalesce(last_value(truth_cpu IGNORE NULLS) OVER by_ts, 0) AS truth_cpu,
+               coalesce(last_value(truth_memory IGNORE NULLS) OVER by_ts, 0) AS truth_memory,
+               coalesce(last_value(truth_gpu IGNORE NULLS) OVER by_ts, 0) AS truth_gpu
+        FROM instants
+        WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY ts)
+    )
+), merged_segments AS MATERIALIZED (
+    -- the segments where view and truth differ, each named by the start of its window: the
+    -- latest start at or before it
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, window_ts, gap, truth, truth + gap AS view
     FROM (
         SELECT viewer_id, node_id, start_ts, end_ts,
-               unnest([{'resource': 'cpu', 'gap': gap_cpu, 'truth': truth_cpu},
-                       {'resource': 'memory', 'gap': gap_memory, 'truth': truth_memory},
-                       {'resource': 'gpu', 'gap': gap_gpu, 'truth': truth_gpu}],
+               unnest([{'resource': 'cpu', 'gap': gap_cpu, 'truth': truth_cpu,
+                        'window_ts': max(CASE WHEN starts_cpu THEN start_ts END) OVER by_ts},
+                       {'resource': 'memory', 'gap': gap_memory, 'truth': truth_memory,
+                        'window_ts': max(CASE WHEN starts_memory THEN start_ts END) OVER by_ts},
+                       {'resource': 'gpu', 'gap': gap_gpu, 'truth': truth_gpu,
+                        'window_ts': max(CASE WHEN starts_gpu THEN start_ts END) OVER by_ts}],
                       recursive := true)
         FROM stepped
+        WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY start_ts)
     )
     WHERE gap <> 0
-), merged_segments AS MATERIALIZED (
-    -- consecutive segments with a difference of the same sign form one window, named by its start
-    SELECT *,
-           max(CASE WHEN starts THEN start_ts END) OVER (
-               PARTITION BY viewer_id, node_id, resource ORDER BY start_ts
-               ROWS UNBOUNDED PRECEDING) AS window_ts
-    FROM (
-        SELECT *,
-               coalesce(lag(end_ts) OVER by_start <> start_ts
-                        OR sign(lag(gap) OVER by_start) <> sign(gap), true) AS starts
-        FROM split_segments
-        WINDOW by_start AS (PARTITION BY viewer_id, node_id, resource ORDER BY start_ts)
-    )
 ), windows AS MATERIALIZED (
     SELECT viewer_id, node_id, resource, start_ts, end_ts, gap < 0 AS stale, abs(gap) AS gap_max,
-           abs(gap) * (epoch_us(end_ts) - epoch_us(start_ts)) AS gap_us
+           abs(gap) * (epoch_us(end_ts) - epoch_us(start_ts))::DOUBLE AS gap_us
     FROM lone_windows
     UNION ALL
     SELECT viewer_id, node_id, resource, window_ts, max(end_ts), any_value(gap) < 0,
-           max(abs(gap)), sum(abs(gap) * (epoch_us(end_ts) - epoch_us(start_ts)))
+           max(abs(gap)), sum(abs(gap) * (epoch_us(end_ts) - epoch_us(start_ts))::DOUBLE)
     FROM merged_segments
     GROUP BY viewer_id, node_id, resource, window_ts
 ), pending AS (
@@ -505,14 +555,12 @@ WITH bounds AS MATERIALIZED (
 SELECT viewers.run, viewers.watcher, nodes.node, windows.resource,
        CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
        windows.start_ts, windows.end_ts,
-       windows.gap_max / unit.size AS gap_max,
-       windows.gap_us / 1e6 / unit.size AS gap_seconds,
+       windows.gap_max / unit_size(resource) AS gap_max,
+       windows.gap_us / 1e6 / unit_size(resource) AS gap_seconds,
        CASE WHEN stale THEN wasted.start_ts IS NOT NULL END AS wasted,
        CASE WHEN NOT stale THEN coalesce(conflicted.conflicts, 0) END AS conflicts
 FROM windows
 JOIN viewers USING (viewer_id)
 JOIN nodes USING (node_id)
-JOIN (VALUES ('cpu', 1000.0), ('memory', 1073741824.0), ('gpu', 1000.0)) AS unit(resource, size)
-  USING (resource)
 LEFT JOIN wasted USING (viewer_id, node_id, resource, start_ts)
 LEFT JOIN conflicted USING (viewer_id, node_id, resource, start_ts);

@@ -14,6 +14,8 @@ import datetime as dt
 import functools
 import math
 import shutil
+import tempfile
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -24,7 +26,7 @@ import query_reference as ref
 from conftest import SAMPLE_TRACE
 from replay import models
 from replay.analysis.catalog import load_query
-from replay.analysis.runs import open_runs, run_query
+from replay.analysis.runs import PARAMETERS, open_runs, point_at, run_query
 from replay.engine.config import load_config
 from replay.engine.run import run_replay
 from replay.errors import ReplayError
@@ -54,6 +56,9 @@ def write_rows(path, rows: list[dict]) -> None:
 
 
 def replay_rows(tmp_path, rows: list[dict], config: str = "", name: str = "run"):
+    """Replay ``rows`` with ``config`` into a new folder of ``tmp_path`` (hypothesis reuses
+    tmp_path, and DuckDB may cache a file it read under the same path)."""
+    tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
     trace, toml = tmp_path / f"{name}.parquet", tmp_path / f"{name}.toml"
     write_rows(trace, rows)
     toml.write_text(config)
@@ -126,12 +131,20 @@ class Answers:
     """The queries' answers on one or more runs, from one DuckDB connection; and the reference's
     on the first run."""
 
+    connection = None  # one for every test: the views are pointed at each run in turn
+
     def __init__(self, *run_dirs):
-        self.con = open_runs([str(d) for d in run_dirs])
+        dirs = [str(d) for d in run_dirs]
+        if Answers.connection is None:
+            Answers.connection = open_runs(dirs)
+        point_at(Answers.connection, dirs)
+        self.con = Answers.connection
         self.tables = ref.load(run_dirs[0])
 
     def query(self, name: str, **variables) -> pl.DataFrame:
-        return run_query(self.con, load_query(name), variables).pl()
+        """The query's answer; parameters not given are unset (the connection is shared)."""
+        given = {parameter: None for parameter in PARAMETERS} | variables
+        return run_query(self.con, load_query(name), given).pl()
 
     def windows(self, kind: str) -> pl.DataFrame:
         prefix = "blind" if kind == "stale" else "phantom"

@@ -41,6 +41,17 @@ def open_runs(run_dirs: list[str]) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the views of ``views.sql`` over these runs.
 
     Times are shown in UTC whatever the machine's time zone, so output is the same everywhere."""
+    con = duckdb.connect()
+    con.execute("SET TimeZone = 'UTC'")
+    point_at(con, run_dirs)
+    with duckdb_errors("queries/views.sql"):
+        con.execute(views_sql())
+    return con
+
+
+def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str]) -> None:
+    """Point the views at these run directories: they read them when a query runs, so one
+    connection serves one set of runs after another."""
     for path in run_dirs:
         check_run_dir(path)
     names = Counter(Path(p).resolve().name for p in run_dirs)
@@ -48,12 +59,7 @@ def open_runs(run_dirs: list[str]) -> duckdb.DuckDBPyConnection:
     if twice:
         raise ReplayError(f"two run directories are named {twice[0]!r}: a run is known by its "
                           f"directory's name, so give them different names")
-    con = duckdb.connect()
-    con.execute("SET TimeZone = 'UTC'")
     con.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [[str(Path(p)) for p in run_dirs]])
-    with duckdb_errors("queries/views.sql"):
-        con.execute(views_sql())
-    return con
 
 
 def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> None:

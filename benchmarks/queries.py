@@ -1,0 +1,50 @@
+"""Time every shipped query on a run directory (the target: under 5 s each on a 1M-pod run).
+
+    replay synth --nodes 20000 --pods 1000000 --arrival-rate 2400 --bind least-allocated \\
+        --seed 1 --out /tmp/big.parquet
+    replay run /tmp/big.parquet --out /tmp/rbig --force
+    python benchmarks/queries.py /tmp/rbig [--repeat 3] [--threads N]
+
+Each query runs on a fresh connection, as ``replay query`` would, and its whole result is
+fetched; the best of --repeat runs is printed with the result's row count, the load average of
+the machine when it ran and the peak resident memory of this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import time
+
+from replay.analysis.catalog import load_query, shipped
+from replay.analysis.runs import open_runs, run_query
+
+
+def time_query(run_dirs: list[str], name: str, threads: int | None) -> tuple[float, int]:
+    con = open_runs(run_dirs)
+    if threads:
+        con.execute("SET threads = ?", [threads])
+    started = time.perf_counter()
+    rows = run_query(con, load_query(name), {}).to_arrow_table().num_rows
+    return time.perf_counter() - started, rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--threads", type=int, help="DuckDB threads (default: all cores)")
+    parser.add_argument("--only", nargs="*", default=shipped(), metavar="QUERY")
+    args = parser.parse_args()
+    print(f"{'query':<30} {'seconds':>8} {'rows':>10}  load average")
+    for name in args.only:
+        best, rows = min(time_query(args.run_dirs, name, args.threads) for _ in range(args.repeat))
+        load = os.getloadavg()[0]
+        print(f"{name:<30} {best:8.2f} {rows:10,}  {load:.1f}", flush=True)
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"peak RSS {peak_mib:,.0f} MiB on {os.cpu_count()} cores")
+
+
+if __name__ == "__main__":
+    main()
