@@ -19,8 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Optional, Union
 
-import duckdb
-
 from replay.errors import ReplayError
 from replay.progress import progress
 from replay.trace.audit.order import RowSpill, in_order
@@ -64,9 +62,8 @@ def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = Fal
         args = {"files": [STDIN if s == STDIN else Path(s).name for s in sources],
                 "keep_reads": keep_reads, "skip_bad_lines": skip_bad_lines}
         with trace_writer(out, source=SOURCE, source_args=args) as writer:
-            summary.duplicates = spill.drain(writer)
-    summary.rows = writer.rows
-    summary.by_verb_resource = _kept_by_verb_resource(out)
+            summary.by_verb_resource = spill.drain(writer)
+    summary.rows, summary.duplicates = writer.rows, spill.rows - writer.rows
     return summary
 
 
@@ -135,13 +132,6 @@ def _run(task: Task) -> Scanned:
     if scanned.table is not None:
         scanned.table = in_order(scanned.table)
     return scanned
-
-
-def _kept_by_verb_resource(path: Path) -> Counter:
-    """Rows of the written trace by verb and resource (``pods/binding`` for subresources)."""
-    rows = duckdb.sql("SELECT verb, resource || coalesce('/' || subresource, ''), count(*) "
-                      "FROM read_parquet($p) GROUP BY ALL", params={"p": str(path)}).fetchall()
-    return Counter({(verb, resource): n for verb, resource, n in rows})
 
 
 def _no_events(sources: list[str], summary: Summary) -> str:

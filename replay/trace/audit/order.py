@@ -16,7 +16,9 @@ files.
 
 from __future__ import annotations
 
+import concurrent.futures
 import heapq
+from collections import Counter
 from pathlib import Path
 from typing import Iterator, Optional
 
@@ -74,16 +76,28 @@ class RowSpill:
             self._writer.write_batch(batch)
         self.rows += table.num_rows
 
-    def drain(self, writer: TraceWriter) -> int:
-        """Write the unique rows in trace order to ``writer``; returns the number of duplicates."""
+    def drain(self, writer: TraceWriter) -> Counter:
+        """Write the unique rows in trace order to ``writer``; returns how many by verb and
+        resource (``pods/binding`` for subresources).
+
+        A row group is written (zstd, most of the time here) in a thread while the next is
+        merged; pyarrow lets go of the GIL meanwhile.
+        """
+        kept: Counter = Counter()
         if self._writer is None:
-            return 0
+            return kept
         self._writer.close()
-        written = 0
-        for table in _exact_chunks(self._sorted_unique(), ROW_GROUP_ROWS):
-            writer.write(table.drop_columns(["seq"]).combine_chunks())
-            written += table.num_rows
-        return self.rows - written
+        with concurrent.futures.ThreadPoolExecutor(1) as background:
+            writing = None
+            for table in _exact_chunks(self._sorted_unique(), ROW_GROUP_ROWS):
+                table = table.drop_columns(["seq"]).combine_chunks()
+                kept.update(_by_verb_resource(table))
+                if writing is not None:
+                    writing.result()
+                writing = background.submit(writer.write, table)
+            if writing is not None:
+                writing.result()
+        return kept
 
     def _sorted_unique(self) -> Iterator[pa.Table]:
         """The rows without later copies of an event, in (ts, seq) order."""
@@ -104,6 +118,12 @@ class RowSpill:
             "preserve_insertion_order": False})
         con.register("spill", ds.dataset(self._path, format="arrow"))
         return con
+
+
+def _by_verb_resource(table: pa.Table) -> Counter:
+    counts = table.group_by(["verb", "resource", "subresource"]).aggregate([([], "count_all")])
+    return Counter({(verb, resource if sub is None else f"{resource}/{sub}"): n
+                    for verb, resource, sub, n in zip(*counts.to_pydict().values())})
 
 
 def _floors(spans: list[tuple[int, int, int]]) -> list[float]:
