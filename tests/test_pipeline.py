@@ -147,8 +147,8 @@ def test_invariants_and_step_equals_scan(case):
     for i, t in enumerate(targets):
         rv, cached, dispatched, deliveries = pipeline.step(commit[i], t)
         assert rv == i + 1
-        stepped += [(d.watcher, i, commit[i], cached, dispatched, d.sent, d.received, d.dequeued,
-                     d.applied) for d in deliveries]
+        stepped += [(w, i, commit[i], cached, dispatched, sent, received, dequeued, applied)
+                    for w, sent, received, dequeued, applied in deliveries]
     assert sorted(stepped) == sorted(rows)
 
 

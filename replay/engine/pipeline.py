@@ -36,6 +36,7 @@ from replay.rng import Stream, name_hash
 STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts")
 DRAW_CHUNK = 1 << 16
+SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
 
 
 def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
@@ -232,17 +233,6 @@ class Resume(NamedTuple):
         return cls(before, *(int(times[c][-1]) for c in ("sent_ts", "received_ts", "applied_ts")))
 
 
-@dataclass
-class Delivery:
-    """Stage times of one write at one watcher, in microseconds."""
-
-    watcher: int
-    sent: int
-    received: int
-    dequeued: int
-    applied: int
-
-
 class Pipeline:
     """The pipeline for a fixed list of watchers; ``scan`` and ``step`` share these costs."""
 
@@ -355,7 +345,7 @@ class Pipeline:
     def _reset_step_state(self) -> None:
         self._rv = 0
         self._cached = self._dispatched = np.iinfo(np.int64).min
-        self._shared: dict[str, list[int]] = {}
+        self._block, self._drawn = -1, []  # the shared stages' draws for the current block
         self._last = [[np.iinfo(np.int64).min] * 3 for _ in self.watchers]  # sent, recv, applied
         # Each watcher's draws ahead, made when it receives its first write
         self._ahead: dict[tuple[str, str], list[_Ahead | None]] = {
@@ -368,31 +358,44 @@ class Pipeline:
         for key, ahead in self._ahead.items():
             ahead[watcher] = _Ahead(self._own_cost(key, watcher), self.keys[key][watcher])
 
-    def step(self, commit: int, targets: list[int]) -> tuple[int, int, int, list[Delivery]]:
+    def step(self, commit: int, targets: list[int]) -> tuple[int, int, int, list[tuple]]:
         """Commit the next write (rv = previous + 1) at ``commit`` to the watchers ``targets``.
 
-        Returns ``(rv, cached, dispatched, deliveries)``; the same numbers ``scan`` gives.
+        Returns ``(rv, cached, dispatched, deliveries)`` with one ``(watcher, sent, received,
+        dequeued, applied)`` tuple per target: the same numbers ``scan`` gives.  (Plain tuples:
+        this runs once per delivery of a what-if replay.)
         """
         self._rv += 1
         rv = self._rv
-        arrive = commit + self._shared_draw("storage_latency", rv)
-        self._cached = max(arrive, self._cached) + self._shared_draw("storage_service", rv)
-        cost = self._shared_draw("cacher_service", rv)
-        cost += self._shared_draw("cacher_per_watcher", rv) * len(targets)
-        self._dispatched = max(self._cached, self._dispatched) + cost
+        block, at = divmod(rv - 1, SHARED_BLOCK)
+        if block != self._block:
+            self._block, self._drawn = block, self._draw_shared_block(block)
+        latency, service, cacher, per_watcher = (d[at] for d in self._drawn)
+        self._cached = cached = max(commit + latency, self._cached) + service
+        self._dispatched = dispatched = (max(cached, self._dispatched) + cacher
+                                         + per_watcher * len(targets))
         out = []
         queue, network, handler = (self._ahead[key] for key in self.PER_WATCHER)
+        last_of = self._last
         for w in targets:
             if queue[w] is None:
                 self._start_drawing(w)
-            last = self._last[w]
-            sent = max(self._dispatched, last[0]) + queue[w].take()
+            last = last_of[w]
+            sent = max(dispatched, last[0]) + queue[w].take()
             received = max(sent + network[w].take(), last[1])
             service = handler[w].take()
             applied = max(received, last[2]) + service
             last[0], last[1], last[2] = sent, received, applied
-            out.append(Delivery(w, sent, received, applied - service, applied))
-        return rv, self._cached, self._dispatched, out
+            out.append((w, sent, received, applied - service, applied))
+        return rv, cached, dispatched, out
+
+    def _draw_shared_block(self, block: int) -> list[list[int]]:
+        """The shared stages' draws for writes ``block * SHARED_BLOCK + 1 ...``, all at once."""
+        counters = np.arange(block * SHARED_BLOCK + 1, (block + 1) * SHARED_BLOCK + 1,
+                             dtype=np.uint64)
+        return [cost.draw(counters).tolist() for cost in (
+            self.storage_latency, self.storage_service, self.cacher_service,
+            self.cacher_per_watcher)]
 
     def hop(self, watcher: int) -> int:
         """The latency of one message sent straight to ``watcher``, outside any watch stream
@@ -403,16 +406,6 @@ class Pipeline:
             ahead = self._hops[watcher] = _Ahead(cost, self._hop_stream.watcher_keys(
                 np.uint64(name_hash(self.watchers[watcher].name))))
         return ahead.take()
-
-    def _shared_draw(self, name: str, rv: int) -> int:
-        """Draws for the shared stages, made 4096 writes at a time."""
-        block = (rv - 1) // 4096
-        cached = self._shared.get(name)
-        if cached is None or cached[0] != block:
-            counters = np.arange(block * 4096 + 1, block * 4096 + 4097, dtype=np.uint64)
-            cached = [block, getattr(self, name).draw(counters).tolist()]
-            self._shared[name] = cached
-        return cached[1][(rv - 1) % 4096]
 
 
 def view_lag_us(commit: np.ndarray, applied: np.ndarray, at: np.ndarray) -> np.ndarray:

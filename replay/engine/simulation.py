@@ -193,9 +193,9 @@ class Simulation:
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
-        for d in deliveries:
-            self._deliver(self.watcher_of_piped[d.watcher], write, d.sent, d.received,
-                          d.dequeued, d.applied)
+        for watcher, sent, received, dequeued, applied in deliveries:
+            self._deliver(self.watcher_of_piped[watcher], write, sent, received, dequeued,
+                          applied)
         for t in targets:
             if self.instant[t]:
                 now = write.commit
