@@ -54,6 +54,7 @@ class Simulation:
         self.pipeline = Pipeline(config, [watchers[i] for i in piped])
         self.piped_of = {i: k for k, i in enumerate(piped)}
         self.watcher_of_piped = piped
+        self.all_piped = len(piped) == len(watchers)
         self._filters(watchers)
         self.views: dict[int, View] = {}
         self.reactions: dict[int, tuple[frozenset[int], Callable[[Write], bool] | None,
@@ -178,6 +179,7 @@ class Simulation:
                     self.by_node.setdefault((node_index[w.node], resource), []).append(i)
 
     def _send(self, write: Write) -> None:
+        """Send a committed write to every watcher whose filter matches it."""
         kind = write.kind
         if kind == OTHER:
             resource, node = self._resources[write.row], -1
@@ -188,29 +190,28 @@ class Simulation:
         targets = self.by_resource.get(resource, [])
         if node >= 0:
             targets = targets + self.by_node.get((node, resource), [])
-        piped = [self.piped_of[t] for t in targets if not self.instant[t]]
-        _, cached, dispatched, deliveries = self.pipeline.step(write.commit, piped)
+        if self.all_piped:  # pipeline watcher i is watcher i
+            _, cached, dispatched, deliveries = self.pipeline.step(write.commit, targets)
+        else:
+            piped = [self.piped_of[t] for t in targets if not self.instant[t]]
+            _, cached, dispatched, deliveries = self.pipeline.step(write.commit, piped)
+            now = write.commit
+            deliveries = [(self.watcher_of_piped[w], *times) for w, *times in deliveries] + [
+                (t, now, now, now, now) for t in targets if self.instant[t]]
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
+        views, reactions = self.views, self.reactions
+        record, rv, at = log.deliveries.extend, write.rv, self.env.at
         for watcher, sent, received, dequeued, applied in deliveries:
-            self._deliver(self.watcher_of_piped[watcher], write, sent, received, dequeued,
-                          applied)
-        for t in targets:
-            if self.instant[t]:
-                now = write.commit
-                self._deliver(t, write, now, now, now, now)
-
-    def _deliver(self, watcher: int, write: Write, sent: int, received: int, dequeued: int,
-                 applied: int) -> None:
-        self._log.deliveries.extend((write.rv, watcher, sent, received, dequeued, applied))
-        view = self.views.get(watcher)
-        if view is not None:
-            view.inbox.append((applied, write))
-        reaction = self.reactions.get(watcher)
-        if reaction is not None and write.kind in reaction[0] and (
-                reaction[1] is None or reaction[1](write)):
-            self.env.at(applied, self._react, watcher, write)
+            record((rv, watcher, sent, received, dequeued, applied))
+            view = views.get(watcher)
+            if view is not None:
+                view.inbox.append((applied, write))
+            reaction = reactions.get(watcher)
+            if reaction is not None and kind in reaction[0] and (
+                    reaction[1] is None or reaction[1](write)):
+                at(applied, self._react, watcher, write)
 
     def _react(self, watcher: int, write: Write) -> None:
         view = self.views.get(watcher)
