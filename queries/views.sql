@@ -126,6 +126,40 @@ FROM (
 )
 GROUP BY run;
 
+-- placements: run, pod, node, cpu_milli, memory_bytes, gpu_milli, bind_rv, bound_ts, attempt_id,
+-- delete_rv, deleted_ts: one row per pod (incarnation) that a binding placed: the binding that
+-- bound it (the first at its instant), the attempt that wrote it, and its last committed delete
+-- after the binding, if any.  Requests the trace does not know count as 0.
+CREATE OR REPLACE VIEW placements AS
+WITH pod_writes AS (
+    SELECT run, rv, commit_ts, concat_ws('/', namespace, name) AS pod,
+           verb = 'create' AS binds, attempt_id
+    FROM events
+    WHERE resource = 'pods'
+      AND (verb = 'create' AND subresource = 'binding' OR verb = 'delete' AND subresource IS NULL)
+), instants AS (
+    -- several writes of a kind to one pod at the same instant: the first binding binds it, the
+    -- last delete removes it
+    SELECT run, pod, commit_ts, binds,
+           CASE WHEN binds THEN min(rv) ELSE max(rv) END AS rv,
+           arg_min(attempt_id, rv) AS attempt_id
+    FROM pod_writes
+    GROUP BY run, pod, commit_ts, binds
+)
+SELECT pods.run, pods.pod, pods.node,
+       coalesce(pods.cpu_milli, 0) AS cpu_milli,
+       coalesce(pods.memory_bytes, 0) AS memory_bytes,
+       coalesce(pods.gpu_milli, 0) AS gpu_milli,
+       binding.rv AS bind_rv, binding.commit_ts AS bound_ts, binding.attempt_id,
+       removal.rv AS delete_rv, removal.commit_ts AS deleted_ts
+FROM pods
+JOIN instants AS binding
+  ON binding.binds AND binding.run = pods.run AND binding.pod = pods.pod
+ AND binding.commit_ts = pods.bound_ts
+LEFT JOIN instants AS removal
+  ON NOT removal.binds AND removal.run = pods.run AND removal.pod = pods.pod
+ AND removal.commit_ts = pods.deleted_ts AND removal.rv > binding.rv;
+
 -- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id, pod,
 -- change: every committed write that changes a node's free capacity, and by how much (negative:
 -- less free); change says what it is (node, binding, delete), pod which pod it moves.
@@ -168,44 +202,18 @@ WITH node_writes AS (
            NULL::BIGINT AS attempt_id, NULL AS pod, 'node' AS change
     FROM allocatable
     WINDOW by_node AS (PARTITION BY run, node ORDER BY rv)
-), pod_writes AS (
-    SELECT run, rv, commit_ts, concat_ws('/', namespace, name) AS pod,
-           verb = 'create' AS binds, attempt_id
-    FROM events
-    WHERE resource = 'pods'
-      AND (verb = 'create' AND subresource = 'binding' OR verb = 'delete' AND subresource IS NULL)
-), instants AS (
-    -- several writes of a kind to one pod at the same instant: the first binding binds it, the
-    -- last delete removes it
-    SELECT run, pod, commit_ts, binds,
-           CASE WHEN binds THEN min(rv) ELSE max(rv) END AS rv,
-           arg_min(attempt_id, rv) AS attempt_id
-    FROM pod_writes
-    GROUP BY run, pod, commit_ts, binds
-), placements AS (
-    SELECT pods.run, pods.pod, pods.node,
-           coalesce(pods.cpu_milli, 0) AS cpu_milli,
-           coalesce(pods.memory_bytes, 0) AS memory_bytes,
-           coalesce(pods.gpu_milli, 0) AS gpu_milli,
-           binding.rv AS bind_rv, binding.commit_ts AS bound_ts, binding.attempt_id,
-           removal.rv AS delete_rv, removal.commit_ts AS deleted_ts
-    FROM pods
-    JOIN instants AS binding
-      ON binding.binds AND binding.run = pods.run AND binding.pod = pods.pod
-     AND binding.commit_ts = pods.bound_ts
-    LEFT JOIN instants AS removal
-      ON NOT removal.binds AND removal.run = pods.run AND removal.pod = pods.pod
-     AND removal.commit_ts = pods.deleted_ts AND removal.rv > binding.rv
-    WHERE coalesce(pods.cpu_milli, 0) <> 0 OR coalesce(pods.memory_bytes, 0) <> 0
-       OR coalesce(pods.gpu_milli, 0) <> 0
+), moving AS (
+    -- placements of pods that request something
+    FROM placements
+    WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0
 )
 SELECT run, bind_rv AS rv, bound_ts AS commit_ts, node,
        -cpu_milli AS cpu_milli, -memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, attempt_id,
        pod, 'binding' AS change
-FROM placements
+FROM moving
 UNION ALL
 SELECT run, delete_rv, deleted_ts, node, cpu_milli, memory_bytes, gpu_milli, NULL, pod, 'delete'
-FROM placements
+FROM moving
 WHERE delete_rv IS NOT NULL
 UNION ALL
 SELECT *
@@ -225,9 +233,12 @@ WHERE list_has_all(string_split(resources, ','), ['pods', 'nodes']);
 CREATE OR REPLACE MACRO unit_size(resource) AS
     CASE resource WHEN 'cpu' THEN 1000.0 WHEN 'memory' THEN 1073741824.0 ELSE 1000.0 END;
 
--- capacity_windows: run, watcher, node, resource, kind, start_ts, end_ts, gap_max, gap_seconds,
--- wasted, conflicts: one row per maximal interval during which a watcher's view of a node's free
--- capacity of one resource (cpu, memory, gpu) differs from the truth.  kind 'stale': the view
+-- capacity_windows: run, watcher, node, resource, watcher_order, node_order, kind, start_ts,
+-- end_ts, gap_max, gap_seconds, wasted, conflicts: one row per maximal interval during which a
+-- watcher's view of a node's free capacity of one resource (cpu, memory, gpu) differs from the
+-- truth.  watcher_order and node_order number the watchers (by run, then name) and the nodes
+-- (by run, then name): ordering by them orders by name, without comparing millions of names.
+-- kind 'stale': the view
 -- shows less free capacity than there is; 'phantom': more.  gap_max is the largest difference,
 -- in cores, GiB or GPUs; gap_seconds its integral over time (core-seconds, GiB-seconds,
 -- GPU-seconds).  wasted (stale windows only): a pod was pending at some instant of the window
@@ -320,28 +331,30 @@ WITH bounds AS MATERIALIZED (
     FROM received
     UNION ALL
     FROM missed
-), other_attempts AS MATERIALIZED (
+), unplaced_attempts AS MATERIALIZED (
     -- attempts whose binding did not place their pod (it failed, or the pod was bound already)
-    -- but that their scheduler held after their commit, with their pod: the latest incarnation
-    -- of its name created by the decision (created_rv), and its requests
-    SELECT attempts.run, attempts.attempt_id, attempts.scheduler, attempts.node, attempts.pod,
-           greatest(attempts.decided_ts, attempts.committed_ts) AS start_ts,
-           attempts.forgotten_ts,
+    -- but that their scheduler held after their commit
+    SELECT *
+    FROM attempts
+    ANTI JOIN placements USING (run, attempt_id)
+    WHERE node IS NOT NULL
+      AND (forgotten_ts IS NULL OR forgotten_ts > greatest(decided_ts, committed_ts))
+), other_attempts AS MATERIALIZED (
+    -- with their pod: the latest incarnation of its name created by the decision (created_rv)
+    -- and its requests
+    SELECT unplaced.run, unplaced.attempt_id, unplaced.scheduler, unplaced.node, unplaced.pod,
+           greatest(unplaced.decided_ts, unplaced.committed_ts) AS start_ts,
+           unplaced.forgotten_ts,
            max(creates.rv) AS created_rv,
            -arg_max(coalesce(creates.cpu_milli, 0), creates.rv) AS cpu_milli,
            -arg_max(coalesce(creates.memory_bytes, 0), creates.rv) AS memory_bytes,
            -arg_max(coalesce(creates.gpu_milli, 0), creates.rv) AS gpu_milli
-    FROM attempts
+    FROM unplaced_attempts AS unplaced
     JOIN events AS creates
-      ON creates.run = attempts.run AND creates.resource = 'pods' AND creates.verb = 'create'
+      ON creates.run = unplaced.run AND creates.resource = 'pods' AND creates.verb = 'create'
      AND creates.subresource IS NULL
-     AND concat_ws('/', creates.namespace, creates.name) = attempts.pod
-     AND creates.commit_ts <= attempts.decided_ts
-    WHERE attempts.node IS NOT NULL
-      AND (attempts.forgotten_ts IS NULL
-           OR attempts.forgotten_ts > greatest(attempts.decided_ts, attempts.committed_ts))
-      AND attempts.attempt_id NOT IN (SELECT attempt_id FROM all_changes
-                                      WHERE attempt_id IS NOT NULL)
+     AND concat_ws('/', creates.namespace, creates.name) = unplaced.pod
+     AND creates.commit_ts <= unplaced.decided_ts
     GROUP BY ALL
 ), other_placements AS (
     -- the binding that placed the same pod, if it placed it on the node the attempt chose:
@@ -452,8 +465,7 @@ WITH bounds AS MATERIALIZED (
     SELECT viewer_id, node_id, ts,
            sum(gap_cpu)::BIGINT AS step_cpu, sum(gap_memory)::BIGINT AS step_memory,
            sum(gap_gpu)::BIGINT AS step_gpu,
-           arg_max(truth_cpu, rv) AS truth_cpu, arg_max(truth_memory, rv) AS truth_memory,
-           arg_max(truth_gpu, rv) AS truth_gpu
+           arg_max({'cpu': truth_cpu, 'memory': truth_memory, 'gpu': truth_gpu}, rv) AS truth
     FROM points
     GROUP BY viewer_id, node_id, ts
 ), stepped AS (
@@ -469,9 +481,7 @@ WITH bounds AS MATERIALIZED (
                (sum(step_cpu) OVER by_ts)::BIGINT AS gap_cpu,
                (sum(step_memory) OVER by_ts)::BIGINT AS gap_memory,
                (sum(step_gpu) OVER by_ts)::BIGINT AS gap_gpu,
-               coalesce(last_value(truth_cpu IGNORE NULLS) OVER by_ts, 0) AS truth_cpu,
-               coalesce(last_value(truth_memory IGNORE NULLS) OVER by_ts, 0) AS truth_memory,
-               coalesce(last_value(truth_gpu IGNORE NULLS) OVER by_ts, 0) AS truth_gpu
+               last_value(truth IGNORE NULLS) OVER by_ts AS truth
         FROM instants
         WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY ts)
     )
@@ -481,11 +491,12 @@ WITH bounds AS MATERIALIZED (
     SELECT viewer_id, node_id, resource, start_ts, end_ts, window_ts, gap, truth, truth + gap AS view
     FROM (
         SELECT viewer_id, node_id, start_ts, end_ts,
-               unnest([{'resource': 'cpu', 'gap': gap_cpu, 'truth': truth_cpu,
+               unnest([{'resource': 'cpu', 'gap': gap_cpu, 'truth': coalesce(truth.cpu, 0),
                         'window_ts': max(CASE WHEN starts_cpu THEN start_ts END) OVER by_ts},
-                       {'resource': 'memory', 'gap': gap_memory, 'truth': truth_memory,
+                       {'resource': 'memory', 'gap': gap_memory,
+                        'truth': coalesce(truth.memory, 0),
                         'window_ts': max(CASE WHEN starts_memory THEN start_ts END) OVER by_ts},
-                       {'resource': 'gpu', 'gap': gap_gpu, 'truth': truth_gpu,
+                       {'resource': 'gpu', 'gap': gap_gpu, 'truth': coalesce(truth.gpu, 0),
                         'window_ts': max(CASE WHEN starts_gpu THEN start_ts END) OVER by_ts}],
                       recursive := true)
         FROM stepped
@@ -553,6 +564,7 @@ WITH bounds AS MATERIALIZED (
     GROUP BY ALL
 )
 SELECT viewers.run, viewers.watcher, nodes.node, windows.resource,
+       viewers.viewer_id AS watcher_order, nodes.node_id AS node_order,
        CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
        windows.start_ts, windows.end_ts,
        windows.gap_max / unit_size(resource) AS gap_max,
