@@ -20,7 +20,7 @@ import polars as pl
 import pyarrow as pa
 
 from replay import models
-from replay.engine.config import RunConfig, WatcherSpec
+from replay.engine.config import RunConfig
 from replay.engine.rundir import conform_table, sha256_of, write_run
 from replay.errors import ReplayError
 from replay.progress import progress
@@ -80,7 +80,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
         summary: dict = {}
-        rows = write_run(out, _summarised(_tables(model, trace, config, watchers), summary),
+        rows = write_run(out, _summarised(model.tables(trace, config, watchers), summary),
                          manifest, force=force)
         bar.update(2)
     return RunResult(out, model_class.name, rows, len(watchers), summary["delay"],
@@ -115,9 +115,8 @@ def _reusing_freed_memory() -> Iterator[None]:
 
 def _read(trace_path: str | os.PathLike,
           name: str | None) -> tuple[pl.DataFrame, type[models.Model]]:
-    """The trace and the model to run it through.  Only the trace columns the model reads are
-    read when it names them (``trace_columns``): reading the others can cost as much as the
-    replay.  Without a name the guess is ``observe``, right for any trace with bindings."""
+    """The trace (only the columns the model reads) and the model to run it through.  Without a
+    name the guess is ``observe``, right for any trace with bindings."""
     guess = models.load(name or "observe")
     trace = read_trace(trace_path, columns=_columns(guess))
     model_class = choose_model(name, trace, str(trace_path))
@@ -127,17 +126,8 @@ def _read(trace_path: str | os.PathLike,
 
 
 def _columns(model_class: type[models.Model]) -> list[str] | None:
-    columns = getattr(model_class, "trace_columns", None)
+    columns = model_class.trace_columns
     return list(columns) if columns is not None else None
-
-
-def _tables(model: models.Model, trace: pl.DataFrame, config: RunConfig,
-            watchers: list[WatcherSpec]) -> Iterable[tuple[str, pa.Table | pl.DataFrame]]:
-    """The model's tables, one at a time if it can give them so (``tables``), so that each is
-    written while the next is computed; else all at once from ``replay``."""
-    if hasattr(model, "tables"):
-        return model.tables(trace, config, watchers)
-    return model.replay(trace, config, watchers).items()
 
 
 def _summarised(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],

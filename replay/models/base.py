@@ -9,9 +9,10 @@ clock or a global random generator.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 import polars as pl
+import pyarrow as pa
 
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.rundir import RunTables
@@ -49,6 +50,9 @@ class Model:
     name: ClassVar[str]
     description: ClassVar[str]
     params: ClassVar[tuple[Param, ...]] = ()
+    # The trace columns the model reads (None: all); ``replay run`` reads only these, since
+    # reading the others can cost as much as the replay
+    trace_columns: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, params: Mapping[str, Any] | None = None):
         self.settings = self.resolve(params or {})
@@ -73,3 +77,10 @@ class Model:
                watchers: list[WatcherSpec]) -> RunTables:
         """Replay ``trace`` with these ``watchers`` and return the run's tables."""
         raise NotImplementedError
+
+    def tables(self, trace: pl.DataFrame, config: RunConfig,
+               watchers: list[WatcherSpec]) -> Iterable[tuple[str, pa.Table | pl.DataFrame]]:
+        """The run's tables as (name, table) pairs; a table may come in several parts.  A model
+        that can give each table as soon as it is complete overrides this, so that ``replay
+        run`` writes one while the next is computed; by default all come from ``replay``."""
+        return self.replay(trace, config, watchers).items()

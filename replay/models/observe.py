@@ -44,7 +44,6 @@ class ObserveModel(Model):
     name = "observe"
     description = ("Replay the placements recorded in the trace; model only what each watcher "
                    "saw, and when.")
-    # The trace columns it reads; ``replay run`` reads no others
     trace_columns = ("ts", "received_ts", *EVENT_COLUMNS)
 
     def default_watchers(self, trace: pl.DataFrame) -> list[WatcherSpec]:
