@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import SAMPLE_TRACE
 from replay import models
+from replay.analysis.catalog import load_query
+from replay.analysis.runs import open_runs, run_query
 from replay.engine.config import load_config
 from replay.engine.run import run_replay
 from replay.trace.synth import Shape, SynthSpec, synthesize
@@ -167,18 +169,27 @@ def test_coarse_conflicts_at_least_as_often_as_fine(busy_trace, tmp_path):
     assert coarse >= fine and coarse > 0
 
 
-def test_watch_delay_raises_conflicts(busy_trace, tmp_path):
-    fast = tmp_path / "fast.toml"
-    fast.write_text('profile = "zero"\n')
-    slow = tmp_path / "slow.toml"
-    slow.write_text('[stages.network]\nlatency = { dist = "constant", ms = 50.0 }\n')
-    counts = []
-    for config in (fast, slow):
-        cfg = load_config(config, overrides=["schedulers=3"], model="kube")
+def blind_core_seconds(run_dir) -> float:
+    """The run's stale capacity, by the shipped query: core-seconds every watcher was blind to."""
+    summary = run_query(open_runs([str(run_dir)]), load_query("stale_capacity_summary"), {})
+    return summary.pl()["blind_core_seconds"].sum()
+
+
+def test_watch_delay_raises_conflicts_and_stale_capacity(busy_trace, tmp_path):
+    """The same workload through kube with the network as the only watch delay: more delay,
+    more conflicts and more capacity the schedulers and kubelets are blind to (none at 0)."""
+    counts, blind = [], []
+    for ms in (0, 10, 50):
+        config = tmp_path / f"network-{ms}.toml"
+        config.write_text(f'profile = "zero"\n[stages.network]\n'
+                          f'latency = {{ dist = "constant", ms = {ms} }}\n')
         out = tmp_path / config.stem
-        run_replay(busy_trace, cfg, out=out, force=True)
+        run_replay(busy_trace, load_config(config, overrides=["schedulers=3"], model="kube"),
+                   out=out, force=True)
         counts.append(conflicts({"attempts": pl.read_parquet(out / "attempts.parquet")}))
-    assert counts[0] < counts[1], counts
+        blind.append(blind_core_seconds(out))
+    assert counts[0] < counts[1] < counts[2], counts
+    assert blind[0] == 0 < blind[1] < blind[2], blind
 
 
 def test_peer_conflicts_no_more_than_godel(busy_trace, tmp_path):
