@@ -6,11 +6,13 @@ import json
 import subprocess
 import sys
 
+import duckdb
 import polars as pl
 import pytest
 
 from conftest import REPO
 from replay.analysis.catalog import HEADLINE, queries_dir, shipped
+from replay.analysis.output import render_table, write_result
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
 QUERIES = ("per_component_delay", "per_component_delay_timeline", "conflict_rate",
@@ -42,6 +44,15 @@ def test_headline(cli, runs):
     for name in HEADLINE:
         assert f"{name}:\n" in result.out
     assert "kube-scheduler" in result.out and "end_to_end" in result.out
+
+
+def test_tables_round_floats_other_formats_do_not(tmp_path):
+    result = duckdb.sql('SELECT 2 / 3 AS "a ""share""", \'x.12345\' AS label, 7 AS n')
+    table = render_table(result)
+    assert "0.667" in table and "0.6667" not in table and "x.12345" in table
+    out = tmp_path / "out.csv"
+    write_result(result, "csv", str(out))
+    assert out.read_text().splitlines()[1].startswith("0.6666")
 
 
 @pytest.mark.parametrize("name", QUERIES)

@@ -21,15 +21,26 @@ from replay.errors import ReplayError
 
 FORMATS = ("table", "csv", "json", "parquet")
 TABLE_ROWS = 40  # a table is for reading; the other formats hold every row
+TABLE_DECIMALS = 3  # floats in a table: microseconds in milliseconds, core-seconds to 1/1000
 
 
 def render_table(result: duckdb.DuckDBPyRelation) -> str:
-    """The result as DuckDB draws it: at most TABLE_ROWS rows, as wide as the terminal."""
+    """The result as DuckDB draws it: at most TABLE_ROWS rows, as wide as the terminal, floats
+    rounded to TABLE_DECIMALS places (the other formats keep every digit)."""
     width = shutil.get_terminal_size().columns if sys.stdout.isatty() else 10_000
     text = io.StringIO()
     with contextlib.redirect_stdout(text):
-        result.show(max_rows=TABLE_ROWS, max_width=width)
+        _rounded(result).show(max_rows=TABLE_ROWS, max_width=width)
     return text.getvalue()
+
+
+def _rounded(result: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
+    columns = []
+    for name, kind in zip(result.columns, result.types):
+        quoted = '"' + name.replace('"', '""') + '"'
+        columns.append(f"round({quoted}, {TABLE_DECIMALS}) AS {quoted}"
+                       if str(kind) in ("DOUBLE", "FLOAT") else quoted)
+    return result.project(", ".join(columns)) if columns else result
 
 
 def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None) -> None:
