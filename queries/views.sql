@@ -12,6 +12,11 @@
 -- compared with one GROUP BY; times are UTC timestamps with microsecond precision, compared as
 -- such; free capacity is in the trace's units (cpu_milli, memory_bytes, gpu_milli).
 
+-- DuckDB plans an ASOF join whose left side it expects to be small as a nested loop; the views
+-- read Parquet files whose sizes it cannot estimate, and a nested loop over the ~1M stale segments
+-- of a real trace took minutes where the ASOF join takes a second.  Always plan it as ASOF.
+SET asof_loop_join_threshold = 0;
+
 
 ---------------------------------------------------------------------------------------------------
 -- The run directories: runs, and one view per table (docs/run-directory.md describes the columns)
