@@ -35,12 +35,13 @@ def render_table(result: duckdb.DuckDBPyRelation) -> str:
 
 
 def _rounded(result: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
-    columns = []
-    for name, kind in zip(result.columns, result.types):
+    def column(name: str, kind) -> str:
         quoted = '"' + name.replace('"', '""') + '"'
-        columns.append(f"round({quoted}, {TABLE_DECIMALS}) AS {quoted}"
-                       if str(kind) in ("DOUBLE", "FLOAT") else quoted)
-    return result.project(", ".join(columns)) if columns else result
+        if str(kind) in ("DOUBLE", "FLOAT"):
+            return f"round({quoted}, {TABLE_DECIMALS}) AS {quoted}"
+        return quoted
+
+    return result.project(", ".join(map(column, result.columns, result.types)))
 
 
 def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None) -> None:
