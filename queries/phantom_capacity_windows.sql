@@ -3,7 +3,7 @@
 --
 -- The mirror image of stale_capacity_windows.sql: a window is a maximal interval during which a
 -- watcher's view of one node's free capacity of one resource is above the truth.  The exact
--- rules are in the header of capacity_windows in views.sql.
+-- rules are in the header of derived/capacity_windows.sql.
 --
 -- One row per window:
 --   run              the run directory's name
@@ -29,6 +29,4 @@ SELECT run, watcher, node, resource, start_ts, end_ts,
        conflicts
 FROM capacity_windows
 WHERE kind = 'phantom' AND in_time_window(start_ts) AND watcher_selected(watcher)
--- by run, watcher and node (their numbers sort like their names, only faster), then resource
--- and start
-ORDER BY watcher_order, node_order, resource, start_ts;
+ORDER BY run, watcher, node, resource, start_ts;

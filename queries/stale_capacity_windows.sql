@@ -6,7 +6,7 @@
 -- for a scheduler also when it assumes a pod of its own (and drops the assumption).  A window is
 -- a maximal interval during which the view of one node's free capacity of one resource is below
 -- the truth.  The exact rules (ties, own assumptions, watchers that miss writes) are in the
--- header of capacity_windows in views.sql.
+-- header of derived/capacity_windows.sql.
 --
 -- One row per window:
 --   run              the run directory's name
@@ -33,6 +33,4 @@ SELECT run, watcher, node, resource, start_ts, end_ts,
        wasted
 FROM capacity_windows
 WHERE kind = 'stale' AND in_time_window(start_ts) AND watcher_selected(watcher)
--- by run, watcher and node (their numbers sort like their names, only faster), then resource
--- and start
-ORDER BY watcher_order, node_order, resource, start_ts;
+ORDER BY run, watcher, node, resource, start_ts;

@@ -26,6 +26,7 @@ import query_reference as ref
 from conftest import SAMPLE_TRACE, shared_data
 from replay import models
 from replay.analysis.catalog import load_query
+from replay.analysis.derive import derive
 from replay.analysis.runs import PARAMETERS, open_runs, point_at, run_query
 from replay.engine.config import load_config
 from replay.engine.run import run_replay
@@ -382,6 +383,7 @@ def edited_run(tmp_path, edit, rows=WORKED) -> str:
     tables = ref.load(run_dir)
     for name, table in edit(tables).items():
         table.write_parquet(run_dir / f"{name}.parquet")
+    derive(run_dir)
     return run_dir
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -89,8 +90,8 @@ def test_parameters(cli, runs):
 
 def test_several_runs_compare_with_one_group_by(cli, runs, tmp_path):
     mine = tmp_path / "compare.sql"
-    mine.write_text("SELECT run, model, count(*) AS windows FROM capacity_windows JOIN runs "
-                    "USING (run) WHERE kind = getvariable('kind') GROUP BY ALL ORDER BY run")
+    mine.write_text("SELECT run, model, count(*) AS windows FROM capacity_windows "
+                    "WHERE kind = getvariable('kind') GROUP BY ALL ORDER BY run")
     result = cli("query", *runs, mine, "--var", "kind=stale", "--format", "json")
     assert result.code == 0, result.err
     assert json.loads(result.out) == [{"run": "fast", "model": "observe", "windows": 6},
@@ -115,6 +116,10 @@ con = duckdb.connect()
 con.execute("SET VARIABLE run_dirs = ?", [[{str(runs[0])!r}, {str(runs[1])!r}]])
 con.execute(open({str(queries_dir() / 'views.sql')!r}).read())
 rows = con.sql(open({str(queries_dir() / 'conflict_rate.sql')!r}).read()).fetchall()
+con.execute("SET VARIABLE run_dirs = ?", [[{str(runs[0])!r}]])
+derived = con.sql(open({str(queries_dir() / 'derived' / 'capacity_windows.sql')!r}).read())
+stored = con.sql("SELECT * EXCLUDE (run, model) FROM capacity_windows")
+assert derived.fetchall() == stored.fetchall()
 assert 'replay' not in sys.modules
 print(len(rows))
 """
@@ -122,6 +127,24 @@ print(len(rows))
                           cwd=REPO.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "4"
+
+
+def test_derive_again(cli, runs, tmp_path):
+    """Without its derived table a run says how to derive it; `replay derive` writes the same
+    table again and records its rows in the manifest."""
+    run = tmp_path / "fast"
+    shutil.copytree(runs[0], run)
+    (run / "capacity_windows.parquet").unlink()
+    refused = cli("query", run, "stale_capacity_summary")
+    assert refused.code == 1 and f"no capacity_windows table; `replay derive {run}`" in refused.err
+    done = cli("derive", run)
+    assert done.code == 0, done.err
+    original = pl.read_parquet(runs[0] / "capacity_windows.parquet")
+    assert f"capacity_windows {original.height:,} rows" in done.out
+    assert pl.read_parquet(run / "capacity_windows.parquet").equals(original)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["tables"]["capacity_windows"] == original.height
+    assert cli("derive", tmp_path / "nowhere").err.endswith("nowhere: no such run directory\n")
 
 
 @pytest.mark.parametrize("args, message", [

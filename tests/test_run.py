@@ -19,11 +19,12 @@ from replay.models.observe import ObserveModel
 from replay.trace.io import read_trace, write_trace
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+MODEL_TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+TABLES = MODEL_TABLES + ("capacity_windows",)  # derived by replay run
 
 
-def read_run(run_dir):
-    return {t: pl.read_parquet(run_dir / f"{t}.parquet") for t in TABLES}
+def read_run(run_dir, tables=TABLES):
+    return {t: pl.read_parquet(run_dir / f"{t}.parquet") for t in tables}
 
 
 @pytest.fixture(scope="module")
@@ -126,8 +127,9 @@ def test_tables_that_come_one_at_a_time_are_written_alike(tmp_path):
               for whole in [conform_table(name, table)]
               for part in (whole.slice(0, whole.num_rows // 2), whole.slice(whole.num_rows // 2)))
     write_run(tmp_path / "parts", halves, {})
-    streamed, parts = read_run(tmp_path / "streamed"), read_run(tmp_path / "parts")
-    for table, frame in read_run(tmp_path / "all").items():
+    streamed = read_run(tmp_path / "streamed", MODEL_TABLES)
+    parts = read_run(tmp_path / "parts", MODEL_TABLES)
+    for table, frame in read_run(tmp_path / "all", MODEL_TABLES).items():
         assert frame.equals(streamed[table]), table
         assert frame.equals(parts[table]), table
 

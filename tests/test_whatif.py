@@ -19,7 +19,7 @@ from replay.trace.synth import Shape, SynthSpec, synthesize
 from test_synth import assert_no_overcommit
 
 WHAT_IF = ("oracle", "kube", "godel", "omega", "peer")
-TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers", "capacity_windows")
 
 
 def replay(trace, out, model, *params, profile=None, seed=0):

@@ -29,8 +29,14 @@ def shipped() -> list[str]:
     return sorted(p.stem for p in queries_dir().glob("*.sql") if p.stem != VIEWS)
 
 
-def views_sql() -> str:
-    return (queries_dir() / f"{VIEWS}.sql").read_text()
+DERIVED_SECTION = "-- Derived tables:"
+
+
+def views_sql(derived: bool = True) -> str:
+    """``views.sql``; without its last section, the views of the derived tables, if not
+    ``derived`` (to derive those tables)."""
+    sql = (queries_dir() / f"{VIEWS}.sql").read_text()
+    return sql if derived else sql[:sql.index(DERIVED_SECTION)]
 
 
 def load_query(spec: str) -> Query:

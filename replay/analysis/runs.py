@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping
 import duckdb
 
 from replay.analysis.catalog import Query, views_sql
-from replay.engine.rundir import TABLES
+from replay.engine.rundir import DERIVED_TABLES, TABLES
 from replay.errors import ReplayError
 
 RUNS_VARIABLE = "run_dirs"
@@ -25,8 +25,9 @@ PARAMETERS = ("from_ts", "to_ts", "watcher")  # optional in every shipped query
 _GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
 
 
-def check_run_dir(path: str) -> None:
-    """A run directory has a manifest and every table; say what is missing otherwise."""
+def check_run_dir(path: str, derived: bool = True) -> None:
+    """A run directory has a manifest and every table (the derived ones too, unless not
+    ``derived``); say what is missing otherwise."""
     run = Path(path)
     if not run.is_dir():
         raise ReplayError(f"{path}: no such run directory")
@@ -35,25 +36,30 @@ def check_run_dir(path: str) -> None:
     missing = [t for t in TABLES if not (run / f"{t}.parquet").is_file()]
     if missing:
         raise ReplayError(f"{path}: incomplete run directory (no {', '.join(missing)} table)")
+    missing = [t for t in DERIVED_TABLES if derived and not (run / f"{t}.parquet").is_file()]
+    if missing:
+        raise ReplayError(f"{path}: no {', '.join(missing)} table; `replay derive {path}` "
+                          f"computes it from the run's other tables")
 
 
-def open_runs(run_dirs: list[str]) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the views of ``views.sql`` over these runs.
+def open_runs(run_dirs: list[str], derived: bool = True) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the views of ``views.sql`` over these runs (which
+    need not have their derived tables yet, if not ``derived``).
 
     Times are shown in UTC whatever the machine's time zone, so output is the same everywhere."""
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    point_at(con, run_dirs)
+    point_at(con, run_dirs, derived)
     with duckdb_errors("queries/views.sql"):
-        con.execute(views_sql())
+        con.execute(views_sql(derived))
     return con
 
 
-def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str]) -> None:
+def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool = True) -> None:
     """Point the views at these run directories: they read them when a query runs, so one
     connection serves one set of runs after another."""
     for path in run_dirs:
-        check_run_dir(path)
+        check_run_dir(path, derived)
     names = Counter(Path(p).resolve().name for p in run_dirs)
     twice = sorted(name for name, count in names.items() if count > 1)
     if twice:

@@ -38,5 +38,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"  end-to-end watch delay, {role}: p50 {p50:.3f} ms, p99 {p99:.3f} ms "
               f"({deliveries:,} deliveries)")
     print(f"  scheduling attempts {result.attempts:,}, conflicts {result.conflicts:,}")
+    print(f"  capacity windows {result.rows['capacity_windows']:,} "
+          f"(derived in {result.seconds['derive']:.1f} s, after {result.seconds['replay']:.1f} s "
+          f"of replay)")
     print(f"wrote {result.out}")
     return 0

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import math
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -20,6 +21,7 @@ import polars as pl
 import pyarrow as pa
 
 from replay import models
+from replay.analysis.derive import derive
 from replay.engine.config import RunConfig
 from replay.engine.rundir import conform_table, sha256_of, write_run
 from replay.errors import ReplayError
@@ -40,6 +42,7 @@ class RunResult:
     delay_by_role: pl.DataFrame  # role, deliveries, p50_ms, p99_ms of end-to-end delay
     conflicts: int
     attempts: int
+    seconds: dict[str, float]  # wall time of "replay" (reading, replaying, writing) and "derive"
     extra: dict = field(default_factory=dict)
 
 
@@ -67,7 +70,8 @@ def default_out(trace_path: str | os.PathLike, model: str) -> Path:
 def run_replay(trace_path: str | os.PathLike, config: RunConfig,
                out: str | os.PathLike | None = None, force: bool = False) -> RunResult:
     """Replay the trace at ``trace_path`` under ``config`` and write the run directory."""
-    with progress(3, "replay", unit="step") as bar, _reusing_freed_memory():
+    seconds = {"replay": -time.perf_counter()}
+    with progress(4, "replay", unit="step") as bar, _reusing_freed_memory():
         bar.set_postfix_str("reading the trace")
         trace, model_class = _read(trace_path, config.model)
         model = model_class(config.model_params)
@@ -80,11 +84,20 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
         summary: dict = {}
+
+        def derive_tables(run_dir: Path) -> dict[str, int]:
+            seconds["derive"] = -time.perf_counter()
+            seconds["replay"] -= seconds["derive"]
+            bar.update(2)
+            bar.set_postfix_str("deriving the capacity windows")
+            return derive(run_dir)
+
         rows = write_run(out, _summarised(model.tables(trace, config, watchers), summary),
-                         manifest, force=force)
-        bar.update(2)
+                         manifest, force=force, derive=derive_tables)
+        seconds["derive"] += time.perf_counter()
+        bar.update()
     return RunResult(out, model_class.name, rows, len(watchers), summary["delay"],
-                     summary["conflicts"], rows["attempts"])
+                     summary["conflicts"], rows["attempts"], seconds)
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 One Parquet file per table (zstd; integer and time columns delta-encoded, which is both smaller
 and several times faster to write than the default for these sorted columns) and a
-``manifest.json`` written last.  The whole directory is built under a temporary name and renamed
+``manifest.json``; then the derived tables, computed from the others by SQL
+(``replay.analysis.derive``).  The whole directory is built under a temporary name and renamed
 into place, so an interrupted run never leaves a directory that looks complete.
 ``docs/run-directory.md`` describes every column.
 """
@@ -15,14 +16,14 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replay import __version__
-from replay.atomic import atomic_dir
+from replay.atomic import atomic_dir, atomic_file
 from replay.errors import ReplayError
 
 TS = pa.timestamp("us", tz="UTC")
@@ -56,6 +57,8 @@ TABLES: dict[str, pa.Schema] = {
         ("node", pa.string()),
     ]),
 }
+# Computed from the tables above by queries/derived/NAME.sql, with the same conventions.
+DERIVED_TABLES = ("capacity_windows",)
 OUTCOMES = ("bound", "conflict", "unschedulable", "error")
 
 
@@ -157,14 +160,17 @@ def sha256_of(path: str | os.PathLike) -> str:
 
 def write_run(dest: str | os.PathLike,
               tables: RunTables | Iterable[tuple[str, pa.Table | pl.DataFrame]],
-              manifest: Mapping[str, Any], *, force: bool = False) -> dict[str, int]:
+              manifest: Mapping[str, Any], *, force: bool = False,
+              derive: Callable[[Path], dict[str, int]] | None = None) -> dict[str, int]:
     """Write the run directory ``dest`` atomically; returns the row count of each table.
 
     ``tables`` may also come one at a time as (name, table) pairs, e.g. from a generator that
     computes each table after the previous one: each is written in the background as soon as it
     comes, while the next is computed.  A table may come in parts, as several pairs with its
     name: they are written, in order, as one table.  An existing ``dest`` is replaced only with
-    ``force``, and only once the new one is complete.
+    ``force``, and only once the new one is complete.  ``derive``, if given, computes the
+    derived tables in the complete directory (manifest included) before it is renamed into place,
+    and returns their row counts.
     """
     dest = Path(dest)
     if dest.exists() and not force:
@@ -182,9 +188,16 @@ def write_run(dest: str | os.PathLike,
         finally:
             for file in files.values():
                 file.close()
-        document = {**manifest, "tables": rows, "replay_version": __version__}
-        (tmp / "manifest.json").write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        write_manifest(tmp, {**manifest, "tables": rows, "replay_version": __version__})
+        if derive is not None:
+            rows.update(derive(tmp))
     return rows
+
+
+def write_manifest(run_dir: str | os.PathLike, document: Mapping[str, Any]) -> None:
+    """Write (or replace, atomically) the run directory's ``manifest.json``."""
+    with atomic_file(Path(run_dir) / "manifest.json") as tmp:
+        tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
 def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:

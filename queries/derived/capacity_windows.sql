@@ -1,0 +1,364 @@
+-- capacity_windows.sql: how `replay run` derives a run's capacity_windows table from its other
+-- tables (and `replay derive` again, after a table or this file changed).  Plain DuckDB SQL over
+-- the views of ../views.sql, with run_dirs naming one run; in Python:
+--
+--   con.execute("SET VARIABLE run_dirs = ['runs/sample-observe']")
+--   con.execute(open('queries/views.sql').read())
+--   con.sql(open('queries/derived/capacity_windows.sql').read()).write_parquet('windows.parquet')
+--
+-- (views.sql ends with the view of this table, which needs the file; for a run without one,
+-- execute views.sql only up to its "Derived tables" section, as `replay derive` does.)
+--
+-- Why a table and not a view: the windows of a run take as long to compute as all the other
+-- queries together (20 s for a 1M-pod run), and the three queries that read them would each
+-- compute them again.  Computed once with the run, they are read in a fraction of a second.
+--
+-- One row per maximal interval during which a watcher's view of a node's free capacity of one
+-- resource (cpu, memory, gpu) differs from the truth (the rules: the header of the free capacity
+-- section of views.sql), ordered by watcher, node, resource and start_ts:
+--   watcher, node, resource
+--   kind              'stale': the view shows less free capacity than there is; 'phantom': more
+--   start_ts, end_ts  the window [start_ts, end_ts); one still open at the end of the run ends at
+--                     the run's last timestamp (run_bounds)
+--   gap_max           the largest difference, in cores, GiB or GPUs
+--   gap_seconds       its integral over time: core-seconds, GiB-seconds or GPU-seconds
+--   wasted            stale windows only: a pod was pending at some instant of the window whose
+--                     request of the resource was above the view's free capacity there and within
+--                     the truth's.  A pod is pending from its create until its binding or its
+--                     delete commits (until the end of the run if neither does); pods created
+--                     before the trace are not counted (their requests are unknown)
+--   conflicts         phantom windows only: attempts of the watcher, as a scheduler, on the node,
+--                     decided during the window and ending in conflict
+--
+-- How: a view differs from the truth on a node while a change to the node is committed but not
+-- yet applied by the watcher, and while an assumption of its own is held longer than the truth
+-- needs.  A watcher applies writes in commit order, so most such lags overlap no other lag or
+-- change on the same node: each of those is a window by itself.  Only the others are cut into
+-- segments at every instant where the truth or the view changes, and merged into windows.
+-- Watchers and nodes are numbered in the order of their names, so that the millions of rows are
+-- joined and ordered by numbers, not names.
+WITH bounds AS MATERIALIZED (
+    FROM run_bounds
+), viewers AS MATERIALIZED (
+    SELECT run, watcher, node AS only_node, row_number() OVER (ORDER BY run, watcher) AS viewer_id
+    FROM capacity_viewers
+), all_changes AS MATERIALIZED (
+    FROM capacity_changes
+), nodes AS MATERIALIZED (
+    SELECT run, node, row_number() OVER (ORDER BY run, node) AS node_id
+    FROM (SELECT DISTINCT run, node FROM all_changes)
+), changes AS MATERIALIZED (
+    -- each change with, on its node: the truth's free capacity after it, the previous change
+    -- and the next one's commit; for a binding, the assumption its scheduler held: from the
+    -- binding's commit (or the decision, if later) until the scheduler forgot it
+    SELECT all_changes.run, all_changes.rv, all_changes.commit_ts, all_changes.node, nodes.node_id,
+           all_changes.cpu_milli, all_changes.memory_bytes, all_changes.gpu_milli,
+           (sum(all_changes.cpu_milli) OVER by_node)::BIGINT AS truth_cpu,
+           (sum(all_changes.memory_bytes) OVER by_node)::BIGINT AS truth_memory,
+           (sum(all_changes.gpu_milli) OVER by_node)::BIGINT AS truth_gpu,
+           lag(all_changes.rv) OVER by_node AS previous_rv,
+           lead(all_changes.commit_ts) OVER by_node AS next_commit_ts,
+           attempts.scheduler AS assumed_by,
+           attempts.node = all_changes.node AS assumed_here,
+           greatest(attempts.decided_ts, all_changes.commit_ts) AS assumed_from,
+           coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until,
+           attempts.node AS assumed_on
+    FROM all_changes
+    JOIN nodes USING (run, node)
+    JOIN bounds USING (run)
+    LEFT JOIN attempts
+      ON attempts.run = all_changes.run AND attempts.attempt_id = all_changes.attempt_id
+    WINDOW by_node AS (PARTITION BY nodes.node_id ORDER BY all_changes.rv)
+), received AS MATERIALIZED (
+    -- each change as each viewer received it.  view_ts: when it entered the view, at its commit
+    -- for the viewer's own binding if it assumed the pod from then until it applied the binding
+    -- (a pod counts once: holding the assumption longer changes nothing)
+    SELECT viewers.viewer_id, changes.node_id, changes.rv, changes.previous_rv,
+           changes.commit_ts, changes.next_commit_ts, deliveries.applied_ts,
+           CASE WHEN changes.assumed_by = deliveries.watcher AND changes.assumed_here
+                     AND changes.assumed_from = changes.commit_ts
+                     AND changes.assumed_until >= deliveries.applied_ts
+                THEN changes.commit_ts ELSE deliveries.applied_ts END AS view_ts,
+           coalesce(changes.assumed_by = deliveries.watcher, false) AS own,
+           changes.cpu_milli, changes.memory_bytes, changes.gpu_milli,
+           changes.truth_cpu, changes.truth_memory, changes.truth_gpu
+    FROM deliveries
+    JOIN changes USING (run, rv)
+    JOIN viewers
+      ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher
+     AND (viewers.only_node IS NULL OR viewers.only_node = changes.node)
+), shortfall AS (
+    -- viewers that received fewer changes than they watch
+    SELECT viewers.*
+    FROM viewers
+    LEFT JOIN (SELECT viewer_id, count(*) AS changes FROM received GROUP BY viewer_id) AS got
+      USING (viewer_id)
+    LEFT JOIN (SELECT run, count(*) AS changes FROM changes GROUP BY run) AS per_run USING (run)
+    LEFT JOIN (SELECT run, node, count(*) AS changes FROM changes GROUP BY run, node) AS per_node
+      ON per_node.run = viewers.run AND per_node.node = viewers.only_node
+    WHERE coalesce(got.changes, 0)
+          < coalesce(CASE WHEN only_node IS NULL THEN per_run.changes ELSE per_node.changes END, 0)
+), missed AS (
+    -- changes a viewer never received: it stays blind to them until the end of the run
+    SELECT shortfall.viewer_id, changes.node_id, changes.rv, changes.previous_rv,
+           changes.commit_ts, changes.next_commit_ts, NULL::TIMESTAMPTZ AS applied_ts,
+           bounds.end_ts AS view_ts, coalesce(changes.assumed_by = shortfall.watcher, false) AS own,
+           changes.cpu_milli, changes.memory_bytes, changes.gpu_milli,
+           changes.truth_cpu, changes.truth_memory, changes.truth_gpu
+    FROM shortfall
+    JOIN bounds USING (run)
+    JOIN (SELECT run, node AS only_node, node_id FROM nodes  -- a kubelet watches its node
+          UNION ALL
+          SELECT run, NULL, node_id FROM nodes) AS watched   -- a scheduler every node
+      ON watched.run = shortfall.run AND watched.only_node IS NOT DISTINCT FROM shortfall.only_node
+    JOIN changes USING (node_id)
+    ANTI JOIN received USING (viewer_id, rv)
+), lags AS (
+    FROM received
+    UNION ALL
+    FROM missed
+), unplaced_attempts AS MATERIALIZED (
+    -- attempts whose binding did not place their pod (it failed, or the pod was bound already)
+    -- but that their scheduler held after their commit
+    SELECT *
+    FROM attempts
+    ANTI JOIN placements USING (run, attempt_id)
+    WHERE node IS NOT NULL
+      AND (forgotten_ts IS NULL OR forgotten_ts > greatest(decided_ts, committed_ts))
+), other_attempts AS MATERIALIZED (
+    -- with their pod: the latest incarnation of its name created by the decision (created_rv)
+    -- and its requests
+    SELECT unplaced.run, unplaced.attempt_id, unplaced.scheduler, unplaced.node, unplaced.pod,
+           greatest(unplaced.decided_ts, unplaced.committed_ts) AS start_ts,
+           unplaced.forgotten_ts,
+           max(creates.rv) AS created_rv,
+           -arg_max(coalesce(creates.cpu_milli, 0), creates.rv) AS cpu_milli,
+           -arg_max(coalesce(creates.memory_bytes, 0), creates.rv) AS memory_bytes,
+           -arg_max(coalesce(creates.gpu_milli, 0), creates.rv) AS gpu_milli
+    FROM unplaced_attempts AS unplaced
+    JOIN events AS creates
+      ON creates.run = unplaced.run AND creates.resource = 'pods' AND creates.verb = 'create'
+     AND creates.subresource IS NULL
+     AND concat_ws('/', creates.namespace, creates.name) = unplaced.pod
+     AND creates.commit_ts <= unplaced.decided_ts
+    GROUP BY ALL
+), other_placements AS (
+    -- the binding that placed the same pod, if it placed it on the node the attempt chose:
+    -- once it is in the scheduler's view, the pod counts as bound, not as assumed
+    SELECT other.attempt_id, arg_min(placed.rv, placed.rv) AS rv,
+           arg_min(placed.node, placed.rv) AS node
+    FROM other_attempts AS other
+    JOIN all_changes AS placed
+      ON placed.run = other.run AND placed.pod = other.pod AND placed.change = 'binding'
+     AND placed.rv > other.created_rv
+    WHERE NOT EXISTS (SELECT 1 FROM events AS later
+                      WHERE later.run = other.run AND later.resource = 'pods'
+                        AND later.verb = 'create' AND later.subresource IS NULL
+                        AND concat_ws('/', later.namespace, later.name) = other.pod
+                        AND later.rv > other.created_rv AND later.rv < placed.rv)
+    GROUP BY other.attempt_id
+), held AS (
+    -- assumptions held longer than the truth needs: own bindings not folded above, and other
+    -- attempts from their commit (or failure); each until forgotten, or until the pod's binding
+    -- on that node is in the scheduler's view (from then on the pod counts as bound)
+    SELECT viewer_id, node_id, start_ts, end_ts, cpu_milli, memory_bytes, gpu_milli
+    FROM (
+        SELECT lags.viewer_id, nodes.node_id, changes.assumed_from AS start_ts,
+               least(changes.assumed_until, lags.applied_ts) AS end_ts,
+               changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
+        FROM lags
+        JOIN viewers USING (viewer_id)
+        JOIN changes USING (rv, node_id)
+        JOIN nodes ON nodes.run = changes.run AND nodes.node = changes.assumed_on
+        WHERE lags.own AND lags.view_ts IS DISTINCT FROM lags.commit_ts
+          AND (viewers.only_node IS NULL OR viewers.only_node = changes.assumed_on)
+    )
+    WHERE end_ts > start_ts
+    UNION ALL
+    SELECT viewer_id, node_id, start_ts, end_ts, cpu_milli, memory_bytes, gpu_milli
+    FROM (
+        SELECT viewers.viewer_id, nodes.node_id, other.start_ts,
+               least(coalesce(other.forgotten_ts, bounds.end_ts), placement.view_ts) AS end_ts,
+               other.cpu_milli, other.memory_bytes, other.gpu_milli
+        FROM other_attempts AS other
+        JOIN bounds USING (run)
+        JOIN viewers
+          ON viewers.run = other.run AND viewers.watcher = other.scheduler
+         AND (viewers.only_node IS NULL OR viewers.only_node = other.node)
+        JOIN nodes ON nodes.run = other.run AND nodes.node = other.node
+        LEFT JOIN (SELECT other_placements.attempt_id, lags.viewer_id, lags.view_ts
+                   FROM other_placements
+                   JOIN other_attempts USING (attempt_id)
+                   JOIN lags USING (rv)
+                   WHERE other_placements.node = other_attempts.node) AS placement
+          ON placement.attempt_id = other.attempt_id AND placement.viewer_id = viewers.viewer_id
+    )
+    WHERE end_ts > start_ts
+), irregular AS (
+    -- (viewer, node) pairs with a missed change or a held assumption: cut into segments
+    SELECT DISTINCT viewer_id, node_id FROM missed
+    UNION
+    SELECT DISTINCT viewer_id, node_id FROM held
+), classified AS MATERIALIZED (
+    -- alone: the change's lag overlaps or touches no other change of the node (touching
+    -- windows may merge); the watcher applies writes in commit order, so only the previous
+    -- change's lag can reach into this one
+    SELECT lags.viewer_id, lags.node_id, lags.rv, lags.commit_ts, lags.view_ts,
+           lags.cpu_milli, lags.memory_bytes, lags.gpu_milli,
+           lags.truth_cpu, lags.truth_memory, lags.truth_gpu,
+           irregular.viewer_id IS NULL
+           AND (previous.applied_ts IS NULL OR previous.applied_ts < lags.commit_ts)
+           AND (lags.next_commit_ts IS NULL OR lags.next_commit_ts > lags.view_ts) AS alone
+    FROM lags
+    LEFT JOIN lags AS previous
+      ON previous.viewer_id = lags.viewer_id AND previous.rv = lags.previous_rv
+    LEFT JOIN irregular
+      ON irregular.viewer_id = lags.viewer_id AND irregular.node_id = lags.node_id
+), lone_windows AS MATERIALIZED (
+    -- a lag that overlaps no other change is a window: the view lacks exactly this change
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, -change AS gap, truth,
+           truth - change AS view
+    FROM (
+        SELECT viewer_id, node_id, commit_ts AS start_ts, view_ts AS end_ts,
+               unnest([{'resource': 'cpu', 'change': cpu_milli, 'truth': truth_cpu},
+                       {'resource': 'memory', 'change': memory_bytes, 'truth': truth_memory},
+                       {'resource': 'gpu', 'change': gpu_milli, 'truth': truth_gpu}],
+                      recursive := true)
+        FROM classified
+        WHERE alone AND view_ts > commit_ts
+    )
+    WHERE change <> 0
+), points AS (
+    -- the others: every instant at which the truth or the view changes
+    SELECT viewer_id, node_id, commit_ts AS ts, rv,
+           CASE WHEN view_ts > commit_ts THEN -cpu_milli ELSE 0 END AS gap_cpu,
+           CASE WHEN view_ts > commit_ts THEN -memory_bytes ELSE 0 END AS gap_memory,
+           CASE WHEN view_ts > commit_ts THEN -gpu_milli ELSE 0 END AS gap_gpu,
+           truth_cpu, truth_memory, truth_gpu
+    FROM classified
+    WHERE NOT alone
+    UNION ALL
+    SELECT viewer_id, node_id, view_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL
+    FROM classified
+    WHERE NOT alone AND view_ts > commit_ts
+    UNION ALL
+    SELECT viewer_id, node_id, start_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL
+    FROM held
+    UNION ALL
+    SELECT viewer_id, node_id, end_ts, NULL, -cpu_milli, -memory_bytes, -gpu_milli, NULL, NULL, NULL
+    FROM held
+), instants AS (
+    SELECT viewer_id, node_id, ts,
+           sum(gap_cpu)::BIGINT AS step_cpu, sum(gap_memory)::BIGINT AS step_memory,
+           sum(gap_gpu)::BIGINT AS step_gpu,
+           arg_max({'cpu': truth_cpu, 'memory': truth_memory, 'gpu': truth_gpu}, rv) AS truth
+    FROM points
+    GROUP BY viewer_id, node_id, ts
+), stepped AS (
+    -- from each instant to the next: the difference (view minus truth) and the truth's free
+    -- capacity, and whether a window starts there: the difference takes a sign it did not have
+    SELECT *,
+           gap_cpu <> 0 AND sign(gap_cpu) <> sign(gap_cpu - step_cpu) AS starts_cpu,
+           gap_memory <> 0 AND sign(gap_memory) <> sign(gap_memory - step_memory) AS starts_memory,
+           gap_gpu <> 0 AND sign(gap_gpu) <> sign(gap_gpu - step_gpu) AS starts_gpu
+    FROM (
+        SELECT viewer_id, node_id, ts AS start_ts, lead(ts) OVER by_ts AS end_ts,
+               step_cpu, step_memory, step_gpu,
+               (sum(step_cpu) OVER by_ts)::BIGINT AS gap_cpu,
+               (sum(step_memory) OVER by_ts)::BIGINT AS gap_memory,
+               (sum(step_gpu) OVER by_ts)::BIGINT AS gap_gpu,
+               last_value(truth IGNORE NULLS) OVER by_ts AS truth
+        FROM instants
+        WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY ts)
+    )
+), merged_segments AS MATERIALIZED (
+    -- the segments where view and truth differ, each named by the start of its window: the
+    -- latest start at or before it
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, window_ts, gap, truth, truth + gap AS view
+    FROM (
+        SELECT viewer_id, node_id, start_ts, end_ts,
+               unnest([{'resource': 'cpu', 'gap': gap_cpu, 'truth': coalesce(truth.cpu, 0),
+                        'window_ts': max(CASE WHEN starts_cpu THEN start_ts END) OVER by_ts},
+                       {'resource': 'memory', 'gap': gap_memory,
+                        'truth': coalesce(truth.memory, 0),
+                        'window_ts': max(CASE WHEN starts_memory THEN start_ts END) OVER by_ts},
+                       {'resource': 'gpu', 'gap': gap_gpu, 'truth': coalesce(truth.gpu, 0),
+                        'window_ts': max(CASE WHEN starts_gpu THEN start_ts END) OVER by_ts}],
+                      recursive := true)
+        FROM stepped
+        WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY start_ts)
+    )
+    WHERE gap <> 0
+), windows AS MATERIALIZED (
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, gap < 0 AS stale, abs(gap) AS gap_max,
+           abs(gap)::HUGEINT * (epoch_us(end_ts) - epoch_us(start_ts)) AS gap_us
+    FROM lone_windows
+    UNION ALL
+    SELECT viewer_id, node_id, resource, window_ts, max(end_ts), any_value(gap) < 0,
+           max(abs(gap)), sum(abs(gap)::HUGEINT * (epoch_us(end_ts) - epoch_us(start_ts)))
+    FROM merged_segments
+    GROUP BY viewer_id, node_id, resource, window_ts
+), pending AS (
+    -- pods waiting to be placed, by request size: reach_ts is the latest end among those of the
+    -- same size that started by start_ts
+    SELECT run, resource, request, start_ts,
+           max(end_ts) OVER (PARTITION BY run, resource, request ORDER BY start_ts) AS reach_ts
+    FROM (
+        SELECT run, created_ts AS start_ts,
+               coalesce(least(bound_ts, deleted_ts), bounds.end_ts) AS end_ts,
+               unnest([{'resource': 'cpu', 'request': cpu_milli},
+                       {'resource': 'memory', 'request': memory_bytes},
+                       {'resource': 'gpu', 'request': gpu_milli}], recursive := true)
+        FROM pods
+        JOIN bounds USING (run)
+        WHERE created_ts IS NOT NULL
+    )
+    WHERE request > 0 AND end_ts > start_ts
+), stale_segments AS (
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, start_ts AS window_ts, truth, view
+    FROM lone_windows
+    WHERE gap < 0
+    UNION ALL
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, window_ts, truth, view
+    FROM merged_segments
+    WHERE gap < 0
+), wasted AS (
+    -- stale windows with a segment during which a pending pod fit the truth's free capacity
+    -- but not the view's
+    SELECT DISTINCT segments.viewer_id, segments.node_id, segments.resource,
+           segments.window_ts AS start_ts
+    FROM stale_segments AS segments
+    JOIN viewers USING (viewer_id)
+    JOIN (SELECT DISTINCT run, resource, request FROM pending) AS sizes
+      ON sizes.run = viewers.run AND sizes.resource = segments.resource
+     AND sizes.request > segments.view AND sizes.request <= segments.truth
+    ASOF JOIN pending
+      ON pending.run = sizes.run AND pending.resource = sizes.resource
+     AND pending.request = sizes.request AND segments.end_ts > pending.start_ts
+    WHERE pending.reach_ts > segments.start_ts
+), conflicted AS (
+    -- phantom windows and the conflicting attempts their watcher decided during them
+    SELECT windows.viewer_id, windows.node_id, windows.resource, windows.start_ts,
+           count(*) AS conflicts
+    FROM attempts
+    JOIN viewers ON viewers.run = attempts.run AND viewers.watcher = attempts.scheduler
+    JOIN nodes ON nodes.run = attempts.run AND nodes.node = attempts.node
+    JOIN windows
+      ON windows.viewer_id = viewers.viewer_id AND windows.node_id = nodes.node_id
+     AND attempts.decided_ts >= windows.start_ts AND attempts.decided_ts < windows.end_ts
+    WHERE attempts.outcome = 'conflict' AND NOT windows.stale
+    GROUP BY ALL
+)
+SELECT viewers.watcher, nodes.node, windows.resource,
+       CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
+       windows.start_ts, windows.end_ts,
+       windows.gap_max / unit_size(resource) AS gap_max,
+       windows.gap_us::DOUBLE / 1e6 / unit_size(resource) AS gap_seconds,
+       CASE WHEN stale THEN wasted.start_ts IS NOT NULL END AS wasted,
+       CASE WHEN NOT stale THEN coalesce(conflicted.conflicts, 0) END AS conflicts
+FROM windows
+JOIN viewers USING (viewer_id)
+JOIN nodes USING (node_id)
+LEFT JOIN wasted USING (viewer_id, node_id, resource, start_ts)
+LEFT JOIN conflicted USING (viewer_id, node_id, resource, start_ts)
+ORDER BY windows.viewer_id, windows.node_id, windows.resource, windows.start_ts

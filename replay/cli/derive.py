@@ -1,0 +1,30 @@
+"""``replay derive RUN_DIR...``: compute a run's derived tables again from its other tables."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from replay.analysis.derive import derive
+from replay.engine.rundir import DERIVED_TABLES
+
+
+def add_parser(commands) -> None:
+    parser = commands.add_parser(
+        "derive", help="compute the derived tables of run directories again",
+        description="Compute the derived tables of each RUN_DIR "
+                    f"({', '.join(DERIVED_TABLES)}) from its other tables, with the SQL in "
+                    "queries/derived/, and replace them. `replay run` derives them when it writes "
+                    "a run; derive them again after changing a table or that SQL, or for a run "
+                    "written by an older version.")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for run_dir in args.run_dirs:
+        started = time.perf_counter()
+        rows = derive(run_dir)
+        counts = ", ".join(f"{name} {count:,} rows" for name, count in rows.items())
+        print(f"{run_dir}: {counts} ({time.perf_counter() - started:.1f} s)")
+    return 0
