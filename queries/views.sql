@@ -133,37 +133,18 @@ GROUP BY run;
 
 -- placements: run, pod, node, cpu_milli, memory_bytes, gpu_milli, bind_rv, bound_ts, attempt_id,
 -- delete_rv, deleted_ts: one row per pod (incarnation) that a binding placed: the binding that
--- bound it (the first at its instant), the attempt that wrote it, and its last committed delete
--- after the binding, if any.  Requests the trace does not know count as 0.
+-- bound it (pods.bound_rv), the attempt that wrote it, and its last committed delete if that came
+-- after the binding.  Requests the trace does not know count as 0.
 CREATE OR REPLACE VIEW placements AS
-WITH pod_writes AS (
-    SELECT run, rv, commit_ts, concat_ws('/', namespace, name) AS pod,
-           verb = 'create' AS binds, attempt_id
-    FROM events
-    WHERE resource = 'pods'
-      AND (verb = 'create' AND subresource = 'binding' OR verb = 'delete' AND subresource IS NULL)
-), instants AS (
-    -- several writes of a kind to one pod at the same instant: the first binding binds it, the
-    -- last delete removes it
-    SELECT run, pod, commit_ts, binds,
-           CASE WHEN binds THEN min(rv) ELSE max(rv) END AS rv,
-           arg_min(attempt_id, rv) AS attempt_id
-    FROM pod_writes
-    GROUP BY run, pod, commit_ts, binds
-)
 SELECT pods.run, pods.pod, pods.node,
        coalesce(pods.cpu_milli, 0) AS cpu_milli,
        coalesce(pods.memory_bytes, 0) AS memory_bytes,
        coalesce(pods.gpu_milli, 0) AS gpu_milli,
-       binding.rv AS bind_rv, binding.commit_ts AS bound_ts, binding.attempt_id,
-       removal.rv AS delete_rv, removal.commit_ts AS deleted_ts
+       pods.bound_rv AS bind_rv, pods.bound_ts, binding.attempt_id,
+       CASE WHEN pods.deleted_rv > pods.bound_rv THEN pods.deleted_rv END AS delete_rv,
+       CASE WHEN pods.deleted_rv > pods.bound_rv THEN pods.deleted_ts END AS deleted_ts
 FROM pods
-JOIN instants AS binding
-  ON binding.binds AND binding.run = pods.run AND binding.pod = pods.pod
- AND binding.commit_ts = pods.bound_ts
-LEFT JOIN instants AS removal
-  ON NOT removal.binds AND removal.run = pods.run AND removal.pod = pods.pod
- AND removal.commit_ts = pods.deleted_ts AND removal.rv > binding.rv;
+JOIN events AS binding ON binding.run = pods.run AND binding.rv = pods.bound_rv;
 
 -- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id, pod,
 -- change: every committed write that changes a node's free capacity, and by how much (negative:
@@ -173,8 +154,7 @@ LEFT JOIN instants AS removal
 --     0), and a node created again starts from nothing.  Unknown allocatable counts as 0.
 --   * A pod takes its requests (from its create; a pod created before the trace requests nothing
 --     known) from its node at its binding and gives them back at its last committed delete, if
---     that came after the binding.  Pods are matched to the writes by name and time, one
---     incarnation (pods row) at a time.  attempt_id is the attempt that wrote a binding.
+--     that came after the binding (placements).  attempt_id is the attempt that wrote a binding.
 CREATE OR REPLACE VIEW capacity_changes AS
 WITH node_writes AS (
     SELECT run, rv, commit_ts, name AS node, verb = 'delete' AS removes,

@@ -349,16 +349,17 @@ WITH bounds AS MATERIALIZED (
     WHERE attempts.outcome = 'conflict' AND NOT windows.stale
     GROUP BY ALL
 )
-SELECT viewers.watcher, nodes.node, windows.resource,
+-- names by number from a list rather than by joining millions of rows with them
+SELECT (SELECT list(watcher ORDER BY viewer_id) FROM viewers)[viewer_id] AS watcher,
+       (SELECT list(node ORDER BY node_id) FROM nodes)[node_id] AS node,
+       resource,
        CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
-       windows.start_ts, windows.end_ts,
-       windows.gap_max / unit_size(resource) AS gap_max,
-       windows.gap_us::DOUBLE / 1e6 / unit_size(resource) AS gap_seconds,
+       start_ts, end_ts,
+       gap_max / unit_size(resource) AS gap_max,
+       gap_us::DOUBLE / 1e6 / unit_size(resource) AS gap_seconds,
        CASE WHEN stale THEN wasted.start_ts IS NOT NULL END AS wasted,
        CASE WHEN NOT stale THEN coalesce(conflicted.conflicts, 0) END AS conflicts
 FROM windows
-JOIN viewers USING (viewer_id)
-JOIN nodes USING (node_id)
 LEFT JOIN wasted USING (viewer_id, node_id, resource, start_ts)
 LEFT JOIN conflicted USING (viewer_id, node_id, resource, start_ts)
-ORDER BY windows.viewer_id, windows.node_id, windows.resource, windows.start_ts
+ORDER BY viewer_id, node_id, resource, start_ts

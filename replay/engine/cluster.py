@@ -68,7 +68,9 @@ class Pod:
     priority: int = 0
     node: int = -1  # where the truth has it bound
     bound: int = -1  # µs of the binding's commit
+    bound_rv: int = -1  # the binding's resource version
     deleted: int = -1
+    deleted_rv: int = -1
     failed: bool = False
     attempts: int = 0
     first_attempt: int = -1
@@ -123,12 +125,12 @@ class Truth:
             node.present = False
         elif kind == POD_BIND:
             node = self.nodes[write.node]
-            pod.node, pod.bound = write.node, write.commit
+            pod.node, pod.bound, pod.bound_rv = write.node, write.commit, write.rv
             _add(node.used, pod.request, 1)
         elif kind == POD_FAIL:
             pod.failed = True
         elif kind == POD_DELETE:
-            pod.deleted = write.commit
+            pod.deleted, pod.deleted_rv = write.commit, write.rv
             if pod.node >= 0:
                 node = self.nodes[pod.node]
                 _add(node.used, pod.request, -1)

@@ -49,7 +49,8 @@ TABLES: dict[str, pa.Schema] = {
     ]),
     "pods": pa.schema([
         ("pod", pa.string()), ("created_ts", TS), ("first_attempt_ts", TS), ("bound_ts", TS),
-        ("node", pa.string()), ("deleted_ts", TS), ("attempts", pa.int64()),
+        ("bound_rv", pa.int64()), ("node", pa.string()), ("deleted_ts", TS),
+        ("deleted_rv", pa.int64()), ("attempts", pa.int64()),
         ("cpu_milli", pa.int64()), ("memory_bytes", pa.int64()), ("gpu_milli", pa.int64()),
     ]),
     "watchers": pa.schema([

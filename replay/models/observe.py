@@ -189,11 +189,22 @@ class _Replay:
             "created_ts": _times_at(ts, create),
             "first_attempt_ts": _timestamps(np.where(tried > 0, first_try, -1)[order]),
             "bound_ts": _times_at(ts, binding),
+            "bound_rv": self._rvs_at(binding),
             **_take(self.trace, ["node"], binding),
             "deleted_ts": _times_at(ts, delete),
+            "deleted_rv": self._rvs_at(delete),
             "attempts": tried[order].astype(np.int64),
             **_take(self.trace, ["cpu_milli", "memory_bytes", "gpu_milli"], create),
         })
+
+    @cached_property
+    def rv_of_row(self) -> np.ndarray:
+        """Per trace row, its rv if it committed (rvs number the committed rows in order)."""
+        return np.cumsum(self.masks.ok)
+
+    def _rvs_at(self, rows: np.ndarray) -> pa.Array:
+        """The rv of each of ``rows`` (committed rows), null where a row is -1."""
+        return pa.array(self.rv_of_row[rows], mask=rows < 0)
 
     def _previous_attempt(self, committed: np.ndarray) -> np.ndarray:
         """For each attempt, the commit of its pod's previous attempt (-1 if none): each
@@ -225,7 +236,7 @@ class _Replay:
         previous = self._previous_attempt(committed)
         create_row = self.create[incarnation]
         has_create = create_row >= 0
-        rv_of_row = np.cumsum(self.masks.ok)  # the rv of each committed row
+        rv_of_row = self.rv_of_row
         scheduler = self.trace["component"].gather(rows)
         groups = seen.groups(scheduler)
         applied = seen.applied_at(groups, np.where(has_create, rv_of_row[create_row], 0))
