@@ -147,6 +147,18 @@ def test_derive_again(cli, runs, tmp_path):
     assert cli("derive", tmp_path / "nowhere").err.endswith("nowhere: no such run directory\n")
 
 
+def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
+    run = tmp_path / "old"
+    shutil.copytree(runs[0], run)
+    pl.read_parquet(run / "pods.parquet").drop("bound_rv").write_parquet(run / "pods.parquet")
+    for command in (["query", run], ["derive", run]):
+        result = cli(*command)
+        assert result.code == 1
+        assert result.err == (f"replay: error: {run / 'pods.parquet'}: lacks bound_rv; the run "
+                              "was written by an older version of replay: replay its trace "
+                              "again\n")
+
+
 @pytest.mark.parametrize("args, message", [
     (["nowhere"], "nowhere: no such run directory"),
     ([REPO], "not a run directory (no manifest.json)"),

@@ -15,6 +15,7 @@ from conftest import REPO, SAMPLE_TRACE
 from replay.engine.config import load_config
 from replay.engine.run import run_replay
 from replay.engine.rundir import conform_table, write_run
+from replay.errors import ReplayError
 from replay.models.observe import ObserveModel
 from replay.trace.io import read_trace, write_trace
 
@@ -139,6 +140,12 @@ def test_tables_that_come_one_at_a_time_are_written_alike(tmp_path):
 
     with pytest.raises(RuntimeError):
         write_run(tmp_path / "failed", failing(), {})
+
+    def failing_derivation(run_dir):
+        raise ReplayError("the derivation failed")
+
+    with pytest.raises(ReplayError):
+        write_run(tmp_path / "failed", tables, {}, derive=failing_derivation)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["all", "parts", "streamed"]
 
 

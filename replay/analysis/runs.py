@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from replay.analysis.catalog import Query, views_sql
 from replay.engine.rundir import DERIVED_TABLES, TABLES
@@ -36,10 +38,24 @@ def check_run_dir(path: str, derived: bool = True) -> None:
     missing = [t for t in TABLES if not (run / f"{t}.parquet").is_file()]
     if missing:
         raise ReplayError(f"{path}: incomplete run directory (no {', '.join(missing)} table)")
+    for table, schema in TABLES.items():
+        _check_columns(run / f"{table}.parquet", schema)
     missing = [t for t in DERIVED_TABLES if derived and not (run / f"{t}.parquet").is_file()]
     if missing:
         raise ReplayError(f"{path}: no {', '.join(missing)} table; `replay derive {path}` "
                           f"computes it from the run's other tables")
+
+
+def _check_columns(path: Path, schema: pa.Schema) -> None:
+    """A run table has the columns of its schema (a run written by an older version may not)."""
+    try:
+        present = set(pq.read_schema(path).names)
+    except (OSError, pa.ArrowInvalid) as err:
+        raise ReplayError(f"{path}: not a Parquet file ({err})") from None
+    missing = [name for name in schema.names if name not in present]
+    if missing:
+        raise ReplayError(f"{path}: lacks {', '.join(missing)}; the run was written by an older "
+                          f"version of replay: replay its trace again")
 
 
 def open_runs(run_dirs: list[str], derived: bool = True) -> duckdb.DuckDBPyConnection:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import math
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import polars as pl
@@ -71,7 +72,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
                out: str | os.PathLike | None = None, force: bool = False) -> RunResult:
     """Replay the trace at ``trace_path`` under ``config`` and write the run directory."""
     seconds = {"replay": -time.perf_counter()}
-    with progress(4, "replay", unit="step") as bar, _reusing_freed_memory():
+    with progress(4, "replay", unit="step") as bar, _reusing_freed_memory() as release_memory:
         bar.set_postfix_str("reading the trace")
         trace, model_class = _read(trace_path, config.model)
         model = model_class(config.model_params)
@@ -84,16 +85,18 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
         summary: dict = {}
+        tables = _summarised(model.tables(trace, config, watchers), summary)
+        del trace, model  # the tables hold them until the last is written, and no longer
 
         def derive_tables(run_dir: Path) -> dict[str, int]:
             seconds["derive"] = -time.perf_counter()
             seconds["replay"] -= seconds["derive"]
             bar.update(2)
             bar.set_postfix_str("deriving the capacity windows")
+            release_memory()  # for DuckDB
             return derive(run_dir)
 
-        rows = write_run(out, _summarised(model.tables(trace, config, watchers), summary),
-                         manifest, force=force, derive=derive_tables)
+        rows = write_run(out, tables, manifest, force=force, derive=derive_tables)
         seconds["derive"] += time.perf_counter()
         bar.update()
     return RunResult(out, model_class.name, rows, len(watchers), summary["delay"],
@@ -101,9 +104,9 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
 
 
 @contextlib.contextmanager
-def _reusing_freed_memory() -> Iterator[None]:
+def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
     """Keep the memory that numpy frees for its next arrays while a replay runs; give it back to
-    the system afterwards.
+    the system afterwards, or when the function this yields is called.
 
     A replay makes and drops hundreds of arrays of millions of elements.  glibc's malloc maps each
     one above its threshold (adaptive, at most 32 MB) afresh and unmaps it when freed, and trims
@@ -114,16 +117,21 @@ def _reusing_freed_memory() -> Iterator[None]:
         libc = ctypes.CDLL(None)
         mallopt, malloc_trim = libc.mallopt, libc.malloc_trim
     except (OSError, AttributeError):
-        yield
+        yield gc.collect
         return
     for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
         mallopt(option, 1 << 30)
-    try:
-        yield
-    finally:
+
+    def release() -> None:
+        gc.collect()  # a simulation's objects refer to each other
         for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
             mallopt(option, 128 * 1024)  # glibc's defaults
         malloc_trim(0)
+
+    try:
+        yield release
+    finally:
+        release()
 
 
 def _read(trace_path: str | os.PathLike,
