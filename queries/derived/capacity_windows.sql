@@ -9,9 +9,9 @@
 -- (views.sql ends with the view of this table, which needs the file; for a run without one,
 -- execute views.sql only up to its "Derived tables" section, as `replay derive` does.)
 --
--- Why a table and not a view: the windows of a run take as long to compute as all the other
--- queries together (20 s for a 1M-pod run), and the three queries that read them would each
--- compute them again.  Computed once with the run, they are read in a fraction of a second.
+-- Why a table and not a view: the windows of a run take five times as long to compute as all
+-- the other queries together (20 s for a 1M-pod run), and the three queries that read them
+-- would each compute them again.  Computed once with the run, they are read in about a second.
 --
 -- One row per maximal interval during which a watcher's view of a node's free capacity of one
 -- resource (cpu, memory, gpu) differs from the truth (the rules: the header of the free capacity

@@ -2,7 +2,7 @@
 ``queries/derived/``.
 
 A derived table is what several queries would otherwise each compute again and again: the
-capacity windows of a 1M-pod run take DuckDB about 20 s, as long as all the other queries
+capacity windows of a 1M-pod run take DuckDB about 20 s, five times all the other queries
 together, and three shipped queries read them.  ``replay run`` derives them once, when it writes
 the run; ``replay derive`` does it again after a table or a derived query has changed.  The SQL
 stays the definition: a derived table is exactly what its file's query returns.
