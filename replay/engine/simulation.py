@@ -283,41 +283,35 @@ class Simulation:
         nodes = self.workload.node_names
         a = self.attempts
 
-        def ts(values: list[int]) -> pl.Series:
-            return pl.Series(values, dtype=pl.Int64).replace(-1, None).cast(TS)
-
         return pl.DataFrame({
             "attempt_id": pl.Series([x.id for x in a], dtype=pl.Int64),
             "pod": pl.Series([x.pod.key for x in a], dtype=pl.String),
             "scheduler": pl.Series([x.scheduler for x in a], dtype=pl.String),
-            "enqueued_ts": ts([x.enqueued for x in a]),
-            "started_ts": ts([x.started for x in a]),
-            "decided_ts": ts([x.decided for x in a]),
-            "committed_ts": ts([x.committed for x in a]),
+            "enqueued_ts": _times([x.enqueued for x in a]),
+            "started_ts": _times([x.started for x in a]),
+            "decided_ts": _times([x.decided for x in a]),
+            "committed_ts": _times([x.committed for x in a]),
             "node": pl.Series([nodes[x.node] if x.node >= 0 else None for x in a], dtype=pl.String),
             "outcome": pl.Series([x.outcome or "pending" for x in a], dtype=pl.String),
             "reason": pl.Series([x.reason for x in a], dtype=pl.String),
             "view_lag_ms": pl.Series([x.view_lag_us / 1000 for x in a], dtype=pl.Float64),
-            "forgotten_ts": ts([x.forgotten for x in a]),
+            "forgotten_ts": _times([x.forgotten for x in a]),
         })
 
     def _pods_table(self) -> pl.DataFrame:
         nodes = self.workload.node_names
         p = self.pods
 
-        def ts(values: list[int]) -> pl.Series:
-            return pl.Series(values, dtype=pl.Int64).replace(-1, None).cast(TS)
-
         requests = np.array([x.request for x in p], dtype=np.int64).reshape(-1, 3)
         return pl.DataFrame({
             "pod": pl.Series([x.key for x in p], dtype=pl.String),
-            "created_ts": ts([x.created for x in p]),
-            "first_attempt_ts": ts([x.first_attempt for x in p]),
-            "bound_ts": ts([x.bound for x in p]),
-            "bound_rv": pl.Series([x.bound_rv for x in p], dtype=pl.Int64).replace(-1, None),
+            "created_ts": _times([x.created for x in p]),
+            "first_attempt_ts": _times([x.first_attempt for x in p]),
+            "bound_ts": _times([x.bound for x in p]),
+            "bound_rv": _nullable([x.bound_rv for x in p]),
             "node": pl.Series([nodes[x.node] if x.node >= 0 else None for x in p], dtype=pl.String),
-            "deleted_ts": ts([x.deleted for x in p]),
-            "deleted_rv": pl.Series([x.deleted_rv for x in p], dtype=pl.Int64).replace(-1, None),
+            "deleted_ts": _times([x.deleted for x in p]),
+            "deleted_rv": _nullable([x.deleted_rv for x in p]),
             "attempts": pl.Series([x.attempts for x in p], dtype=pl.Int64),
             "cpu_milli": requests[:, 0], "memory_bytes": requests[:, 1],
             "gpu_milli": requests[:, 2],
@@ -327,6 +321,16 @@ class Simulation:
 def _index(values: np.ndarray) -> pl.Series:
     """Indices for ``gather``, -1 meaning none (null)."""
     return pl.Series(values).replace(-1, None)
+
+
+def _nullable(values: list[int]) -> pl.Series:
+    """Integers with -1 meaning none (null)."""
+    return pl.Series(values, dtype=pl.Int64).replace(-1, None)
+
+
+def _times(values: list[int]) -> pl.Series:
+    """Microseconds with -1 meaning never (null), as timestamps."""
+    return _nullable(values).cast(TS)
 
 
 class _Log:
