@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from replay.engine.config import RunConfig, load_config
-from replay.engine.run import run_replay
+from replay.api import run_replay
 from replay.models.observe import ObserveModel
-from replay.trace.io import read_trace
+from replay.trace.validate import read_trace
 from replay.trace.synth import SynthSpec, synthesize
 
 BIG = SynthSpec(nodes=20_000, pods=1_000_000, arrival_rate=2_400.0, bind="least-allocated", seed=1)

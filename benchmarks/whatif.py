@@ -19,7 +19,7 @@ from pathlib import Path
 import polars as pl
 
 from replay.engine.config import load_config
-from replay.engine.run import run_replay
+from replay.api import run_replay
 from replay.trace.synth import SynthSpec, synthesize
 
 

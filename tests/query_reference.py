@@ -8,7 +8,6 @@ by the SQL for speed cannot hide a mistake.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -10,7 +10,7 @@ import sys
 import polars as pl
 import pytest
 
-from audit_events import event, pod, stamp, write_log
+from audit_events import event, pod, write_log
 from replay.trace.audit import ingest
 from replay.trace.audit.component import component
 from replay.trace.validate import validate

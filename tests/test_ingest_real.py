@@ -63,7 +63,7 @@ def test_malformed_falco_file_is_reported_by_file_and_line(cli, tmp_path):
     result = cli("ingest", *falco_files()[:3], shared_data("audit-samples", "falco", MALFORMED),
                  "--out", out)
     assert result.code == 1
-    assert result.err.startswith(f"replay: error: ") and f"{MALFORMED}:1: not an audit event" in result.err
+    assert result.err.startswith("replay: error: ") and f"{MALFORMED}:1: not an audit event" in result.err
     assert "key kind" in result.err and result.err.count("\n") == 1
     assert not out.exists() and list(tmp_path.iterdir()) == []
 

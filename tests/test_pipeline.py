@@ -9,8 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from replay.engine.config import PROFILES, RunConfig, WatcherSpec
 from replay.engine.distributions import Constant, Exponential, LogNormal, Uniform, Empirical
-from replay.engine.pipeline import (STAGE_COLUMNS, Pipeline, Resume, lindley, segmented_cummax,
-                                    segmented_lindley, view_lag_us)
+from replay.arrays import lindley, segmented_cummax, segmented_lindley
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
 
 
 def naive_lindley(arrival, service):

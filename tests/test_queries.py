@@ -29,7 +29,7 @@ from replay.analysis.catalog import load_query
 from replay.analysis.derive import derive
 from replay.analysis.runs import PARAMETERS, open_runs, point_at, run_query
 from replay.engine.config import load_config
-from replay.engine.run import run_replay
+from replay.api import run_replay
 from replay.trace.io import write_trace
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, strategies as st
 
-from replay.engine.pipeline import stable_order
-from replay.models.recorded import stable_sort
+from replay.arrays import stable_order, stable_sort
 
 int64s = st.integers(-2**63, 2**63 - 1)
 

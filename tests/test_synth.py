@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import SAMPLE_TRACE
 from replay.trace import ideal
-from replay.trace.io import read_trace
+from replay.trace.validate import read_trace
 from replay.trace.synth import Shape, SynthSpec, _Workload, synthesize
 from replay.trace.validate import validate
 

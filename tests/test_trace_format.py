@@ -12,7 +12,8 @@ import pytest
 from conftest import REPO, SAMPLE_TRACE
 from replay.errors import ReplayError
 from replay.trace import schema
-from replay.trace.io import conform, read_trace, source_of, trace_writer, write_trace
+from replay.trace.io import conform, source_of, trace_writer, write_trace
+from replay.trace.validate import read_trace
 from replay.trace.validate import validate, value_problems
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

@@ -10,11 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import SAMPLE_TRACE
-from replay import models
 from replay.analysis.catalog import load_query
 from replay.analysis.runs import open_runs, run_query
 from replay.engine.config import load_config
-from replay.engine.run import run_replay
+from replay.api import run_replay
 from replay.trace.synth import Shape, SynthSpec, synthesize
 from test_synth import assert_no_overcommit
 

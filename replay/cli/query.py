@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 from pathlib import Path
 
 from replay.analysis.catalog import HEADLINE, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
 from replay.analysis.runs import duckdb_errors, open_runs, run_query
 from replay.errors import ReplayError
+from replay.times import time_argument
 
 
 def add_parser(commands) -> None:
@@ -26,9 +26,9 @@ def add_parser(commands) -> None:
                         help="output format (default: table, at most 40 rows; the others hold "
                              "every row; parquet needs --out)")
     parser.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
-    parser.add_argument("--from", dest="from_ts", type=timestamp, metavar="TIME",
+    parser.add_argument("--from", dest="from_ts", type=time_argument, metavar="TIME",
                         help="only what happens from TIME on (ISO 8601; UTC unless it says)")
-    parser.add_argument("--to", dest="to_ts", type=timestamp, metavar="TIME",
+    parser.add_argument("--to", dest="to_ts", type=time_argument, metavar="TIME",
                         help="only what happens before TIME")
     parser.add_argument("--watcher", metavar="GLOB",
                         help="only watchers (schedulers, for conflicts) whose name matches GLOB, "
@@ -38,15 +38,6 @@ def add_parser(commands) -> None:
                         help="set the DuckDB variable NAME (a string) for your own query; "
                              "repeatable")
     parser.set_defaults(run=run)
-
-
-def timestamp(text: str) -> dt.datetime:
-    """An ISO 8601 time; one without a zone is UTC."""
-    try:
-        value = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=dt.timezone.utc)
 
 
 def split_arguments(args: list[str]) -> tuple[list[str], str | None]:

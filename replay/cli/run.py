@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from replay.engine.config import load_config
-from replay.engine.run import run_replay
+from replay.api import run_replay
 
 
 def add_parser(commands) -> None:

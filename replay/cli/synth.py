@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
 
 from replay.errors import ReplayError
+from replay.times import time_argument
 from replay.trace import ideal
 from replay.trace.synth import SynthSpec, Shape, synthesize
 
@@ -47,7 +47,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--bind-delay-ms", type=float, default=DEFAULTS.bind_delay_ms,
                         help="with --bind: time from a pod's create to the scheduler's decision; "
                              "the binding commits 1 ms after the decision")
-    parser.add_argument("--start", type=_timestamp, default=DEFAULTS.start,
+    parser.add_argument("--start", type=time_argument, default=DEFAULTS.start,
                         help="trace start, ISO 8601 (UTC if no offset)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--out", required=True, metavar="FILE", help="trace file to write")
@@ -80,11 +80,3 @@ def _shape(text: str) -> Shape:
         return Shape.parse(text)
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _timestamp(text: str) -> datetime:
-    try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
-    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)

@@ -102,6 +102,25 @@ class Write:
     seq: int = 0  # the node's change count once this write applied (Omega's sequence number)
 
 
+@dataclass(eq=False)
+class Attempt:
+    """One scheduling attempt; its outcome may be settled later (binder, kubelet)."""
+
+    id: int
+    pod: Pod
+    scheduler: str
+    enqueued: int
+    started: int
+    decided: int = -1
+    committed: int = -1
+    node: int = -1
+    outcome: str | None = None
+    reason: str | None = None
+    view_lag_us: int = 0
+    forgotten: int = -1
+    version: int = 0  # the chosen node's change count in the view the decision was made on
+
+
 class Truth:
     """The objects as etcd has them, changed by committed writes in commit order.
 

@@ -29,6 +29,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
+from replay.arrays import Segments, lindley
 from replay.engine.config import STAGES, RunConfig, WatcherSpec
 from replay.engine.distributions import Constant, Distribution
 from replay.rng import Stream, name_hash
@@ -37,114 +38,6 @@ STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received
                  "dequeued_ts", "applied_ts")
 DRAW_CHUNK = 1 << 16
 SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
-
-
-def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
-    """Departures of a FIFO queue: ``d_i = max(a_i, d_{i-1}) + s_i``, without a Python loop.
-
-    With ``S_i`` the running sum of service, ``d_i = S_i + max_{j<=i}(a_j - S_{j-1})``.
-    """
-    total = np.cumsum(service)
-    out = arrival - total
-    out += service
-    np.maximum.accumulate(out, out=out)
-    out += total
-    return out
-
-
-def segment_starts(segment: np.ndarray) -> np.ndarray:
-    """Positions where a new run of equal ``segment`` ids begins."""
-    if len(segment) == 0:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
-
-
-def stable_order(ids: np.ndarray, bound: int) -> np.ndarray:
-    """``np.argsort(ids, kind="stable")`` for integers in ``[0, bound)``, in linear time: numpy
-    radix-sorts 16-bit integers, so this sorts by 16-bit digits, the least significant first
-    (several times faster than a comparison sort on millions of watcher or pod indices)."""
-    order = np.argsort(ids.astype(np.uint16), kind="stable")
-    shift = 16
-    while bound > 1 << shift:
-        order = order[np.argsort((ids[order] >> shift).astype(np.uint16), kind="stable")]
-        shift += 16
-    return order
-
-
-def segmented_cummax(values: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """Running maximum restarting at each new ``segment`` id (ids sorted ascending)."""
-    out = np.array(values, dtype=np.int64)
-    Segments(segment).cummax(out)
-    return out
-
-
-def segmented_lindley(arrival: np.ndarray, service: np.ndarray, segment: np.ndarray) -> np.ndarray:
-    """``lindley`` run separately on each segment (one queue per watcher)."""
-    return Segments(segment).lindley(arrival, service)
-
-
-class Segments:
-    """Sorted segment ids (per delivery, its watcher) and the scans that restart at each new id.
-
-    Every array here has millions of elements, and each fresh one costs page faults: the scans
-    work in place, and share the one temporary they need (the lift).
-    """
-
-    def __init__(self, ids: np.ndarray, done: int = 0):
-        """``done``: how many deliveries of the first segment came before these."""
-        self.ids, self.done = ids, done
-        self._lift: tuple[int, np.ndarray] | None = None  # (bits, lift)
-        self._begin: np.ndarray | None = None
-
-    def cummax(self, values: np.ndarray) -> None:
-        """Running maximum per segment, in place (int64 values).
-
-        Lifting segment k by k * 2**bits, with 2**bits above the values' range, puts each segment
-        above all before it, so one running maximum of the whole array restarts at each segment.
-        """
-        if len(values) == 0:
-            return
-        low, high = int(values.min()), int(values.max())
-        bits = max((high - low).bit_length(), self._lift[0] if self._lift else 0)
-        if (int(self.ids[-1] - self.ids[0]) << bits) + max(-low, high) >= 2**62:
-            bounds = np.r_[segment_starts(self.ids), len(values)]
-            for lo, hi in zip(bounds[:-1], bounds[1:]):
-                np.maximum.accumulate(values[lo:hi], out=values[lo:hi])
-            return
-        if self._lift is None or self._lift[0] != bits:
-            lift = np.subtract(self.ids, self.ids[0], dtype=np.int64)
-            lift <<= bits
-            self._lift = (bits, lift)
-        values += self._lift[1]
-        np.maximum.accumulate(values, out=values)
-        values -= self._lift[1]
-
-    def lindley(self, arrival: np.ndarray, service: np.ndarray, scratch: np.ndarray | None = None,
-                last: int | None = None) -> np.ndarray:
-        """``lindley`` on each segment (one queue per watcher); ``scratch``, if given, is an
-        array of the same size that may be overwritten; ``last``: the departure before the
-        first, if the first segment continues.
-
-        The running sum of service need not restart per segment: within a segment it is off by a
-        constant, which ``lindley``'s formula adds and subtracts again.
-        """
-        total = np.cumsum(service, out=scratch)
-        out = arrival - total
-        out += service
-        if last is not None and len(out):
-            out[0] = max(out[0], last)  # (it was the first arrival): d_0 = max(a_0, last) + s_0
-        self.cummax(out)
-        out += total
-        return out
-
-    def sequence(self, at: slice | np.ndarray) -> np.ndarray:
-        """0, 1, 2, ... within each segment, at positions ``at`` (a watcher's draw counters)."""
-        if self._begin is None:
-            count = np.bincount(self.ids - self.ids[0])
-            self._begin = np.cumsum(count) - count
-            self._begin[0] -= self.done
-        positions = np.arange(at.start, at.stop) if isinstance(at, slice) else at
-        return (positions - self._begin[self.ids[at] - self.ids[0]]).astype(np.uint64)
 
 
 def _in_chunks(size: int, draw: Callable[[slice], np.ndarray]) -> np.ndarray:

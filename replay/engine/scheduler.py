@@ -16,14 +16,12 @@ until every member has reached its queue, then places them in one attempt.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from replay.engine.cluster import NODE_SET, POD_DELETE, POD_REJECT, Pod
+from replay.engine.cluster import NODE_SET, POD_DELETE, POD_REJECT, Attempt, Pod
 from replay.engine.view import View
-from replay.models.base import Param
 
 if TYPE_CHECKING:
     from replay.engine.simulation import Simulation
@@ -31,40 +29,6 @@ if TYPE_CHECKING:
 POLICIES = ("least-allocated", "most-allocated", "random-first-fit")
 GIVES_BACK = (POD_DELETE, POD_REJECT, NODE_SET)
 
-SCHEDULER_PARAMS = (
-    Param("per_attempt_ms", 1.0, "fixed cost of one scheduling attempt (Omega's t_job)",
-          minimum=0),
-    Param("per_node_ms", 0.002, "cost per node evaluated (Omega's t_task)", minimum=0),
-    Param("percentage_of_nodes_to_score", 0,
-          "percent of nodes to find feasible before scoring; 0 = adaptive as in Kubernetes "
-          "(50 - nodes/125, at least 5%, at least 100 nodes)", minimum=0),
-    Param("policy", "least-allocated", "node scoring", choices=POLICIES),
-    Param("backoff_initial_ms", 1000.0, "first retry delay after a failed attempt", minimum=0),
-    Param("backoff_max_ms", 10000.0, "longest retry delay", minimum=0),
-    Param("unschedulable_timeout_ms", 300000.0,
-          "an unschedulable pod is retried after this long even if nothing changed", minimum=0),
-    Param("commit_ms", 1.0, "API write latency of the model's writes: request to commit",
-          minimum=0),
-)
-
-
-@dataclass(eq=False)
-class Attempt:
-    """One scheduling attempt; its outcome may be settled later (binder, kubelet)."""
-
-    id: int
-    pod: Pod
-    scheduler: str
-    enqueued: int
-    started: int
-    decided: int = -1
-    committed: int = -1
-    node: int = -1
-    outcome: str | None = None
-    reason: str | None = None
-    view_lag_us: int = 0
-    forgotten: int = -1
-    version: int = 0  # the chosen node's change count in the view the decision was made on
 
 
 def nodes_to_find(total: int, percentage: int) -> int:

@@ -21,13 +21,12 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from replay.engine.cluster import (NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_BIND,
+from replay.engine.cluster import (NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_BIND, Attempt,
                                    POD_CREATE, POD_DELETE, SHAPE, Pod, Truth, Write)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Environment
 from replay.engine.pipeline import Pipeline
 from replay.engine.rundir import RunTables
-from replay.engine.scheduler import Attempt
 from replay.engine.view import View
 from replay.engine.watchers import watchers_table
 from replay.engine.workload import NEVER, Workload

@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 
 from replay.engine.config import WatcherSpec
-from replay.engine.pipeline import stable_order
+from replay.arrays import stable_order
 
 
 def receives(watcher: WatcherSpec, resource: str, node: str | None) -> bool:

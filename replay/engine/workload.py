@@ -19,7 +19,7 @@ import numpy as np
 import polars as pl
 
 from replay.engine.cluster import NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_CREATE, POD_DELETE
-from replay.models.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
+from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
                                     PodHistory, mask)
 
 NEVER = -1

@@ -25,7 +25,8 @@ from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.watchers import match, node_index, watchers_table
 from replay.models.base import Model
-from replay.models.recorded import IS_BINDING, PodHistory, RowMasks, stable_sort
+from replay.arrays import stable_sort
+from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",

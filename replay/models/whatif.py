@@ -17,12 +17,28 @@ import polars as pl
 from replay.engine.cluster import POD_CREATE, Pod, Truth, Write
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.rundir import RunTables
-from replay.engine.scheduler import GIVES_BACK, SCHEDULER_PARAMS, Attempt, Scheduler
+from replay.engine.scheduler import GIVES_BACK, POLICIES, Attempt, Scheduler
 from replay.engine.simulation import Simulation
 from replay.engine.workload import node_names
 from replay.models.base import Model, Param
 
 ASSIGNMENTS = ("round-robin", "scheduler-name")
+# What every model built on the engine's Scheduler reads (replay.engine.scheduler)
+SCHEDULER_PARAMS = (
+    Param("per_attempt_ms", 1.0, "fixed cost of one scheduling attempt (Omega's t_job)",
+          minimum=0),
+    Param("per_node_ms", 0.002, "cost per node evaluated (Omega's t_task)", minimum=0),
+    Param("percentage_of_nodes_to_score", 0,
+          "percent of nodes to find feasible before scoring; 0 = adaptive as in Kubernetes "
+          "(50 - nodes/125, at least 5%, at least 100 nodes)", minimum=0),
+    Param("policy", "least-allocated", "node scoring", choices=POLICIES),
+    Param("backoff_initial_ms", 1000.0, "first retry delay after a failed attempt", minimum=0),
+    Param("backoff_max_ms", 10000.0, "longest retry delay", minimum=0),
+    Param("unschedulable_timeout_ms", 300000.0,
+          "an unschedulable pod is retried after this long even if nothing changed", minimum=0),
+    Param("commit_ms", 1.0, "API write latency of the model's writes: request to commit",
+          minimum=0),
+)
 
 
 class WhatIfModel(Model):

@@ -113,26 +113,7 @@ def open_trace(path: str | os.PathLike) -> pq.ParquetFile:
     try:
         return pq.ParquetFile(path)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
-        raise ReplayError(f"{path}: not a readable Parquet file ({_first_line(err)})") from None
-
-
-def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.DataFrame:
-    """Read a trace into a polars DataFrame (all columns by default), refusing one that does not
-    pass validation with the first problem found."""
-    from replay.trace.validate import schema_problems, value_problems
-
-    problems, well_typed = schema_problems(open_trace(path).schema_arrow)
-    if not problems:
-        try:
-            frame = pl.read_parquet(path, columns=columns)
-        except Exception as err:  # pyarrow and polars raise many types for damaged data pages
-            raise ReplayError(f"{path}: cannot read the trace ({_first_line(err)})") from None
-        present = [c for c in well_typed if c in frame.columns]
-        problems = value_problems(frame.lazy(), present)
-    if problems:
-        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
-        raise ReplayError(f"{path}: {problems[0]}{more}; `replay validate` lists them all")
-    return frame
+        raise ReplayError(f"{path}: not a readable Parquet file ({first_line(err)})") from None
 
 
 def source_of(path: str | os.PathLike) -> dict[str, str]:
@@ -141,6 +122,7 @@ def source_of(path: str | os.PathLike) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in meta.items() if k.startswith(b"replay.")}
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (its type if it has none)."""
     text = str(err).strip() or type(err).__name__
     return text.splitlines()[0]

@@ -13,7 +13,8 @@ import polars as pl
 import pyarrow as pa
 
 from replay.trace import schema
-from replay.trace.io import open_trace
+from replay.errors import ReplayError
+from replay.trace.io import first_line, open_trace
 
 
 def validate(path: str | os.PathLike) -> list[str]:
@@ -113,3 +114,20 @@ def _clean(frame: pl.DataFrame, columns: list[str]) -> bool:
     if "code" in present and frame.height:
         return 100 <= frame["code"].min() and frame["code"].max() <= 599
     return True
+
+
+def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.DataFrame:
+    """Read a trace into a polars DataFrame (all columns by default), refusing one that does not
+    pass validation with the first problem found."""
+    problems, well_typed = schema_problems(open_trace(path).schema_arrow)
+    if not problems:
+        try:
+            frame = pl.read_parquet(path, columns=columns)
+        except Exception as err:  # pyarrow and polars raise many types for damaged data pages
+            raise ReplayError(f"{path}: cannot read the trace ({first_line(err)})") from None
+        present = [c for c in well_typed if c in frame.columns]
+        problems = value_problems(frame.lazy(), present)
+    if problems:
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        raise ReplayError(f"{path}: {problems[0]}{more}; `replay validate` lists them all")
+    return frame

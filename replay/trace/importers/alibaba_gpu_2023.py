@@ -28,8 +28,8 @@ from pathlib import Path
 
 import polars as pl
 
-from replay.cli.synth import _timestamp as iso_time
 from replay.errors import ReplayError
+from replay.times import time_argument
 from replay.trace.importers.csvfile import read_csv
 
 NAME = "alibaba-gpu-2023"
@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "gpu_milli, gpu_spec, creation_time, deletion_time, scheduled_time)")
     parser.add_argument("--nodes", required=True, metavar="CSV",
                         help="openb_node_list_*.csv (sn, cpu_milli, memory_mib, gpu, model)")
-    parser.add_argument("--start", type=iso_time, default=START,
+    parser.add_argument("--start", type=time_argument, default=START,
                         help="the time of second 0 of the trace, ISO 8601 (UTC if no offset; "
                              "default 2023-01-01T00:00:00Z)")
 

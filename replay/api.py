@@ -1,8 +1,12 @@
-"""``replay run`` as a library call: read a trace, pick the model and watchers, replay, write.
+"""The application layer: what the commands do, as library calls a notebook can make.
 
-    from replay.engine.config import load_config
-    from replay.engine.run import run_replay
+    from replay.api import load_config, run_replay
     result = run_replay("traces/sample.parquet", load_config(), out="runs/sample-observe")
+
+``run_replay`` reads a trace, picks the model and its watchers, replays, writes the run directory
+and derives its tables.  This is the only layer that changes the calling process beyond its own
+objects: while a replay runs, glibc's malloc keeps freed memory for reuse
+(``_reusing_freed_memory``), and gives it back afterwards.
 """
 
 from __future__ import annotations
@@ -23,12 +27,15 @@ import pyarrow as pa
 
 from replay import models
 from replay.analysis.derive import derive
-from replay.engine.config import RunConfig
+from replay.engine.config import RunConfig, load_config
 from replay.engine.rundir import conform_table, sha256_of, write_run
 from replay.errors import ReplayError
 from replay.progress import progress
-from replay.trace.io import read_trace, source_of
+from replay.trace.io import source_of
+from replay.trace.validate import read_trace
 from replay.trace.schema import TRACE_VERSION
+
+__all__ = ["RunResult", "choose_model", "default_out", "load_config", "run_replay"]
 
 DEFAULT_WHAT_IF_MODEL = "kube"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt options

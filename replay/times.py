@@ -1,0 +1,25 @@
+"""Times as users write them: ISO 8601 text to an aware UTC-based ``datetime``.
+
+One parser for every command and importer, so that ``--start`` and ``--from`` accept the same
+text: a trailing ``Z`` (which Python 3.10's ``fromisoformat`` rejects), any offset, and no zone
+at all, which means UTC.
+"""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 time; one without a zone is UTC.  ``ValueError`` if it is not one."""
+    value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+    return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+
+
+def time_argument(text: str) -> datetime:
+    """``parse_time`` for argparse: a bad time is a usage error that quotes it."""
+    try:
+        return parse_time(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
