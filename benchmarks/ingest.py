@@ -74,7 +74,7 @@ class TreeMemory(threading.Thread):
         super().__init__(daemon=True)
         self.every, self.peak, self._done = every, 0, threading.Event()
 
-    def __enter__(self) -> "TreeMemory":
+    def __enter__(self) -> TreeMemory:
         self.start()
         return self
 

@@ -18,9 +18,9 @@ import gzip
 import json
 import random
 import re
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Iterator
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 NODES = 5_000

@@ -21,11 +21,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from replay.engine.config import RunConfig, load_config
 from replay.api import run_replay
+from replay.engine.config import RunConfig, load_config
 from replay.models.observe import ObserveModel
-from replay.trace.validate import read_trace
 from replay.trace.synth import SynthSpec, synthesize
+from replay.trace.validate import read_trace
 
 BIG = SynthSpec(nodes=20_000, pods=1_000_000, arrival_rate=2_400.0, bind="least-allocated", seed=1)
 

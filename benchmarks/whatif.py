@@ -18,8 +18,8 @@ from pathlib import Path
 
 import polars as pl
 
-from replay.engine.config import load_config
 from replay.api import run_replay
+from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
 
 

@@ -17,9 +17,9 @@ import gc
 import math
 import os
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import polars as pl
@@ -32,8 +32,8 @@ from replay.engine.rundir import conform_table, sha256_of, write_run
 from replay.errors import ReplayError
 from replay.progress import progress
 from replay.trace.io import source_of
-from replay.trace.validate import read_trace
 from replay.trace.schema import TRACE_VERSION
+from replay.trace.validate import read_trace
 
 __all__ = ["RunResult", "choose_model", "default_out", "load_config", "run_replay"]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+
 def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
     """Departures of a FIFO queue: ``d_i = max(a_i, d_{i-1}) + s_i``, without a Python loop.
 

@@ -54,7 +54,7 @@ class Stream:
     key: int
 
     @classmethod
-    def of(cls, seed: int, *names: str) -> "Stream":
+    def of(cls, seed: int, *names: str) -> Stream:
         sequence = np.random.SeedSequence(seed, spawn_key=tuple(name_hash(n) for n in names))
         return cls(int(sequence.generate_state(1, np.uint64)[0]))
 

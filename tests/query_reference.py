@@ -228,10 +228,10 @@ class CapacityReference:
         def visible(node):
             return w["node"] is None or node == w["node"]
 
-        for rv, at, node, delta in self.truth.changes:
+        for _rv, at, node, delta in self.truth.changes:
             if visible(node):
                 steps.setdefault(node, []).append((at, delta, None))
-        for rv, at, node, delta in self.node_changes:
+        for rv, _at, node, delta in self.node_changes:
             if visible(node):
                 steps[node].append((seen.get(rv, self.end), None, delta))
         # a pod counts once in the view: while its binding is applied and its delete is not, or

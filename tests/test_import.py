@@ -5,9 +5,10 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from conftest import shared_data
 from replay.trace.importers import importers
 from replay.trace.validate import validate
+
+from conftest import shared_data
 
 
 def alibaba(cli, out, *extra):

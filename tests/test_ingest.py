@@ -10,10 +10,11 @@ import sys
 import polars as pl
 import pytest
 
-from audit_events import event, pod, write_log
 from replay.trace.audit import ingest
 from replay.trace.audit.component import component
 from replay.trace.validate import validate
+
+from audit_events import event, pod, write_log
 
 
 def rows(out) -> list[dict]:

@@ -9,8 +9,9 @@ import polars as pl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from audit_events import event, pod, write_log
 from replay.trace.audit import ingest
+
+from audit_events import event, pod, write_log
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 LEVELS = ("None", "Metadata", "Request", "RequestResponse")

@@ -6,8 +6,9 @@ import json
 
 import polars as pl
 
-from conftest import shared_data
 from replay.trace.validate import validate
+
+from conftest import shared_data
 
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 MALFORMED = "fal_01_003.json"

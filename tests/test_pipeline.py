@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from replay.engine.config import PROFILES, RunConfig, WatcherSpec
-from replay.engine.distributions import Constant, Exponential, LogNormal, Uniform, Empirical
 from replay.arrays import lindley, segmented_cummax, segmented_lindley
+from replay.engine.config import PROFILES, RunConfig, WatcherSpec
+from replay.engine.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
 
 
@@ -133,7 +134,7 @@ def test_invariants_and_step_equals_scan(case):
     # each watcher receives each matching write exactly once
     assert sorted((w, i) for w, i, *_ in rows) == sorted(
         (w, i) for i, t in enumerate(targets) for w in t)
-    for w, i, *times in rows:
+    for _, i, *times in rows:
         assert times == sorted(times), "stage times must not decrease along a row"
         assert times[0] == commit[i]
     for w in range(len(watchers)):

@@ -7,8 +7,9 @@ import sys
 
 import polars as pl
 
-from conftest import REPO, SAMPLE_TRACE
 from replay import models
+
+from conftest import REPO, SAMPLE_TRACE
 
 
 def install_example(root):

@@ -22,15 +22,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import query_reference as ref
-from conftest import SAMPLE_TRACE, shared_data
 from replay import models
 from replay.analysis.catalog import load_query
 from replay.analysis.derive import derive
 from replay.analysis.runs import PARAMETERS, open_runs, point_at, run_query
-from replay.engine.config import load_config
 from replay.api import run_replay
+from replay.engine.config import load_config
 from replay.trace.io import write_trace
+
+import query_reference as ref
+from conftest import SAMPLE_TRACE, shared_data
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 GIB = 1 << 30

@@ -10,11 +10,12 @@ import sys
 import duckdb
 import polars as pl
 import pytest
+from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
-from conftest import REPO
 from replay.analysis.catalog import HEADLINE, queries_dir, shipped
 from replay.analysis.output import render_table, write_result
-from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
+
+from conftest import REPO
 
 QUERIES = ("per_component_delay", "per_component_delay_timeline", "conflict_rate",
            "conflict_rate_by_lag", "stale_capacity_windows", "phantom_capacity_windows",

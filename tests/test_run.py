@@ -11,14 +11,15 @@ import sys
 import polars as pl
 import pytest
 
-from conftest import SAMPLE_TRACE
-from replay.engine.config import load_config
 from replay.api import run_replay
+from replay.engine.config import load_config
 from replay.engine.rundir import conform_table, write_run
 from replay.errors import ReplayError
 from replay.models.observe import ObserveModel
 from replay.trace.io import write_trace
 from replay.trace.validate import read_trace
+
+from conftest import SAMPLE_TRACE
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 MODEL_TABLES = ("events", "deliveries", "attempts", "pods", "watchers")

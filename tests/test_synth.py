@@ -8,13 +8,14 @@ import math
 import numpy as np
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replay.trace import ideal
+from replay.trace.synth import Shape, SynthSpec, _Workload, synthesize
+from replay.trace.validate import read_trace, validate
 
 from conftest import SAMPLE_TRACE
-from replay.trace import ideal
-from replay.trace.validate import read_trace
-from replay.trace.synth import Shape, SynthSpec, _Workload, synthesize
-from replay.trace.validate import validate
 
 
 def test_issue_example_is_deterministic_and_counts_are_exact(cli, tmp_path):

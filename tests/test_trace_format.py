@@ -9,12 +9,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import REPO, SAMPLE_TRACE
 from replay.errors import ReplayError
 from replay.trace import schema
 from replay.trace.io import conform, source_of, trace_writer, write_trace
-from replay.trace.validate import read_trace
-from replay.trace.validate import validate, value_problems
+from replay.trace.validate import read_trace, validate, value_problems
+
+from conftest import REPO, SAMPLE_TRACE
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -7,15 +7,17 @@ import json
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_synth import assert_no_overcommit
 
-from conftest import SAMPLE_TRACE
 from replay.analysis.catalog import load_query
 from replay.analysis.runs import open_runs, run_query
-from replay.engine.config import load_config
 from replay.api import run_replay
+from replay.engine.config import load_config
 from replay.trace.synth import Shape, SynthSpec, synthesize
-from test_synth import assert_no_overcommit
+
+from conftest import SAMPLE_TRACE
 
 WHAT_IF = ("oracle", "kube", "godel", "omega", "peer")
 TABLES = ("events", "deliveries", "attempts", "pods", "watchers", "capacity_windows")
@@ -199,8 +201,9 @@ def test_peer_conflicts_no_more_than_godel(busy_trace, tmp_path):
 
 @pytest.fixture(scope="module")
 def alibaba_trace(tmp_path_factory):
-    from conftest import shared_data
     from replay.cli.main import main
+
+    from conftest import shared_data
 
     folder = shared_data("alibaba-gpu-v2023")
     path = tmp_path_factory.mktemp("alibaba") / "alibaba.parquet"

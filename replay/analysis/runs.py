@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import Counter
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import duckdb
 import pyarrow as pa

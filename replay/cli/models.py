@@ -18,7 +18,7 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name, point in models.registered().items():
+    for name in models.registered():
         try:
             model = models.load(name)
         except ReplayError as err:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from replay.engine.config import load_config
 from replay.api import run_replay
+from replay.engine.config import load_config
 
 
 def add_parser(commands) -> None:

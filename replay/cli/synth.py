@@ -8,7 +8,7 @@ import sys
 from replay.errors import ReplayError
 from replay.times import time_argument
 from replay.trace import ideal
-from replay.trace.synth import SynthSpec, Shape, synthesize
+from replay.trace.synth import Shape, SynthSpec, synthesize
 
 DEFAULTS = SynthSpec()
 

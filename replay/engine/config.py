@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from replay.engine.distributions import (Constant, Distribution, Exponential, LogNormal,
-                                         parse_distribution)
+from replay.engine.distributions import (
+    Constant,
+    Distribution,
+    Exponential,
+    LogNormal,
+    parse_distribution,
+)
 from replay.errors import ReplayError
 
 try:

@@ -9,7 +9,8 @@ were scheduled, so a run never depends on anything but its inputs.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 class Environment:

@@ -24,8 +24,9 @@ in blocks per watcher.  All times are integer microseconds.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -118,7 +119,7 @@ class Resume(NamedTuple):
 
     @classmethod
     def after(cls, times: dict[str, np.ndarray], delivery_watcher: np.ndarray,
-              resumed: "Resume | None") -> "Resume":
+              resumed: Resume | None) -> Resume:
         """After the part that ``times`` (of ``delivery_watcher``, itself ``resumed``) scanned,
         for the next part, which begins with more deliveries of this part's last watcher."""
         first = int(np.searchsorted(delivery_watcher, delivery_watcher[-1]))

@@ -16,7 +16,8 @@ until every member has reached its queue, then places them in one attempt.
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -45,8 +46,8 @@ class Scheduler:
     attempts)`` is the model's protocol for placements the scheduler has just decided and
     assumed."""
 
-    def __init__(self, sim: "Simulation", name: str, view: View, settings: dict,
-                 commit: Callable[["Scheduler", list[Attempt]], None], gangs: bool = False,
+    def __init__(self, sim: Simulation, name: str, view: View, settings: dict,
+                 commit: Callable[[Scheduler, list[Attempt]], None], gangs: bool = False,
                  preferred: np.ndarray | None = None):
         self.sim, self.env, self.name, self.view = sim, sim.env, name, view
         self.settings = settings

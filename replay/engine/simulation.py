@@ -15,14 +15,26 @@ if the model reacts to it, an event is scheduled at its applied time.
 from __future__ import annotations
 
 from array import array
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from replay.engine.cluster import (NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_BIND, Attempt,
-                                   POD_CREATE, POD_DELETE, SHAPE, Pod, Truth, Write)
+from replay.engine.cluster import (
+    NODE_DELETE,
+    NODE_OTHER,
+    NODE_SET,
+    OTHER,
+    POD_BIND,
+    POD_CREATE,
+    POD_DELETE,
+    SHAPE,
+    Attempt,
+    Pod,
+    Truth,
+    Write,
+)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Environment
 from replay.engine.pipeline import Pipeline

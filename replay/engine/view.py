@@ -15,12 +15,19 @@ the analysis queries use (docs/run-directory.md).
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
-from replay.engine.cluster import (NODE_DELETE, NODE_SET, POD_BIND, POD_DELETE, POD_REJECT, Pod,
-                                   Write)
+from replay.engine.cluster import (
+    NODE_DELETE,
+    NODE_SET,
+    POD_BIND,
+    POD_DELETE,
+    POD_REJECT,
+    Pod,
+    Write,
+)
 
 
 class View:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from replay.engine.config import WatcherSpec
 from replay.arrays import stable_order
+from replay.engine.config import WatcherSpec
 
 
 def receives(watcher: WatcherSpec, resource: str, node: str | None) -> bool:

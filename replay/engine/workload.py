@@ -19,8 +19,15 @@ import numpy as np
 import polars as pl
 
 from replay.engine.cluster import NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_CREATE, POD_DELETE
-from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
-                                    PodHistory, mask)
+from replay.trace.recorded import (
+    IS_BINDING,
+    IS_POD,
+    IS_POD_CREATE,
+    IS_POD_DELETE,
+    OK,
+    PodHistory,
+    mask,
+)
 
 NEVER = -1
 
@@ -46,7 +53,7 @@ class Workload:
     group_size: dict[str, int]
 
     @classmethod
-    def of(cls, trace: pl.DataFrame) -> "Workload":
+    def of(cls, trace: pl.DataFrame) -> Workload:
         history = PodHistory.of(trace)
         ok = mask(trace, OK)
         ts = trace["ts"].dt.epoch("us").to_numpy()

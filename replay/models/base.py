@@ -8,8 +8,9 @@ clock or a global random generator.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Iterable, Mapping
+from typing import Any, ClassVar
 
 import polars as pl
 import pyarrow as pa

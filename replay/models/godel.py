@@ -18,15 +18,28 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.engine.cluster import (POD_ASSUME, POD_BIND, POD_CREATE, POD_DELETE, POD_DISPATCH,
-                                   POD_REJECT, Pod, Write)
+from replay.engine.cluster import (
+    POD_ASSUME,
+    POD_BIND,
+    POD_CREATE,
+    POD_DELETE,
+    POD_DISPATCH,
+    POD_REJECT,
+    Pod,
+    Write,
+)
 from replay.engine.config import WatcherSpec
 from replay.engine.scheduler import Attempt, Scheduler
 from replay.engine.simulation import Simulation
 from replay.engine.view import View
 from replay.models.base import Param
-from replay.models.whatif import (SCHEDULER_PARAMS, WhatIfModel, Worker, react_as_scheduler,
-                                  schedulers_on)
+from replay.models.whatif import (
+    SCHEDULER_PARAMS,
+    WhatIfModel,
+    Worker,
+    react_as_scheduler,
+    schedulers_on,
+)
 
 DISPATCHER, BINDER = "godel-dispatcher", "godel-binder"
 

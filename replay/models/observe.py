@@ -13,19 +13,19 @@ watching its own node and the pods bound to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from functools import cached_property
-from typing import Iterator
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from replay.arrays import stable_sort
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.watchers import match, node_index, watchers_table
 from replay.models.base import Model
-from replay.arrays import stable_sort
 from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks
 
 ROLE_OF_COMPONENT = {

@@ -17,8 +17,14 @@ from replay.engine.config import WatcherSpec
 from replay.engine.scheduler import Attempt, Scheduler
 from replay.engine.simulation import Simulation
 from replay.models.base import Param
-from replay.models.whatif import (Assigner, WhatIfModel, fits_together, react_as_scheduler,
-                                  scheduler_params, schedulers_on)
+from replay.models.whatif import (
+    Assigner,
+    WhatIfModel,
+    fits_together,
+    react_as_scheduler,
+    scheduler_params,
+    schedulers_on,
+)
 
 COMPONENT = "omega-scheduler"
 

@@ -11,8 +11,13 @@ from replay.engine.cluster import POD_BIND, POD_CREATE
 from replay.engine.config import WatcherSpec
 from replay.engine.scheduler import Attempt, Scheduler
 from replay.engine.simulation import Simulation
-from replay.models.whatif import (SCHEDULER_PARAMS, WhatIfModel, fits_together,
-                                  react_as_scheduler, schedulers_on)
+from replay.models.whatif import (
+    SCHEDULER_PARAMS,
+    WhatIfModel,
+    fits_together,
+    react_as_scheduler,
+    schedulers_on,
+)
 
 NAME = "oracle"
 

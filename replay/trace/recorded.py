@@ -86,7 +86,7 @@ class PodHistory:
     pods: pl.Series  # each incarnation's pod (``namespace/name``)
 
     @classmethod
-    def of(cls, trace: pl.DataFrame, masks: RowMasks | None = None) -> "PodHistory":
+    def of(cls, trace: pl.DataFrame, masks: RowMasks | None = None) -> PodHistory:
         masks = masks or RowMasks(trace)
         pod_rows = np.flatnonzero(masks.named_pod)
         names = (trace.select("namespace", "name").filter(pl.Series(masks.named_pod))

@@ -58,7 +58,7 @@ class Shape:
     weight: float = 1.0
 
     @classmethod
-    def parse(cls, text: str) -> "Shape":
+    def parse(cls, text: str) -> Shape:
         """``CPU/MEMORY[/GPU][=WEIGHT]`` in Kubernetes quantities, e.g. ``16/64Gi=5`` or
         ``8/64Gi/1=0.5`` (a GPU count of ``500m`` is half a GPU)."""
         spec, _, weight = text.partition("=")
@@ -194,7 +194,7 @@ class _Workload:
     heartbeat_phase_us: np.ndarray  # (nodes,)
 
     @classmethod
-    def draw(cls, spec: SynthSpec) -> "_Workload":
+    def draw(cls, spec: SynthSpec) -> _Workload:
         node_shape = _choose(stream(spec.seed, "node-shapes"), spec.node_shapes, spec.nodes)
         alloc = np.array([[s.cpu_milli, s.memory_bytes, s.gpu_milli] for s in spec.node_shapes],
                          dtype=np.int64)[node_shape]

@@ -12,8 +12,8 @@ import os
 import polars as pl
 import pyarrow as pa
 
-from replay.trace import schema
 from replay.errors import ReplayError
+from replay.trace import schema
 from replay.trace.io import first_line, open_trace
 
 

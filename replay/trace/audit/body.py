@@ -24,13 +24,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple, Optional
 
 import msgspec
 
 from replay.quantity import QuantityError, parse_quantity
 
-Quantities = Optional[dict[str, Union[str, int, float]]]
+Quantities = Optional[dict[str, str | int | float]]
 NO_PART = msgspec.Raw()
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 NANO = 10**9
@@ -46,23 +46,23 @@ class Resources(msgspec.Struct, gc=False):
 
 
 class Container(msgspec.Struct, gc=False):
-    resources: Optional[Resources] = None
-    restart_policy: Optional[str] = msgspec.field(default=None, name="restartPolicy")
+    resources: Resources | None = None
+    restart_policy: str | None = msgspec.field(default=None, name="restartPolicy")
 
 
 class Spec(msgspec.Struct, gc=False):
-    containers: Optional[list[Container]] = None
-    init_containers: Optional[list[Container]] = msgspec.field(default=None, name="initContainers")
+    containers: list[Container] | None = None
+    init_containers: list[Container] | None = msgspec.field(default=None, name="initContainers")
     overhead: Quantities = None
-    scheduler_name: Optional[str] = msgspec.field(default=None, name="schedulerName")
-    priority: Optional[int] = None
-    node_name: Optional[str] = msgspec.field(default=None, name="nodeName")
+    scheduler_name: str | None = msgspec.field(default=None, name="schedulerName")
+    priority: int | None = None
+    node_name: str | None = msgspec.field(default=None, name="nodeName")
 
 
 class Metadata(msgspec.Struct, gc=False):
-    name: Optional[str] = None
-    uid: Optional[str] = None
-    labels: Optional[dict[str, str]] = None
+    name: str | None = None
+    uid: str | None = None
+    labels: dict[str, str] | None = None
 
 
 class NodeStatus(msgspec.Struct, gc=False):
@@ -70,33 +70,33 @@ class NodeStatus(msgspec.Struct, gc=False):
 
 
 class Target(msgspec.Struct, gc=False):
-    name: Optional[str] = None
+    name: str | None = None
 
 
 class Body(msgspec.Struct, gc=False):
     """A pod, a node or a binding, as far as the trace is concerned."""
 
-    metadata: Optional[Metadata] = None
+    metadata: Metadata | None = None
     spec: msgspec.Raw = NO_PART  # a pod's, read by ``pod_columns``
-    status: Optional[NodeStatus] = None
-    target: Optional[Target] = None
+    status: NodeStatus | None = None
+    target: Target | None = None
 
 
 class Amounts(NamedTuple):
     """cpu_milli, memory_bytes, gpu_milli; None where the body did not say."""
 
-    cpu: Optional[int]
-    memory: Optional[int]
-    gpu: Optional[int]
+    cpu: int | None
+    memory: int | None
+    gpu: int | None
 
 
 class PodColumns(NamedTuple):
     """What a pod's spec gives its row."""
 
     amounts: Amounts
-    node_name: Optional[str]
-    scheduler_name: Optional[str]
-    priority: Optional[int]
+    node_name: str | None
+    scheduler_name: str | None
+    priority: int | None
 
 
 NONE = Amounts(None, None, None)
@@ -110,14 +110,14 @@ class BadBody(ValueError):
     """A body field that is not what Kubernetes would have stored; the message names the key."""
 
 
-def decode_body(raw: msgspec.Raw, key: str) -> Optional[Body]:
+def decode_body(raw: msgspec.Raw, key: str) -> Body | None:
     """The body in ``raw`` (under the event key ``key``); None when absent or a JSON patch list."""
     if not raw or memoryview(raw)[:1] != b"{":
         return None
     return _decode(raw, _body, key)
 
 
-def pod_columns(spec: msgspec.Raw, key: str) -> Optional[PodColumns]:
+def pod_columns(spec: msgspec.Raw, key: str) -> PodColumns | None:
     """What a pod's ``spec`` (of the body under ``key``) gives its row; None without containers."""
     return _remembered(_pod_columns, spec, key)
 
@@ -141,7 +141,7 @@ def _remembered(function, raw: msgspec.Raw, *args):
     return _memo[key]
 
 
-def _pod_columns(raw: msgspec.Raw, key: str) -> Optional[PodColumns]:
+def _pod_columns(raw: msgspec.Raw, key: str) -> PodColumns | None:
     spec = _decode(raw, _spec, f"{key}.spec")
     if spec is None or spec.containers is None:
         return None
@@ -197,7 +197,7 @@ def _allocatable(raw: msgspec.Raw, key: str, partial: bool) -> Amounts:
                      f"{key}.status.allocatable")
 
 
-def group_of(metadata: Optional[Metadata]) -> Optional[str]:
+def group_of(metadata: Metadata | None) -> str | None:
     """The pod group named by one of ``GROUP_LABELS``, if any."""
     labels = metadata.labels if metadata is not None else None
     if labels:
@@ -239,7 +239,7 @@ def _quantity(quantities: dict, name: str, key: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _nano(text: Union[str, int, float]) -> int:
+def _nano(text: str | int | float) -> int:
     """A quantity in units of 10^-9, rounded up; a request cannot be negative."""
     value = parse_quantity(text)
     if value < 0:

@@ -10,7 +10,6 @@ program name of its user agent, for clusters that give it other credentials).  E
 from __future__ import annotations
 
 import functools
-from typing import Optional
 
 # Program name at the start of the user agent -> component; checked first.
 AGENT_PREFIXES = (
@@ -37,7 +36,7 @@ CONTROLLER_ACCOUNTS = frozenset({
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def component(user: Optional[str], user_agent: Optional[str]) -> str:
+def component(user: str | None, user_agent: str | None) -> str:
     """The component that a request of ``user`` with ``user_agent`` comes from."""
     for prefix, name in AGENT_PREFIXES:
         if user_agent and user_agent.startswith(prefix):

@@ -19,7 +19,7 @@ any number of fractional digits, rounded to the nearest microsecond).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Optional, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
 
@@ -38,35 +38,35 @@ class BadEvent(ValueError):
 class Head(msgspec.Struct, gc=False):
     """What every line is decoded into: enough to tell whether it can become a row."""
 
-    kind: Optional[str] = None
-    api_version: Optional[str] = msgspec.field(default=None, name="apiVersion")
-    stage: Optional[str] = None
-    verb: Optional[str] = None
+    kind: str | None = None
+    api_version: str | None = msgspec.field(default=None, name="apiVersion")
+    stage: str | None = None
+    verb: str | None = None
     items: msgspec.Raw = NO_BODY  # only in an EventList
 
 
 class User(msgspec.Struct, gc=False):
-    username: Optional[str] = None
+    username: str | None = None
 
 
 class ObjectRef(msgspec.Struct, gc=False):
-    resource: Optional[str] = None
-    namespace: Optional[str] = None
-    name: Optional[str] = None
-    uid: Optional[str] = None
-    subresource: Optional[str] = None
+    resource: str | None = None
+    namespace: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    subresource: str | None = None
 
 
 class Status(msgspec.Struct, gc=False):
-    code: Optional[int] = None
+    code: int | None = None
 
 
 class Stage(msgspec.Struct, gc=False, tag_field="stage"):
     """An audit event of one stage; its fields accept exactly what ``is_plain`` accepts."""
 
     verb: str
-    kind: Optional[Literal["Event"]] = None
-    api_version: Optional[Literal[API_VERSIONS]] = msgspec.field(default=None, name="apiVersion")
+    kind: Literal["Event"] | None = None
+    api_version: Literal[API_VERSIONS] | None = msgspec.field(default=None, name="apiVersion")
 
 
 class Received(Stage, tag="RequestReceived"):
@@ -84,17 +84,17 @@ class Panicked(Stage, tag="Panic"):
 class Event(Stage, tag=COMPLETE):
     """The fields of a completed audit event that trace columns are made from."""
 
-    audit_id: Optional[str] = msgspec.field(default=None, name="auditID")
-    request_uri: Optional[str] = msgspec.field(default=None, name="requestURI")
-    user: Optional[User] = None
-    user_agent: Optional[str] = msgspec.field(default=None, name="userAgent")
-    object_ref: Optional[ObjectRef] = msgspec.field(default=None, name="objectRef")
-    response_status: Optional[Status] = msgspec.field(default=None, name="responseStatus")
+    audit_id: str | None = msgspec.field(default=None, name="auditID")
+    request_uri: str | None = msgspec.field(default=None, name="requestURI")
+    user: User | None = None
+    user_agent: str | None = msgspec.field(default=None, name="userAgent")
+    object_ref: ObjectRef | None = msgspec.field(default=None, name="objectRef")
+    response_status: Status | None = msgspec.field(default=None, name="responseStatus")
     request_object: msgspec.Raw = msgspec.field(default=NO_BODY, name="requestObject")
     response_object: msgspec.Raw = msgspec.field(default=NO_BODY, name="responseObject")
-    received: Optional[str] = msgspec.field(default=None, name="requestReceivedTimestamp")
-    stage_time: Optional[str] = msgspec.field(default=None, name="stageTimestamp")
-    legacy_time: Optional[str] = msgspec.field(default=None, name="timestamp")  # before v1beta1
+    received: str | None = msgspec.field(default=None, name="requestReceivedTimestamp")
+    stage_time: str | None = msgspec.field(default=None, name="stageTimestamp")
+    legacy_time: str | None = msgspec.field(default=None, name="timestamp")  # before v1beta1
 
 
 TIME_KEYS = ("requestReceivedTimestamp", "stageTimestamp", "timestamp")
@@ -123,7 +123,7 @@ _KINDS = frozenset({None, "Event"})
 _VERSIONS = frozenset({None, *API_VERSIONS})
 
 
-def decode_block(text: bytes, lines: int) -> Optional[list[Stage]]:
+def decode_block(text: bytes, lines: int) -> list[Stage] | None:
     """The events of all ``lines`` lines of ``text`` in one call, each a ``Stage`` subclass.
 
     None when any line is blank or is not an audit event as ``decode_head`` accepts it: the

@@ -15,9 +15,9 @@ import multiprocessing
 import os
 import tempfile
 from collections import Counter, deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Optional, Union
 
 from replay.errors import ReplayError
 from replay.progress import progress
@@ -38,10 +38,10 @@ class Task:
     """A block of the input to scan, or (``ready``) the result of a gzip stream's cut-off end."""
 
     file: int  # the position of its file among the inputs
-    piece: Union[Block, Range]
+    piece: Block | Range
     first_seq: int
     options: Options
-    ready: Optional[Scanned] = None
+    ready: Scanned | None = None
 
 
 def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = False,

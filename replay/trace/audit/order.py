@@ -19,8 +19,8 @@ from __future__ import annotations
 import concurrent.futures
 import heapq
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator, Optional
 
 import duckdb
 import numpy as np
@@ -153,7 +153,7 @@ def _pending_bound(spans: list[tuple[int, int, int]]) -> int:
 def _merged(batches: Iterator[pa.RecordBatch], floors: list[float], later_copies: pa.Array
             ) -> Iterator[pa.Table]:
     """The rows of batches each in (ts, seq) order, in that order, less the later copies."""
-    pending: Optional[pa.Table] = None
+    pending: pa.Table | None = None
     for batch, floor in zip(batches, floors):
         table = pa.Table.from_batches([batch])
         if len(later_copies):

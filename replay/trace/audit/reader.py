@@ -24,8 +24,9 @@ import io
 import os
 import sys
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator, Optional, Union
+from typing import BinaryIO
 
 import numpy as np
 
@@ -46,7 +47,7 @@ class Block:
 
     source: str
     text: bytes = b""  # complete lines, newline-separated
-    items: Optional[list] = None  # a document's records (bytes), numbered by item
+    items: list | None = None  # a document's records (bytes), numbered by item
     record_count: int = 0
 
     @property
@@ -116,7 +117,7 @@ class _Cut(Exception):
     """Raised by ``_decompressed`` at the end of a gzip stream that lacks its end marker."""
 
 
-def read_blocks(source: str) -> Iterator[Union[Block, Range]]:
+def read_blocks(source: str) -> Iterator[Block | Range]:
     """The ranges of a plain file, or the blocks of a gzip file, stdin or a JSON document."""
     with _open(source) as stream:
         start = stream.peek(PEEK)

@@ -13,21 +13,36 @@ agents, quantities and the scheduler and group names are copied; object bodies a
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Callable, NamedTuple, Optional
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.trace import schema
-
-from replay.trace.audit.body import (NONE, Amounts, BadBody, Body, allocatable, decode_body,
-                                     group_of, pod_columns)
+from replay.trace.audit.body import (
+    NONE,
+    Amounts,
+    BadBody,
+    Body,
+    allocatable,
+    decode_body,
+    group_of,
+    pod_columns,
+)
 from replay.trace.audit.component import component
-from replay.trace.audit.event import (TIME_KEYS, BadEvent, Event, ObjectRef, Status, User,
-                                      decode_time)
+from replay.trace.audit.event import (
+    TIME_KEYS,
+    BadEvent,
+    Event,
+    ObjectRef,
+    Status,
+    User,
+    decode_time,
+)
 from replay.trace.audit.uri import Target, parse_request_uri
 
 # The columns of a row, plus ``seq`` (the event's position in the input), which orders rows with
@@ -55,12 +70,12 @@ class Extract(NamedTuple):
     """What the body of a pod, binding or node write adds to its row."""
 
     amounts: Amounts = NONE
-    node: Optional[str] = None
-    scheduler_name: Optional[str] = None
-    group: Optional[str] = None
-    priority: Optional[int] = None
-    uid: Optional[str] = None
-    name: Optional[str] = None
+    node: str | None = None
+    scheduler_name: str | None = None
+    group: str | None = None
+    priority: int | None = None
+    uid: str | None = None
+    name: str | None = None
 
 
 NOTHING = Extract()
@@ -181,7 +196,7 @@ def _api_server_time(strings: pa.Array) -> tuple[pa.Array, pa.Array]:
     return times, pc.or_(pc.is_null(strings), fits)
 
 
-def _irregular(event: Event) -> tuple[int, Optional[int], Target]:
+def _irregular(event: Event) -> tuple[int, int | None, Target]:
     """``ts``, ``received_ts`` and the target of an event that is not regular (see
     ``_targeted``); ``Skip`` when it makes no row, ``BadEvent`` when it is broken."""
     received, stage_time, legacy_time = (
@@ -198,7 +213,7 @@ def _irregular(event: Event) -> tuple[int, Optional[int], Target]:
 
 def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[int],
             wants_body: pa.Array, rows: Rows, keep_going: bool
-            ) -> Optional[tuple[dict[str, pa.Array], list[int]]]:
+            ) -> tuple[dict[str, pa.Array], list[int]] | None:
     """What the bodies of the rows that take columns from their body give (``BODY_COLUMNS``,
     null in the other rows), and the rows whose body is broken; None when one is broken and
     not ``keep_going``."""
@@ -283,7 +298,7 @@ def _target(event: Event) -> Target:
     return parsed
 
 
-def _wants_body(resource: str, subresource: Optional[str], verb: str) -> bool:
+def _wants_body(resource: str, subresource: str | None, verb: str) -> bool:
     """Whether a row of this kind takes columns from the body (pods, bindings, nodes)."""
     if resource == "pods":
         if subresource == "binding":
@@ -292,7 +307,7 @@ def _wants_body(resource: str, subresource: Optional[str], verb: str) -> bool:
     return resource == "nodes" and verb in ("create", "update", "patch")
 
 
-def _extract(event: Event, resource: str, subresource: Optional[str]) -> Extract:
+def _extract(event: Event, resource: str, subresource: str | None) -> Extract:
     """The body's contribution; ``NOTHING`` when the log level left the needed body out."""
     body, key, partial = _pick_body(event)
     if body is None:
@@ -317,7 +332,7 @@ def _extract(event: Event, resource: str, subresource: Optional[str]) -> Extract
                    uid, name)
 
 
-def _pick_body(event: Event) -> tuple[Optional[Body], str, bool]:
+def _pick_body(event: Event) -> tuple[Body | None, str, bool]:
     """The body to read, its key, and whether it is partial (a patch rather than an object).
 
     Creates and updates send the whole object; a patch sends only changes, so its stored result

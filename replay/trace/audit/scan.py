@@ -18,14 +18,21 @@ import gc
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Optional
 
 import pyarrow as pa
 
 from replay.trace import schema
 from replay.trace.audit.body import BadBody
-from replay.trace.audit.event import (COMPLETE, STAGE_TYPES, BadEvent, Event, decode_block,
-                                      decode_event, decode_head, decode_items)
+from replay.trace.audit.event import (
+    COMPLETE,
+    STAGE_TYPES,
+    BadEvent,
+    Event,
+    decode_block,
+    decode_event,
+    decode_head,
+    decode_items,
+)
 from replay.trace.audit.reader import Block
 from replay.trace.audit.row import rows_of
 from replay.trace.audit.summary import Summary
@@ -53,10 +60,10 @@ class Scanned:
     that follows its position (": not valid JSON ...").
     """
 
-    table: Optional[pa.Table] = None
+    table: pa.Table | None = None
     summary: Summary = field(default_factory=Summary)
     records: int = 0
-    first_bad: Optional[tuple[int, str]] = None
+    first_bad: tuple[int, str] | None = None
 
 
 def first_seq(block_number: int) -> int:

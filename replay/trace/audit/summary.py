@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field, fields
-from typing import Optional
 
 
 @dataclass
@@ -21,9 +20,9 @@ class Summary:
     duplicates: int = 0
     lacking_bodies: int = 0
     bad_lines: int = 0
-    first_bad: Optional[str] = None
+    first_bad: str | None = None
 
-    def add(self, other: "Summary") -> None:
+    def add(self, other: Summary) -> None:
         """Add the counts of ``other`` (a later block) to these."""
         for f in fields(self):
             mine, theirs = getattr(self, f.name), getattr(other, f.name)

@@ -8,19 +8,19 @@ the namespace itself.  Any other path is a non-resource request (``/healthz``, `
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 NAMESPACE_SUBRESOURCES = ("status", "finalize")
 
 
 class Target(NamedTuple):
     resource: str
-    namespace: Optional[str]
+    namespace: str | None
     name: str
-    subresource: Optional[str]
+    subresource: str | None
 
 
-def parse_request_uri(uri: str) -> Optional[Target]:
+def parse_request_uri(uri: str) -> Target | None:
     """The resource, namespace, name and subresource in ``uri``; None for non-resource paths."""
     parts = [p for p in uri.partition("?")[0].split("/") if p]
     if len(parts) >= 3 and parts[0] == "api":

@@ -29,7 +29,6 @@ from collections import Counter
 from importlib import metadata
 from types import ModuleType
 
-
 from replay.trace.importers import alibaba_gpu_2023
 from replay.trace.io import write_trace
 
