@@ -251,7 +251,7 @@ class Simulation:
         for view in self.views.values():  # deliveries still in flight at the end
             view.sync(self.env.now)
         return RunTables(events=self._events_table(), deliveries=self._log.deliveries_table(
-            self.watchers), attempts=self._attempts_table(), pods=self._pods_table(),
+            self.watchers, self.instant), attempts=self._attempts_table(), pods=self._pods_table(),
             watchers=watchers_table(self.watchers))
 
     def _events_table(self) -> pl.DataFrame:
@@ -369,7 +369,8 @@ class _Log:
         self.origin.append(1 if by_model else 0)
         self.component.append(write.component)
 
-    def deliveries_table(self, watchers: list[WatcherSpec]) -> pa.Table:
+    def deliveries_table(self, watchers: list[WatcherSpec], instant: list[bool]) -> pa.Table:
+        """``instant`` watchers skip the pipeline: each of their stage times is the commit."""
         fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 6)
         rv = fields[:, 0].copy()
         at = rv - 1
@@ -377,6 +378,10 @@ class _Log:
         ts = pa.timestamp("us", tz="UTC")
         per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
                                                                      self.dispatched)]
+        skipped = np.asarray(instant, dtype=bool)[fields[:, 1]]
+        if skipped.any():
+            for shared in per_write[1:]:
+                shared[skipped] = per_write[0][skipped]
         own = [fields[:, k].copy() for k in range(2, 6)]
         return pa.table({
             "rv": pa.array(rv),
