@@ -72,6 +72,10 @@ class Simulation:
                                         Callable[[Write], None]]] = {}
         self.pods: list[Pod] = []
         self.pod_of_incarnation: dict[int, Pod] = {}
+        # Incarnations created again under a name whose previous incarnation still exists here
+        # (it started later than recorded, so it ends later): each waits for the name, in order
+        self.named: dict[str, Pod] = {}
+        self.waiting_for_name: dict[str, list[tuple[int, int]]] = {}
         self.attempts: list[Attempt] = []
         self.listeners: list[Callable[[Write], None]] = []
         self._resources = trace["resource"].to_numpy()
@@ -134,6 +138,8 @@ class Simulation:
         if kind == POD_BIND and pod.run_us != NEVER:
             self.env.at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
+        if kind == POD_DELETE and self.waiting_for_name.get(pod.key):
+            self.env.at(now, self._create, *self.waiting_for_name[pod.key].pop(0), True)
         return write
 
     # -- the workload -------------------------------------------------------------------------
@@ -142,18 +148,35 @@ class Simulation:
         w = self.workload
         kind, row = int(w.kind[i]), int(w.row[i])
         if kind == POD_CREATE:
-            self.commit(POD_CREATE, self._new_pod(int(w.pod[i])), "workload", row=row,
-                        by_model=False)
+            self._create(int(w.pod[i]), row)
         elif kind == POD_DELETE:
             pod = self.pod_of_incarnation.get(int(w.pod[i]))
             if pod is not None and pod.deleted < 0:
                 self.commit(POD_DELETE, pod, "workload", row=row, by_model=False)
+            elif pod is None:  # deleted before its name was free: it never exists here
+                for waiting in self.waiting_for_name.values():
+                    waiting[:] = [(k, r) for k, r in waiting if k != int(w.pod[i])]
         else:
             alloc = tuple(int(v) for v in w.alloc[i]) if kind == NODE_SET else None
             self.commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
                         by_model=False)
         if i + 1 < len(w.row):
             self.env.at(int(w.ts[i + 1]), self._feed, i + 1)
+
+    def _create(self, incarnation: int, row: int, waited: bool = False) -> None:
+        """Create a pod of the workload now, or once the previous incarnation of its name is
+        deleted: a name exists once in etcd, and a StatefulSet controller creates a pod again
+        only after its predecessor is gone."""
+        w = self.workload
+        key = w.name[incarnation] if w.namespace[incarnation] is None else \
+            f"{w.namespace[incarnation]}/{w.name[incarnation]}"
+        previous = self.named.get(key)
+        if (previous is not None and previous.deleted < 0) or (
+                not waited and self.waiting_for_name.get(key)):
+            self.waiting_for_name.setdefault(key, []).append((incarnation, row))
+            return
+        self.named[key] = self._new_pod(incarnation)
+        self.commit(POD_CREATE, self.named[key], "workload", row=row, by_model=False)
 
     def _new_pod(self, incarnation: int) -> Pod:
         w = self.workload
