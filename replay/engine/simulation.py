@@ -116,7 +116,14 @@ class Simulation:
         return attempt
 
     def settle(self, attempt: Attempt, outcome: str, reason: str | None = None) -> None:
+        """Record the attempt's outcome.  A placement that fails before its scheduler assumed it
+        (unschedulable, or its pod deleted meanwhile) was never held: it is forgotten at its
+        decision, as the attempts table's forgotten_ts says."""
         attempt.outcome, attempt.reason = outcome, reason
+        if outcome in ("unschedulable", "error") and attempt.node >= 0 and attempt.forgotten < 0:
+            view = self.views.get(self.index.get(attempt.scheduler, -1))
+            if view is None or attempt.pod not in view.assumed:
+                attempt.forgotten = attempt.decided if attempt.decided >= 0 else self.env.now
 
     def commit(self, kind: int, pod: Pod | None, component: str, node: int = -1,
                attempt: Attempt | None = None, row: int = -1, code: int = 0,
