@@ -225,8 +225,8 @@ CREATE OR REPLACE MACRO unit_size(resource) AS
 ---------------------------------------------------------------------------------------------------
 
 -- capacity_windows: run, then the model and its parameters, watcher, node, resource, kind,
--- start_ts, end_ts, gap_max, gap_seconds, wasted, conflicts: every interval during which a
--- watcher's view of a node's free capacity of one resource differed from the truth, stale or
--- phantom.  A table of the run directory, derived from the tables above by `replay run` with
+-- start_ts, end_ts, open_at_end, gap_max, gap_seconds, wasted, conflicts: every interval during
+-- which a watcher's view of a node's free capacity of one resource differed from the truth, stale
+-- or phantom.  A table of the run directory, derived from the tables above by `replay run` with
 -- derived/capacity_windows.sql, whose header defines every column.
 CREATE OR REPLACE VIEW capacity_windows AS FROM run_table('capacity_windows');

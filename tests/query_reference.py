@@ -14,6 +14,9 @@ from pathlib import Path
 import polars as pl
 
 TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+# What a step of a view at a span's end is: a real change, the run's end standing in for a
+# change never received or an assumption never forgotten, or the run's end with the pod still there
+REAL, STAND_IN, END = "real", "stand-in", "end"
 RESOURCES = {"cpu": "cpu_milli", "memory": "memory_bytes", "gpu": "gpu_milli"}
 UNIT = {"cpu": 1000.0, "memory": float(1 << 30), "gpu": 1000.0}
 STAGES = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts", "dequeued_ts",
@@ -218,54 +221,66 @@ class CapacityReference:
         return pl.DataFrame(rows, schema={
             "watcher": pl.String, "node": pl.String, "resource": pl.String, "kind": pl.String,
             "start_us": pl.Int64, "end_us": pl.Int64, "gap_max": pl.Float64,
-            "gap_seconds": pl.Float64, "wasted": pl.Boolean, "conflicts": pl.Int64}, orient="row")
+            "gap_seconds": pl.Float64, "wasted": pl.Boolean, "conflicts": pl.Int64,
+            "open_at_end": pl.Boolean}, orient="row")
 
     def _watcher_windows(self, w: dict) -> list:
         seen = dict(self.tables["deliveries"].filter(pl.col("watcher") == w["watcher"])
                     .select("rv", pl.col("applied_ts").dt.epoch("us")).iter_rows())
-        steps: dict[str, list] = {}  # node -> (instant, truth delta, view delta)
+        # node -> (instant, truth delta, view delta, what the view's step is: REAL, STAND_IN (the
+        # run's end standing in for a change never received or an assumption never forgotten) or
+        # END (the end of the run, where a pod still counts))
+        steps: dict[str, list] = {}
 
         def visible(node):
             return w["node"] is None or node == w["node"]
 
         for _rv, at, node, delta in self.truth.changes:
             if visible(node):
-                steps.setdefault(node, []).append((at, delta, None))
+                steps.setdefault(node, []).append((at, delta, None, REAL))
         for rv, _at, node, delta in self.node_changes:
             if visible(node):
-                steps[node].append((seen.get(rv, self.end), None, delta))
+                steps[node].append((seen.get(rv, self.end), None, delta,
+                                    REAL if rv in seen else STAND_IN))
         # a pod counts once in the view: while its binding is applied and its delete is not, or
         # while the watcher holds an assumption of it; never after its delete is applied
         for (inc, node), spans in self._memberships(w, seen).items():
             if not visible(node):
                 continue
-            for start, stop in _union(spans):
-                steps.setdefault(node, []).append((start, None, {r: -v for r, v in inc.requests.items()}))
-                steps[node].append((stop, None, dict(inc.requests)))
+            for start, stop, how in _union(spans):
+                steps.setdefault(node, []).append(
+                    (start, None, {r: -v for r, v in inc.requests.items()}, REAL))
+                steps[node].append((stop, None, dict(inc.requests), how))
         return [self._describe(w["watcher"], node, resource, window)
                 for node, changes in steps.items() for resource in RESOURCES
                 for window in self._windows(changes, resource)]
 
     def _memberships(self, w: dict, seen: dict) -> dict:
-        """(incarnation, node) -> intervals during which the pod counts on the node in the view."""
+        """(incarnation, node) -> intervals during which the pod counts on the node in the view,
+        each with what its end is: REAL, STAND_IN (the run's end standing in for a delete never
+        received or an assumption never forgotten) or END (the pod is still there)."""
         spans: dict[tuple, list] = {}
-        gone = {}  # incarnation -> when the watcher applied its delete
+        gone = {}  # incarnation -> when the watcher applied its delete, and what that end is
         for inc in self.truth.incarnations:
             if inc.bind is None or not any(inc.requests.values()):
                 continue
             rv, _, node, _ = inc.bind
-            removed = (seen.get(inc.delete[0], self.end)
-                       if inc.delete is not None and inc.delete[0] > rv else self.end)
-            gone[inc] = removed
-            spans.setdefault((inc, node), []).append((seen.get(rv, self.end), removed))
-        for start, stop, node, inc in self._assumptions(w):
-            stop = min(stop, gone.get(inc, self.end))
-            spans.setdefault((inc, node), []).append((start, stop))
-        return {key: [(a, b) for a, b in value if b > a] for key, value in spans.items()}
+            if inc.delete is not None and inc.delete[0] > rv:
+                gone[inc] = (seen.get(inc.delete[0], self.end),
+                             REAL if inc.delete[0] in seen else STAND_IN)
+            else:
+                gone[inc] = (self.end, END)
+            spans.setdefault((inc, node), []).append((seen.get(rv, self.end), *gone[inc]))
+        for start, stop, how, node, inc in self._assumptions(w):
+            removed = gone.get(inc, (self.end, END))
+            span = (start, stop, how) if stop < removed[0] else (start, *removed)
+            spans.setdefault((inc, node), []).append(span)
+        return {key: [s for s in value if s[1] >= s[0]] for key, value in spans.items()}
 
     def _assumptions(self, w: dict):
-        """(start, end, node, incarnation) of each assumption the watcher held: from its decision,
-        or the commit (or failure) of its write if later, until it forgot it."""
+        """(start, end, what the end is, node, incarnation) of each assumption the watcher held:
+        from its decision, or the commit (or failure) of its write if later, until it forgot it
+        (the run's end if it never did)."""
         attempts = self.tables["attempts"].filter(pl.col("scheduler") == w["watcher"])
         for a in attempts.iter_rows(named=True):
             if a["node"] is None:
@@ -277,8 +292,10 @@ class CapacityReference:
             if settled is None or inc is None or not any(inc.requests.values()):
                 continue
             start = max(us(a["decided_ts"]), settled)
-            stop = us(a["forgotten_ts"]) if a["forgotten_ts"] is not None else self.end
-            yield start, stop, a["node"], inc
+            if a["forgotten_ts"] is not None:
+                yield start, us(a["forgotten_ts"]), REAL, a["node"], inc
+            else:
+                yield start, self.end, STAND_IN, a["node"], inc
 
     def _incarnation_at(self, pod: str, at: int):
         """The latest incarnation of ``pod`` created by ``at`` (in commit order)."""
@@ -288,9 +305,11 @@ class CapacityReference:
 
     def _windows(self, changes: list, resource: str) -> list:
         """Maximal intervals where the view's free capacity differs from the truth's, as lists of
-        (start, end, truth, view) segments."""
+        (start, end, truth, view) segments; the last window is marked open at the end (a trailing
+        True) if without the run's end standing in for what it never received or forgot, the
+        view would still differ from the truth when the run ends."""
         by_time: dict[int, list] = {}
-        for t, dt, dv in changes:
+        for t, dt, dv, _ in changes:
             by_time.setdefault(t, []).append((dt, dv))
         instants = sorted(by_time)
         truth = view = 0
@@ -309,9 +328,15 @@ class CapacityReference:
                 windows[-1].append(seg)
             else:
                 windows.append([seg])
+        truth_end = sum(dt[resource] for _, dt, _, _ in changes if dt)
+        view_end = sum(dv[resource] for _, _, dv, how in changes if dv and how == REAL)
+        if windows and windows[-1][-1][1] == self.end and truth_end != view_end:
+            windows[-1].append(True)
         return windows
 
     def _describe(self, watcher, node, resource, segments) -> tuple:
+        open_at_end = segments[-1] is True
+        segments = segments[:-1] if open_at_end else segments
         stale = segments[0][3] < segments[0][2]
         start, stop = segments[0][0], segments[-1][1]
         gap_max = max(abs(v - t) for _, _, t, v in segments) / UNIT[resource]
@@ -326,7 +351,7 @@ class CapacityReference:
                                  & (pl.col("decided_ts").dt.epoch("us") >= start)
                                  & (pl.col("decided_ts").dt.epoch("us") < stop)).height
         return (watcher, node, resource, "stale" if stale else "phantom", start, stop, gap_max,
-                gap_seconds, wasted, conflicts)
+                gap_seconds, wasted, conflicts, open_at_end)
 
     def _pending_fits(self, resource: str, segment) -> bool:
         """Whether a pod pending during the segment asked for more of ``resource`` than the view
@@ -338,13 +363,17 @@ class CapacityReference:
 
 
 def _union(spans: list) -> list:
-    """Overlapping or touching intervals merged."""
+    """Overlapping or touching intervals (start, stop, what the stop is) merged; of stops at the
+    same instant, a REAL one wins (the view did catch up)."""
     merged: list[list] = []
-    for start, stop in sorted(spans):
+    for start, stop, how in sorted(spans, key=lambda s: (s[0], s[1], s[2] != REAL)):
         if merged and start <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], stop)
+            if stop > merged[-1][1]:
+                merged[-1][1:] = [stop, how]
+            elif stop == merged[-1][1] and how == REAL:
+                merged[-1][2] = REAL
         else:
-            merged.append([start, stop])
+            merged.append([start, stop, how])
     return merged
 
 

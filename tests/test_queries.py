@@ -159,6 +159,11 @@ class Answers:
     def reference_windows(self) -> pl.DataFrame:
         return ref.CapacityReference(self.tables).windows()
 
+    def open_windows(self) -> pl.DataFrame:
+        """The windows the capacity_windows table marks open at the end of the run."""
+        return self.con.sql("SELECT watcher, node, resource, epoch_us(start_ts) AS start_us "
+                            "FROM capacity_windows WHERE open_at_end").pl()
+
     def expected_windows(self, kind: str) -> pl.DataFrame:
         return self.reference_windows.filter(pl.col("kind") == kind).select(
             "watcher", "node", "resource", "start_us", "end_us", "gap_max", "gap_seconds",
@@ -188,6 +193,8 @@ def check_capacity(answers: Answers) -> None:
     for kind in ("stale", "phantom"):
         assert_same(answers.windows(kind), answers.expected_windows(kind),
                     ["watcher", "node", "resource", "start_us"])
+    assert_same(answers.open_windows(), answers.reference_windows.filter("open_at_end").select(
+        "watcher", "node", "resource", "start_us"), ["watcher", "node", "resource", "start_us"])
     assert_same(answers.query("stale_capacity_summary").drop("run"),
                 ref.stale_capacity_summary(answers.tables, answers.reference_windows), ["watcher"])
 
@@ -312,6 +319,8 @@ def test_worked_example_windows(tmp_path):
     assert summary.select("watcher", "windows", "blind_core_seconds", "wasted_core_seconds",
                           "phantom_windows").rows() == [
         ("kube-scheduler", 3, 0.010, 0.002, 0), ("kubelet/n1", 3, 0.010, 0.002, 3)]
+    # the last window ends with the run, closed by its delivery: not open at the end
+    assert Answers(run_dir).open_windows().height == 0
 
 
 def test_overlapping_lags_are_cut_and_merged(tmp_path):
@@ -400,6 +409,9 @@ def test_a_missed_write_leaves_a_window_open_until_the_end(tmp_path):
     stale = windows_of(run_dir, "stale").filter(pl.col("watcher") == "kubelet/n1",
                                                 pl.col("resource") == "cpu")
     assert stale["end_us"].to_list()[-1] == ref.run_end(ref.load(run_dir))
+    # stale from the delete, phantom while b's binding is on its way, stale again from then on
+    assert Answers(run_dir).open_windows().select("watcher", "resource", "start_us").rows() == [
+        ("kubelet/n1", "cpu", ms(105))]
     check_capacity(Answers(run_dir))
 
 

@@ -20,6 +20,9 @@
 --   kind              'stale': the view shows less free capacity than there is; 'phantom': more
 --   start_ts, end_ts  the window [start_ts, end_ts); one still open at the end of the run ends at
 --                     the run's last timestamp (run_bounds)
+--   open_at_end       the window was still open when the run ended: the watcher never received
+--                     a write of the node, or never forgot an assumption, so its view never
+--                     caught up with the truth (`replay check` fails on these: views_converge)
 --   gap_max           the largest difference, in cores, GiB or GPUs
 --   gap_seconds       its integral over time: core-seconds, GiB-seconds or GPU-seconds
 --   wasted            stale windows only: a pod was pending at some instant of the window whose
@@ -62,6 +65,7 @@ WITH bounds AS MATERIALIZED (
            attempts.node = all_changes.node AS assumed_here,
            greatest(attempts.decided_ts, all_changes.commit_ts) AS assumed_from,
            coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until,
+           attempts.forgotten_ts IS NULL AS never_forgotten,
            attempts.node AS assumed_on
     FROM all_changes
     JOIN nodes USING (run, node)
@@ -161,10 +165,11 @@ WITH bounds AS MATERIALIZED (
     -- assumptions held longer than the truth needs: own bindings not folded above, and other
     -- attempts from their commit (or failure); each until forgotten, or until the pod's binding
     -- on that node is in the scheduler's view (from then on the pod counts as bound)
-    SELECT viewer_id, node_id, start_ts, end_ts, cpu_milli, memory_bytes, gpu_milli
+    SELECT viewer_id, node_id, start_ts, end_ts, at_end, cpu_milli, memory_bytes, gpu_milli
     FROM (
         SELECT lags.viewer_id, nodes.node_id, changes.assumed_from AS start_ts,
                least(changes.assumed_until, lags.applied_ts) AS end_ts,
+               changes.never_forgotten AND lags.applied_ts IS NULL AS at_end,
                changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
         FROM lags
         JOIN viewers USING (viewer_id)
@@ -175,10 +180,11 @@ WITH bounds AS MATERIALIZED (
     )
     WHERE end_ts > start_ts
     UNION ALL
-    SELECT viewer_id, node_id, start_ts, end_ts, cpu_milli, memory_bytes, gpu_milli
+    SELECT viewer_id, node_id, start_ts, end_ts, at_end, cpu_milli, memory_bytes, gpu_milli
     FROM (
         SELECT viewers.viewer_id, nodes.node_id, other.start_ts,
                least(coalesce(other.forgotten_ts, bounds.end_ts), placement.view_ts) AS end_ts,
+               other.forgotten_ts IS NULL AND coalesce(placement.missed, true) AS at_end,
                other.cpu_milli, other.memory_bytes, other.gpu_milli
         FROM other_attempts AS other
         JOIN bounds USING (run)
@@ -186,7 +192,8 @@ WITH bounds AS MATERIALIZED (
           ON viewers.run = other.run AND viewers.watcher = other.scheduler
          AND (viewers.only_node IS NULL OR viewers.only_node = other.node)
         JOIN nodes ON nodes.run = other.run AND nodes.node = other.node
-        LEFT JOIN (SELECT other_placements.attempt_id, lags.viewer_id, lags.view_ts
+        LEFT JOIN (SELECT other_placements.attempt_id, lags.viewer_id, lags.view_ts,
+                          lags.applied_ts IS NULL AS missed
                    FROM other_placements
                    JOIN other_attempts USING (attempt_id)
                    JOIN lags USING (rv)
@@ -205,7 +212,7 @@ WITH bounds AS MATERIALIZED (
     -- change's lag can reach into this one
     SELECT lags.viewer_id, lags.node_id, lags.rv, lags.commit_ts, lags.view_ts,
            lags.cpu_milli, lags.memory_bytes, lags.gpu_milli,
-           lags.truth_cpu, lags.truth_memory, lags.truth_gpu,
+           lags.truth_cpu, lags.truth_memory, lags.truth_gpu, lags.applied_ts IS NULL AS missed,
            irregular.viewer_id IS NULL
            AND (previous.applied_ts IS NULL OR previous.applied_ts < lags.commit_ts)
            AND (lags.next_commit_ts IS NULL OR lags.next_commit_ts > lags.view_ts) AS alone
@@ -229,29 +236,36 @@ WITH bounds AS MATERIALIZED (
     )
     WHERE change <> 0
 ), points AS (
-    -- the others: every instant at which the truth or the view changes
+    -- the others: every instant at which the truth or the view changes.  at_end: the step is the
+    -- stand-in at the run's end for a change never received or an assumption never forgotten
     SELECT viewer_id, node_id, commit_ts AS ts, rv,
            CASE WHEN view_ts > commit_ts THEN -cpu_milli ELSE 0 END AS gap_cpu,
            CASE WHEN view_ts > commit_ts THEN -memory_bytes ELSE 0 END AS gap_memory,
            CASE WHEN view_ts > commit_ts THEN -gpu_milli ELSE 0 END AS gap_gpu,
-           truth_cpu, truth_memory, truth_gpu
+           truth_cpu, truth_memory, truth_gpu, false AS at_end
     FROM classified
     WHERE NOT alone
     UNION ALL
-    SELECT viewer_id, node_id, view_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL
+    SELECT viewer_id, node_id, view_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL,
+           missed
     FROM classified
     WHERE NOT alone AND view_ts > commit_ts
     UNION ALL
-    SELECT viewer_id, node_id, start_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL
+    SELECT viewer_id, node_id, start_ts, NULL, cpu_milli, memory_bytes, gpu_milli, NULL, NULL, NULL,
+           false
     FROM held
     UNION ALL
-    SELECT viewer_id, node_id, end_ts, NULL, -cpu_milli, -memory_bytes, -gpu_milli, NULL, NULL, NULL
+    SELECT viewer_id, node_id, end_ts, NULL, -cpu_milli, -memory_bytes, -gpu_milli, NULL, NULL, NULL,
+           at_end
     FROM held
 ), instants AS (
     SELECT viewer_id, node_id, ts,
            sum(gap_cpu)::BIGINT AS step_cpu, sum(gap_memory)::BIGINT AS step_memory,
            sum(gap_gpu)::BIGINT AS step_gpu,
-           arg_max({'cpu': truth_cpu, 'memory': truth_memory, 'gpu': truth_gpu}, rv) AS truth
+           arg_max({'cpu': truth_cpu, 'memory': truth_memory, 'gpu': truth_gpu}, rv) AS truth,
+           coalesce(sum(gap_cpu) FILTER (at_end), 0) <> 0 AS ends_cpu,
+           coalesce(sum(gap_memory) FILTER (at_end), 0) <> 0 AS ends_memory,
+           coalesce(sum(gap_gpu) FILTER (at_end), 0) <> 0 AS ends_gpu
     FROM points
     GROUP BY viewer_id, node_id, ts
 ), stepped AS (
@@ -264,6 +278,10 @@ WITH bounds AS MATERIALIZED (
     FROM (
         SELECT viewer_id, node_id, ts AS start_ts, lead(ts) OVER by_ts AS end_ts,
                step_cpu, step_memory, step_gpu,
+               -- whether the next instant is the run's end standing in for a missed change or
+               -- a forgotten assumption in this resource: the view never caught up
+               lead(ends_cpu) OVER by_ts AS open_cpu, lead(ends_memory) OVER by_ts AS open_memory,
+               lead(ends_gpu) OVER by_ts AS open_gpu,
                (sum(step_cpu) OVER by_ts)::BIGINT AS gap_cpu,
                (sum(step_memory) OVER by_ts)::BIGINT AS gap_memory,
                (sum(step_gpu) OVER by_ts)::BIGINT AS gap_gpu,
@@ -274,27 +292,32 @@ WITH bounds AS MATERIALIZED (
 ), merged_segments AS MATERIALIZED (
     -- the segments where view and truth differ, each named by the start of its window: the
     -- latest start at or before it
-    SELECT viewer_id, node_id, resource, start_ts, end_ts, window_ts, gap, truth, truth + gap AS view
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, window_ts, gap, truth, truth + gap AS view,
+           open
     FROM (
         SELECT viewer_id, node_id, start_ts, end_ts,
                unnest([{'resource': 'cpu', 'gap': gap_cpu, 'truth': coalesce(truth.cpu, 0),
-                        'window_ts': max(CASE WHEN starts_cpu THEN start_ts END) OVER by_ts},
+                        'window_ts': max(CASE WHEN starts_cpu THEN start_ts END) OVER by_ts,
+                        'open': coalesce(open_cpu, false)},
                        {'resource': 'memory', 'gap': gap_memory,
                         'truth': coalesce(truth.memory, 0),
-                        'window_ts': max(CASE WHEN starts_memory THEN start_ts END) OVER by_ts},
+                        'window_ts': max(CASE WHEN starts_memory THEN start_ts END) OVER by_ts,
+                        'open': coalesce(open_memory, false)},
                        {'resource': 'gpu', 'gap': gap_gpu, 'truth': coalesce(truth.gpu, 0),
-                        'window_ts': max(CASE WHEN starts_gpu THEN start_ts END) OVER by_ts}],
+                        'window_ts': max(CASE WHEN starts_gpu THEN start_ts END) OVER by_ts,
+                        'open': coalesce(open_gpu, false)}],
                       recursive := true)
         FROM stepped
         WINDOW by_ts AS (PARTITION BY viewer_id, node_id ORDER BY start_ts)
     )
     WHERE gap <> 0
 ), windows AS MATERIALIZED (
-    SELECT viewer_id, node_id, resource, start_ts, end_ts, gap < 0 AS stale, abs(gap) AS gap_max,
+    SELECT viewer_id, node_id, resource, start_ts, end_ts, false AS open_at_end,
+           gap < 0 AS stale, abs(gap) AS gap_max,
            abs(gap)::HUGEINT * (epoch_us(end_ts) - epoch_us(start_ts)) AS gap_us
     FROM lone_windows
     UNION ALL
-    SELECT viewer_id, node_id, resource, window_ts, max(end_ts), any_value(gap) < 0,
+    SELECT viewer_id, node_id, resource, window_ts, max(end_ts), bool_or(open), any_value(gap) < 0,
            max(abs(gap)), sum(abs(gap)::HUGEINT * (epoch_us(end_ts) - epoch_us(start_ts)))
     FROM merged_segments
     GROUP BY viewer_id, node_id, resource, window_ts
@@ -354,7 +377,7 @@ SELECT (SELECT list(watcher ORDER BY viewer_id) FROM viewers)[viewer_id] AS watc
        (SELECT list(node ORDER BY node_id) FROM nodes)[node_id] AS node,
        resource,
        CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
-       start_ts, end_ts,
+       start_ts, end_ts, open_at_end,
        gap_max / unit_size(resource) AS gap_max,
        gap_us::DOUBLE / 1e6 / unit_size(resource) AS gap_seconds,
        CASE WHEN stale THEN wasted.start_ts IS NOT NULL END AS wasted,
