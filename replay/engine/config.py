@@ -131,6 +131,15 @@ def load_config(path: str | os.PathLike | None = None, *, overrides: list[str] =
                      watchers=config.watchers)
 
 
+def from_description(described: Mapping[str, Any]) -> RunConfig:
+    """The configuration that ``RunConfig.describe`` described (a run's manifest records it), to
+    replay the same run again."""
+    try:
+        return _build(copy.deepcopy(dict(described)))
+    except ValueError as err:
+        raise ReplayError(f"the recorded configuration: {err}") from None
+
+
 def parse_override(item: str) -> tuple[str, Any]:
     """``KEY=VALUE`` with VALUE read as a TOML value (``3``, ``0.5``, ``true``, ``"x"``, ``[1, 2]``)
     and taken as a plain string when it is not one (``policy=most-allocated``)."""
