@@ -1,4 +1,12 @@
-"""Shared test helpers: run the command line in-process, find the shared real data."""
+"""Shared test helpers: run the command line in-process, find the shared real data; hypothesis
+profiles.
+
+Hypothesis profiles (``HYPOTHESIS_PROFILE``): ``ci``, the default and what ``.ci/run`` selects,
+is derandomised (the same examples on every run) with each test's bounded number of examples;
+``thorough`` is for a local hunt for bugs: random examples, twenty times as many
+(``HYPOTHESIS_PROFILE=thorough pytest tests/test_consistency.py``).  A failure either finds is
+pinned with ``@example`` in its test.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +15,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from replay.cli.main import main
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("REPLAY_SHARED_DATA", REPO.parent / "shared" / "data"))
 SAMPLE_TRACE = REPO / "traces" / "sample.parquet"
+
+settings.register_profile("ci", derandomize=True, deadline=None, database=None,
+                          print_blob=True)
+settings.register_profile("thorough", deadline=None)
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+
+
+def budget(examples: int) -> int:
+    """A test's number of examples: as given, or twenty times as many under ``thorough``."""
+    return examples * 20 if PROFILE == "thorough" else examples
 
 
 @dataclass

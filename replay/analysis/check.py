@@ -1,0 +1,830 @@
+"""The invariants every run directory keeps, checked over its tables (``replay check``).
+
+A replay is trusted only if its tables obey the rules of the system they describe: a write reaches
+exactly the watchers whose filter matches it, in order, through stages that never run backwards; a
+node never holds more than it has; every pod is placed or accounted for; views converge.  Each
+rule here has an id, and ``check_run`` checks every one of them on a run directory with DuckDB
+SQL (the views of ``queries/views.sql``) and numpy scans of the deliveries, returning one
+``Finding`` per invariant.  docs/consistency.md states each rule in plain words.
+
+The expected recipients of each write are computed again here from ``watchers.parquet`` and the
+events (the filter rule of ``replay.engine.watchers``), never read from the engine.  Some
+findings are *reported* rather than failed: what a model or a recorded trace does by design (the
+``kube`` model's API server accepts any binding; a recorded cluster may over-commit), counted so
+that a user sees them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from replay.analysis.runs import duckdb_errors, open_runs
+from replay.engine.rundir import OUTCOMES, read_manifest
+
+EXAMPLES = 5  # offending rows shown per invariant
+STAGES = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts", "dequeued_ts",
+          "applied_ts")
+# What-if models whose placements are checked against the truth when they commit (the others
+# are reported: kube's API server accepts any binding by design; a plugin may do either)
+CHECKED_COMMITS = ("oracle", "godel", "peer", "omega")
+# Models whose kubelets decide admission (the others' kubelets admit every pod they are sent)
+ADMITTING = ("kube",)
+RECORDED = "observe"  # the model that keeps a trace's recorded placements
+
+
+class Status(enum.Enum):
+    OK = "ok"
+    FAILED = "FAILED"
+    REPORTED = "reported"  # found, and allowed by design: counted, not failed
+    NOT_APPLICABLE = "n/a"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """The outcome of one invariant on one run: its status, how many rows break (or are reported
+    under) it, up to ``EXAMPLES`` of them, and a note (why it does not apply, what was counted)."""
+
+    invariant: str
+    status: Status
+    count: int = 0
+    examples: tuple[dict[str, Any], ...] = ()
+    note: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not Status.FAILED
+
+
+@dataclass(frozen=True)
+class Invariant:
+    id: str
+    summary: str  # one line, for `replay check --list` and docs/consistency.md
+    check: Callable[[RunTables], Finding] = field(repr=False)
+
+
+def check_run(run_dir: str | Path) -> list[Finding]:
+    """Check every invariant of ``INVARIANTS`` on the run directory ``run_dir``."""
+    run = RunTables(Path(run_dir))
+    try:
+        return [invariant.check(run) for invariant in INVARIANTS]
+    finally:
+        run.close()
+
+
+def failed(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if not f.ok]
+
+
+# -- the run's tables ------------------------------------------------------------------------------
+
+class RunTables:
+    """One run directory: a DuckDB connection with ``queries/views.sql`` over it (plus temporary
+    tables the checks share), its manifest, and the deliveries as numpy arrays."""
+
+    def __init__(self, run_dir: Path):
+        self.dir = run_dir
+        self.con = open_runs([str(run_dir)])
+        self.manifest = read_manifest(run_dir)
+        self.model = self.manifest.get("model", {}).get("name")
+        self.params = self.manifest.get("model", {}).get("params", {})
+        self.recorded = self.model == RECORDED
+        windows = pq.read_schema(run_dir / "capacity_windows.parquet").names
+        if "open_at_end" not in windows:
+            from replay.errors import ReplayError
+            raise ReplayError(f"{run_dir}: its capacity_windows table predates open_at_end; "
+                              f"`replay derive {run_dir}` computes it again")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def sql(self, query: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
+        with duckdb_errors("replay check"):
+            return self.con.sql(query, params=params)
+
+    def table(self, name: str, query: str) -> None:
+        """Materialise ``query`` as the temporary table ``name`` (once)."""
+        with duckdb_errors("replay check"):
+            self.con.execute(f"CREATE TEMP TABLE IF NOT EXISTS {name} AS {query}")
+
+    # -- shared temporary tables -------------------------------------------------------------
+    def pod_writes(self) -> str:
+        """Every committed write to a named pod: its incarnation (``life``: how many creates of
+        the name came before it, its own included), what it does (``kind``), and the node the
+        incarnation is bound to by then (``bound_node``, the latest binding of the incarnation
+        at or before it)."""
+        self.table("pod_writes", """
+            WITH named AS (
+                SELECT rv, commit_ts, origin, component, subresource, attempt_id, node,
+                       concat_ws('/', namespace, name) AS pod,
+                       CASE WHEN verb = 'create' AND subresource IS NULL THEN 'create'
+                            WHEN verb = 'create' AND subresource = 'binding' THEN 'binding'
+                            WHEN verb = 'delete' AND subresource IS NULL THEN 'delete'
+                            ELSE 'other' END AS kind
+                FROM events
+                WHERE resource = 'pods' AND name <> ''
+            )
+            SELECT rv, commit_ts, origin, component, subresource, attempt_id, node, pod, kind,
+                   count(*) FILTER (kind = 'create') OVER so_far AS life,
+                   nullif(last_value(CASE kind WHEN 'binding' THEN node WHEN 'create' THEN ''
+                                     END IGNORE NULLS) OVER so_far, '') AS bound_node
+            FROM named
+            WINDOW so_far AS (PARTITION BY pod ORDER BY rv ROWS UNBOUNDED PRECEDING)""")
+        return "pod_writes"
+
+    def lives(self) -> str:
+        """One row per pod incarnation found in the events: its bindings and deletes."""
+        self.table("lives", f"""
+            SELECT pod, life,
+                   count(*) FILTER (kind = 'binding') AS bindings,
+                   min(rv) FILTER (kind = 'binding') AS bind_rv,
+                   arg_min(node, rv) FILTER (kind = 'binding') AS bind_node,
+                   arg_min(commit_ts, rv) FILTER (kind = 'binding') AS bound_ts,
+                   min(rv) FILTER (kind = 'delete') AS first_delete_rv,
+                   max(rv) FILTER (kind = 'delete') AS delete_rv,
+                   arg_max(commit_ts, rv) FILTER (kind = 'delete') AS deleted_ts
+            FROM {self.pod_writes()}
+            GROUP BY pod, life""")
+        return "lives"
+
+    def watch(self) -> str:
+        """One row per (watcher, resource it watches), with the node a node-bound one is bound
+        to."""
+        self.table("watch", """
+            SELECT watcher, node AS only_node, unnest(string_split(resources, ',')) AS resource
+            FROM watchers""")
+        return "watch"
+
+    def truth(self) -> str:
+        """``capacity_changes`` (views.sql) with the truth's free capacity on the node after each
+        change (negative: over-committed), and the rv of the node's latest allocatable decrease
+        at or before it."""
+        self.table("truth", """
+            SELECT rv, commit_ts, node, change, pod, attempt_id, cpu_milli, memory_bytes,
+                   gpu_milli,
+                   (sum(cpu_milli) OVER by_node)::BIGINT AS free_cpu,
+                   (sum(memory_bytes) OVER by_node)::BIGINT AS free_memory,
+                   (sum(gpu_milli) OVER by_node)::BIGINT AS free_gpu,
+                   last_value(CASE WHEN change = 'node' AND least(cpu_milli, memory_bytes,
+                                                                   gpu_milli) < 0
+                                   THEN rv END IGNORE NULLS) OVER by_node AS last_shrink_rv
+            FROM capacity_changes
+            WINDOW by_node AS (PARTITION BY node ORDER BY rv ROWS UNBOUNDED PRECEDING)""")
+        return "truth"
+
+    def value(self, query: str) -> Any:
+        """The first column of the first row of ``query``'s result."""
+        with duckdb_errors("replay check"):
+            return self.con.execute(query).fetchall()[0][0]
+
+    # -- numpy ---------------------------------------------------------------------------------
+    @cached_property
+    def writes(self) -> int:
+        return pq.read_metadata(self.dir / "events.parquet").num_rows
+
+    @cached_property
+    def event_columns(self) -> dict[str, np.ndarray]:
+        """rv, commit_ts (µs) and a resource code per event, in file order; ``resources`` names
+        the codes."""
+        table = pq.read_table(self.dir / "events.parquet", columns=["rv", "commit_ts", "resource"])
+        resource = table["resource"].combine_chunks().dictionary_encode()
+        self.resources = resource.dictionary.to_pylist()
+        return {"rv": _ints(table["rv"]), "commit_ts": _ints(table["commit_ts"]),
+                "resource": resource.indices.to_numpy(zero_copy_only=False)}
+
+    @cached_property
+    def deliveries(self) -> Deliveries:
+        return Deliveries.read(self.dir / "deliveries.parquet")
+
+
+@dataclass
+class Deliveries:
+    """The deliveries as numpy arrays (times in µs, -1 for null), ordered by watcher and then
+    rv whatever the file's order; ``watcher`` codes index ``names``."""
+
+    rv: np.ndarray
+    watcher: np.ndarray
+    names: list[str]
+    times: dict[str, np.ndarray]
+    nulls: dict[str, int]
+
+    @classmethod
+    def read(cls, path: Path) -> Deliveries:
+        table = pq.read_table(path, columns=["rv", "watcher", *STAGES],
+                              read_dictionary=["watcher"]).unify_dictionaries()
+        watcher = table["watcher"].combine_chunks()
+        if not pa.types.is_dictionary(watcher.type):
+            watcher = watcher.dictionary_encode()
+        rv, code = _ints(table["rv"]), watcher.indices.to_numpy(zero_copy_only=False)
+        times = {c: _ints(table[c]) for c in STAGES}
+        nulls = {c: table[c].null_count for c in STAGES}
+        order = _watcher_then_rv(code, rv)
+        if order is not None:
+            rv, code = rv[order], code[order]
+            times = {c: t[order] for c, t in times.items()}
+        return cls(rv, code.astype(np.int64), watcher.dictionary.to_pylist(), times, nulls)
+
+    @cached_property
+    def starts(self) -> np.ndarray:
+        """Whether each delivery is its watcher's first."""
+        return np.r_[True, self.watcher[1:] != self.watcher[:-1]] if len(self.rv) else \
+            np.zeros(0, dtype=bool)
+
+    @cached_property
+    def piped(self) -> np.ndarray:
+        """Whether each delivery went through the pipeline: not every one of its times is the
+        commit (an instant watcher, such as the oracle's, skips it)."""
+        commit = self.times["commit_ts"]
+        skips = np.ones(len(commit), dtype=bool)
+        for column in STAGES[1:]:
+            skips &= self.times[column] == commit
+        return ~skips
+
+    def row(self, i: int) -> dict[str, Any]:
+        return {"rv": int(self.rv[i]), "watcher": self.names[self.watcher[i]],
+                **{c: _iso(self.times[c][i]) for c in STAGES}}
+
+
+def _ints(column: pa.ChunkedArray) -> np.ndarray:
+    """A numeric or timestamp column as int64 (timestamps in µs), null as -1."""
+    if pa.types.is_timestamp(column.type):
+        column = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return pc.fill_null(column, -1).to_numpy().astype(np.int64, copy=False)
+
+
+def _watcher_then_rv(watcher: np.ndarray, rv: np.ndarray) -> np.ndarray | None:
+    """The order that sorts deliveries by watcher, then rv; None if they are already (each
+    watcher's deliveries together, in increasing rv: the documented order)."""
+    if len(rv) < 2:
+        return None
+    change = watcher[1:] != watcher[:-1]
+    together = int(change.sum()) + 1 == len(np.unique(watcher))
+    if together and bool(np.all(change | (rv[1:] > rv[:-1]))):
+        return None
+    return np.lexsort((rv, watcher))
+
+
+def _iso(us: int) -> str | None:
+    if us == -1:
+        return None
+    return np.datetime64(int(us), "us").astype(str) + "Z"
+
+
+# -- findings ------------------------------------------------------------------------------------
+
+def _finding(invariant: str, failures: int, examples: list[dict], *, reported: int = 0,
+             reported_examples: list[dict] | None = None, note: str = "") -> Finding:
+    """FAILED with ``failures`` if any, else REPORTED with ``reported`` if any, else OK."""
+    if failures:
+        return Finding(invariant, Status.FAILED, failures, tuple(examples[:EXAMPLES]), note)
+    if reported:
+        return Finding(invariant, Status.REPORTED, reported,
+                       tuple((reported_examples or [])[:EXAMPLES]), note)
+    return Finding(invariant, Status.OK, note=note)
+
+
+def _from_sql(run: RunTables, invariant: str, offending: str, *, reported: str | None = None,
+              order: str = "1", note: str = "") -> Finding:
+    """A finding from SQL: ``offending`` selects the rows that break the invariant; ``reported``
+    (optional) those it allows and counts."""
+    failures, examples = _count_and_examples(run, offending, order)
+    counted, counted_examples = (0, []) if reported is None else \
+        _count_and_examples(run, reported, order)
+    return _finding(invariant, failures, examples, reported=counted,
+                    reported_examples=counted_examples, note=note)
+
+
+def _count_and_examples(run: RunTables, query: str, order: str) -> tuple[int, list[dict]]:
+    with duckdb_errors("replay check"):
+        run.con.execute(f"CREATE OR REPLACE TEMP TABLE _rows AS {query}")
+    count = run.value("SELECT count(*) FROM _rows")
+    examples = run.sql(f"FROM _rows ORDER BY {order} LIMIT {EXAMPLES}").pl().to_dicts() \
+        if count else []
+    run.con.execute("DROP TABLE _rows")
+    return count, [_plain(row) for row in examples]
+
+
+def _plain(row: dict) -> dict:
+    """Values a person reads: timestamps in ISO 8601 with microseconds, UTC."""
+    out = {}
+    for key, value in row.items():
+        if hasattr(value, "isoformat"):
+            value = value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        out[key] = value
+    return out
+
+
+def _not_applicable(invariant: str, why: str) -> Finding:
+    return Finding(invariant, Status.NOT_APPLICABLE, note=why)
+
+
+# -- the watch pipeline --------------------------------------------------------------------------
+
+def rv_in_commit_order(run: RunTables) -> Finding:
+    """Events are numbered 1, 2, ... in commit order, so commit_ts never decreases with rv."""
+    return _from_sql(run, "rv_in_commit_order", """
+        SELECT rv, commit_ts, previous_commit_ts, expected_rv FROM (
+            SELECT rv, commit_ts, lag(commit_ts) OVER (ORDER BY rv) AS previous_commit_ts,
+                   row_number() OVER (ORDER BY rv) AS expected_rv
+            FROM events)
+        WHERE rv <> expected_rv OR commit_ts < previous_commit_ts OR commit_ts IS NULL""",
+                     order="rv")
+
+
+def stage_times_ordered(run: RunTables) -> Finding:
+    """commit <= cached <= dispatched <= sent <= received <= dequeued <= applied, none null."""
+    d = run.deliveries
+    bad = np.zeros(len(d.rv), dtype=bool)
+    for column in STAGES:
+        bad |= d.times[column] == -1
+    for earlier, later in zip(STAGES, STAGES[1:]):
+        bad |= d.times[later] < d.times[earlier]
+    return _rows_finding("stage_times_ordered", d, np.flatnonzero(bad))
+
+
+def _rows_finding(invariant: str, d: Deliveries, rows: np.ndarray, **extra) -> Finding:
+    examples = [{**d.row(int(i)), **{k: v[n] for k, v in extra.items()}}
+                for n, i in enumerate(rows[:EXAMPLES])]
+    return _finding(invariant, len(rows), examples)
+
+
+def delivery_matches_event(run: RunTables) -> Finding:
+    """Each delivery is of a committed write, carries that write's commit_ts, and the shared
+    stages' times (cached_ts, dispatched_ts) are the same in every delivery of one write that
+    went through the pipeline (an instant watcher's has every time at the commit)."""
+    d, events = run.deliveries, run.event_columns
+    commit = np.full(max(run.writes, int(events["rv"].max(initial=0))) + 2, -2, dtype=np.int64)
+    known = (events["rv"] >= 0) & (events["rv"] < len(commit))
+    commit[events["rv"][known]] = events["commit_ts"][known]
+    rv = np.clip(d.rv, 0, len(commit) - 1)
+    problem = np.full(len(d.rv), "", dtype=object)
+    shared = {c: np.full(len(commit), -2, dtype=np.int64) for c in ("cached_ts", "dispatched_ts")}
+    piped = d.piped
+    for column, per_write in shared.items():
+        per_write[rv[piped]] = d.times[column][piped]  # one delivery's value per write (any)
+        differs = piped & (d.times[column] != per_write[rv])
+        problem[differs] = f"{column} differs among the write's deliveries"
+    problem[d.times["commit_ts"] != commit[rv]] = "commit_ts is not the event's"
+    problem[(d.rv != rv) | (commit[rv] == -2)] = "no such event"
+    rows = np.flatnonzero(problem != "")
+    return _rows_finding("delivery_matches_event", d, rows, problem=list(problem[rows[:EXAMPLES]]))
+
+
+def stream_order(run: RunTables) -> Finding:
+    """Per (watcher, resource) stream, in rv order: each rv once, and sent_ts, received_ts and
+    applied_ts never decrease (a watch stream is a TCP stream applied by one FIFO)."""
+    d, events = run.deliveries, run.event_columns
+    resource = np.full(int(max(d.rv.max(initial=0), events["rv"].max(initial=0))) + 1, -1,
+                       dtype=np.int64)
+    resource[events["rv"]] = events["resource"]
+    mine = resource[np.clip(d.rv, 0, len(resource) - 1)]
+    bad, problems = [], []
+    for code in np.unique(mine):
+        at = np.flatnonzero(mine == code)
+        same = d.watcher[at[1:]] == d.watcher[at[:-1]]
+        later, earlier = at[1:], at[:-1]
+        checks = [("rv delivered twice", d.rv[later] == d.rv[earlier])]
+        checks += [(f"{c} before the previous delivery's", d.times[c][later] < d.times[c][earlier])
+                   for c in ("sent_ts", "received_ts", "applied_ts")]
+        for what, broken in checks:
+            rows = later[same & broken]
+            bad.append(rows)
+            problems += [what] * len(rows)
+    rows = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
+    order = np.argsort(rows, kind="stable")
+    rows, problems = rows[order], [problems[i] for i in order[:EXAMPLES]]
+    return _rows_finding("stream_order", d, rows, problem=problems)
+
+
+def shared_queues_fifo(run: RunTables) -> Finding:
+    """The API server's shared queues (the watch cache, its dispatch loop) are FIFO: cached_ts
+    and dispatched_ts never decrease with rv (over the deliveries that went through them)."""
+    d = run.deliveries
+    piped = np.flatnonzero(d.piped)
+    _, first = np.unique(d.rv[piped], return_index=True)
+    first = piped[first]
+    rows = []
+    for column in ("cached_ts", "dispatched_ts"):
+        times = d.times[column][first]
+        rows.append(first[1:][times[1:] < times[:-1]])
+    return _rows_finding("shared_queues_fifo", d, np.unique(np.concatenate(rows)))
+
+
+def exactly_once(run: RunTables) -> Finding:
+    """Every committed write reaches exactly the watchers whose filter matches it, once each.
+
+    The recipients are computed from ``watchers`` and the events: a watcher receives a write of
+    a resource it watches; one bound to a node only the node's own writes and those of pods
+    bound to it (from the binding on, within the pod's incarnation).  Compared first by count
+    and a checksum of the recipients' names per write, then exactly for the writes that differ.
+    """
+    pods, watch = run.pod_writes(), run.watch()
+    run.table("concerning", f"""
+        SELECT events.rv, events.resource,
+               CASE WHEN events.resource = 'nodes' THEN events.name ELSE pods.bound_node END AS node
+        FROM events LEFT JOIN {pods} AS pods USING (rv)""")
+    expected_sums = f"""
+        SELECT concerning.rv,
+               coalesce(everywhere.n, 0) + coalesce(here.n, 0) AS n,
+               coalesce(everywhere.h, 0) + coalesce(here.h, 0) AS h
+        FROM concerning
+        LEFT JOIN (SELECT resource, count(*) AS n, sum(hash(watcher)) AS h FROM {watch}
+                   WHERE only_node IS NULL GROUP BY resource) AS everywhere USING (resource)
+        LEFT JOIN (SELECT resource, only_node, count(*) AS n, sum(hash(watcher)) AS h FROM {watch}
+                   WHERE only_node IS NOT NULL GROUP BY ALL) AS here
+          ON here.resource = concerning.resource AND here.only_node = concerning.node"""
+    run.table("differing", f"""
+        SELECT rv FROM ({expected_sums}) AS expected
+        FULL JOIN (SELECT rv, count(*) AS n, sum(hash(watcher)) AS h FROM deliveries
+                   GROUP BY rv) AS actual USING (rv)
+        WHERE coalesce(expected.n, 0) <> coalesce(actual.n, 0)
+           OR coalesce(expected.h, 0) <> coalesce(actual.h, 0)""")
+    return _from_sql(run, "exactly_once", f"""
+        WITH expected AS (
+            SELECT concerning.rv, watch.watcher
+            FROM concerning SEMI JOIN differing USING (rv)
+            JOIN {watch} AS watch
+              ON watch.resource = concerning.resource
+             AND (watch.only_node IS NULL OR watch.only_node = concerning.node)
+        ), actual AS (
+            SELECT rv, watcher, count(*) AS times
+            FROM deliveries SEMI JOIN differing USING (rv)
+            GROUP BY rv, watcher
+        )
+        SELECT rv, watcher,
+               CASE WHEN actual.times IS NULL THEN 'missing'
+                    WHEN expected.watcher IS NULL THEN 'not a recipient'
+                    ELSE 'delivered ' || actual.times || ' times' END AS problem
+        FROM expected FULL JOIN actual USING (rv, watcher)
+        WHERE actual.times IS NULL OR expected.watcher IS NULL OR actual.times > 1""",
+                     order="rv, watcher")
+
+
+# -- capacity --------------------------------------------------------------------------------------
+
+OVER = ("(free_cpu < 0 AND cpu_milli < 0) OR (free_memory < 0 AND memory_bytes < 0) "
+        "OR (free_gpu < 0 AND gpu_milli < 0)")
+ANY_OVER = "least(free_cpu, free_memory, free_gpu) < 0"
+
+
+def truth_within_capacity(run: RunTables) -> Finding:
+    """At every rv, the requests of the pods bound to a node (binding committed, last delete not
+    yet) fit its allocatable, in every resource.
+
+    Failed, for a model whose commits are checked (``CHECKED_COMMITS``), when a binding pushes
+    its node over in a resource the pod requests, unless the node's latest allocatable decrease
+    was still on its way to a scheduler or binder (a watcher of every node) when the binding
+    committed.  Reported: every other over-commitment (after a shrink; of the ``kube`` model,
+    whose API server accepts any binding; recorded in a trace; of a plugin model).
+    """
+    truth = run.truth()
+    columns = ("rv, commit_ts, node, change, pod, -cpu_milli AS cpu_milli, "
+               "-memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, free_cpu, free_memory, "
+               "free_gpu")
+    in_wake = f"""EXISTS (
+        SELECT 1 FROM deliveries
+        JOIN {run.watch()} AS watch ON watch.watcher = deliveries.watcher
+        WHERE deliveries.rv = truth.last_shrink_rv AND watch.only_node IS NULL
+          AND watch.resource = 'nodes' AND deliveries.applied_ts > truth.commit_ts)"""
+    if run.model not in CHECKED_COMMITS:
+        why = ("recorded in the trace" if run.recorded else
+               "the kube model's API server accepts any binding" if run.model == "kube" else
+               f"the {run.model} model is not known to check its commits")
+        return _from_sql(run, "truth_within_capacity", "SELECT * FROM truth WHERE false",
+                         reported=f"SELECT {columns} FROM {truth} WHERE {ANY_OVER}",
+                         order="rv", note=why)
+    return _from_sql(
+        run, "truth_within_capacity",
+        f"SELECT {columns} FROM {truth} AS truth WHERE change = 'binding' AND ({OVER}) "
+        f"AND (last_shrink_rv IS NULL OR NOT {in_wake})",
+        reported=f"SELECT {columns} FROM {truth} AS truth WHERE {ANY_OVER} "
+                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake})",
+        order="rv", note="over-commitment after an allocatable decrease is reported")
+
+
+def kubelet_admission(run: RunTables) -> Finding:
+    """No pod that a kubelet admits pushes its node over allocatable in the kubelet's own view at
+    admission: the pods it admitted before (from its watch stream, in rv order), less those whose
+    delete it has applied.
+
+    A kubelet admits a pod when it applies its binding, unless it fails it (a status patch by the
+    kubelet: the ``kube`` model's ``OutOfcpu``) or the pod was deleted by then.  Its allocatable
+    is the node's as the kubelet knows it: at the binding's commit or at admission, whichever is
+    larger (the kubelet reports its own allocatable).  Failed for a model whose kubelets decide
+    admission (``ADMITTING``); reported for the other what-if models, whose kubelets admit every
+    pod (``truth_within_capacity`` judges their placements).  Observe runs model no admission.
+    """
+    if run.recorded:
+        return _not_applicable("kubelet_admission",
+                               "observe keeps the recorded cluster's decisions: "
+                               "truth_within_capacity reports what it over-committed")
+    truth, watch = run.truth(), run.watch()
+    run.table("kubelets", f"""
+        SELECT DISTINCT watcher, only_node AS node FROM {watch}
+        WHERE only_node IS NOT NULL AND resource = 'pods'""")
+    run.table("admissions", f"""
+        WITH bindings AS (
+            SELECT truth.rv, truth.node, truth.pod, kubelets.watcher, placements.delete_rv,
+                   placements.deleted_ts, placements.bind_rv
+            FROM {truth} AS truth
+            JOIN kubelets USING (node)
+            JOIN placements ON placements.bind_rv = truth.rv
+            WHERE truth.change = 'binding'
+        ), failed AS (
+            SELECT DISTINCT bindings.rv, bindings.watcher
+            FROM bindings
+            JOIN events
+              ON events.resource = 'pods' AND events.subresource = 'status'
+             AND events.component = 'kubelet' AND events.origin = 'model'
+             AND concat_ws('/', events.namespace, events.name) = bindings.pod
+             AND events.rv > bindings.rv AND events.rv < coalesce(bindings.delete_rv, 9e18)
+        )
+        SELECT bindings.rv, bindings.watcher, bindings.delete_rv, deliveries.applied_ts,
+               failed.rv IS NULL
+               AND deliveries.applied_ts IS NOT NULL
+               AND (bindings.deleted_ts IS NULL OR bindings.deleted_ts > deliveries.applied_ts)
+               AS admitted
+        FROM bindings
+        LEFT JOIN deliveries ON deliveries.rv = bindings.rv AND deliveries.watcher = bindings.watcher
+        LEFT JOIN failed ON failed.rv = bindings.rv AND failed.watcher = bindings.watcher""")
+    run.table("kubelet_view", f"""
+        WITH changes AS (
+            SELECT kubelets.watcher, truth.*,
+                   CASE WHEN truth.change = 'node' THEN true
+                        WHEN truth.change = 'binding' THEN coalesce(admitted.admitted, false)
+                        ELSE coalesce(removed.admitted, false) END AS counts
+            FROM {truth} AS truth
+            JOIN kubelets USING (node)
+            LEFT JOIN admissions AS admitted
+              ON admitted.rv = truth.rv AND admitted.watcher = kubelets.watcher
+            LEFT JOIN admissions AS removed
+              ON removed.delete_rv = truth.rv AND removed.watcher = kubelets.watcher
+             AND truth.change = 'delete'
+        )
+        SELECT watcher, rv, commit_ts, node, change, pod, cpu_milli, memory_bytes, gpu_milli,
+               (sum(cpu_milli) OVER by_view)::BIGINT AS free_cpu,
+               (sum(memory_bytes) OVER by_view)::BIGINT AS free_memory,
+               (sum(gpu_milli) OVER by_view)::BIGINT AS free_gpu
+        FROM changes
+        WHERE counts
+        WINDOW by_view AS (PARTITION BY watcher ORDER BY rv ROWS UNBOUNDED PRECEDING)""")
+    offending = f"""
+        WITH over AS (
+            SELECT view.*, admissions.applied_ts AS admitted_ts
+            FROM kubelet_view AS view
+            JOIN admissions USING (watcher, rv)
+            WHERE view.change = 'binding' AND ({OVER})
+        ), grown AS (
+            -- how much more allocatable the node had at admission than at the binding
+            SELECT over.watcher, over.rv,
+                   sum(CASE WHEN t.rv > over.rv THEN t.cpu_milli ELSE 0 END) AS cpu,
+                   sum(CASE WHEN t.rv > over.rv THEN t.memory_bytes ELSE 0 END) AS memory,
+                   sum(CASE WHEN t.rv > over.rv THEN t.gpu_milli ELSE 0 END) AS gpu
+            FROM over
+            LEFT JOIN {truth} AS t
+              ON t.node = over.node AND t.change = 'node' AND t.rv > over.rv
+             AND t.commit_ts <= over.admitted_ts
+            GROUP BY ALL
+        )
+        SELECT over.watcher, over.rv, over.pod, over.node, over.admitted_ts,
+               over.free_cpu, over.free_memory, over.free_gpu
+        FROM over JOIN grown USING (watcher, rv)
+        WHERE (over.free_cpu + greatest(coalesce(grown.cpu, 0), 0) < 0 AND over.cpu_milli < 0)
+           OR (over.free_memory + greatest(coalesce(grown.memory, 0), 0) < 0
+               AND over.memory_bytes < 0)
+           OR (over.free_gpu + greatest(coalesce(grown.gpu, 0), 0) < 0 AND over.gpu_milli < 0)"""
+    if run.model in ADMITTING:
+        return _from_sql(run, "kubelet_admission", offending, order="rv, watcher")
+    return _from_sql(run, "kubelet_admission", "SELECT 1 WHERE false", reported=offending,
+                     order="rv, watcher",
+                     note=f"the {run.model} model's kubelets admit every pod they are sent")
+
+
+# -- bindings and attempts -------------------------------------------------------------------------
+
+def one_binding_per_incarnation(run: RunTables) -> Finding:
+    """A pod incarnation has at most one committed binding, never after its delete; the pods
+    table's bound_rv, bound_ts and node are that binding's, its deleted_rv and deleted_ts the
+    incarnation's last delete."""
+    lives, pods = run.lives(), run.pod_writes()
+    return _from_sql(run, "one_binding_per_incarnation", f"""
+        SELECT pod, life AS incarnation, bind_rv AS rv, 'bound ' || bindings || ' times' AS problem
+        FROM {lives} WHERE bindings > 1
+        UNION ALL
+        SELECT pod, life, bind_rv, 'bound after its delete (rv ' || first_delete_rv || ')'
+        FROM {lives} WHERE bind_rv > first_delete_rv
+        UNION ALL
+        SELECT lives.pod, lives.life, lives.bind_rv, 'pods has no row with this bound_rv'
+        FROM {lives} AS lives
+        ANTI JOIN pods ON pods.pod = lives.pod AND pods.bound_rv = lives.bind_rv
+        WHERE lives.bind_rv IS NOT NULL
+        UNION ALL
+        SELECT pods.pod, writes.life, pods.bound_rv,
+               CASE WHEN writes.rv IS NULL OR writes.kind <> 'binding'
+                    THEN 'bound_rv is not a binding of this pod'
+                    WHEN writes.rv <> lives.bind_rv THEN 'bound_rv is not the first binding'
+                    WHEN pods.node IS DISTINCT FROM lives.bind_node THEN 'node is not the binding''s'
+                    WHEN pods.bound_ts IS DISTINCT FROM lives.bound_ts
+                    THEN 'bound_ts is not the binding''s'
+                    WHEN pods.deleted_rv IS DISTINCT FROM lives.delete_rv
+                    THEN 'deleted_rv is not the last delete'
+                    ELSE 'deleted_ts is not the last delete''s' END
+        FROM pods
+        LEFT JOIN {pods} AS writes ON writes.rv = pods.bound_rv AND writes.pod = pods.pod
+        LEFT JOIN {lives} AS lives ON lives.pod = writes.pod AND lives.life = writes.life
+        WHERE pods.bound_rv IS NOT NULL
+          AND (writes.rv IS NULL OR writes.kind <> 'binding' OR writes.rv <> lives.bind_rv
+               OR pods.node IS DISTINCT FROM lives.bind_node
+               OR pods.bound_ts IS DISTINCT FROM lives.bound_ts
+               OR pods.deleted_rv IS DISTINCT FROM lives.delete_rv
+               OR pods.deleted_ts IS DISTINCT FROM lives.deleted_ts)""", order="rv, pod")
+
+
+def attempt_times_ordered(run: RunTables) -> Finding:
+    """enqueued_ts <= started_ts <= decided_ts <= committed_ts, and forgotten_ts, if any, not
+    before decided_ts.  In observe runs started_ts is not recorded, and an attempt decided before
+    the modelled enqueue is reported (the delay model is slower than the recorded cluster)."""
+    columns = ("attempt_id, pod, scheduler, outcome, enqueued_ts, started_ts, decided_ts, "
+               "committed_ts, forgotten_ts")
+    committed_may_be_null = "(committed_ts IS NULL AND outcome = 'error')"
+    if run.recorded:
+        return _from_sql(run, "attempt_times_ordered", f"""
+            SELECT {columns} FROM attempts
+            WHERE decided_ts IS NULL OR committed_ts IS NULL OR enqueued_ts IS NULL
+               OR decided_ts > committed_ts OR forgotten_ts < decided_ts""",
+                         reported=f"SELECT {columns} FROM attempts WHERE enqueued_ts > decided_ts",
+                         order="attempt_id",
+                         note="observe: attempts decided before their modelled enqueue")
+    return _from_sql(run, "attempt_times_ordered", f"""
+        SELECT {columns} FROM attempts
+        WHERE enqueued_ts IS NULL OR started_ts IS NULL OR decided_ts IS NULL
+           OR (committed_ts IS NULL AND NOT {committed_may_be_null})
+           OR NOT (enqueued_ts <= started_ts AND started_ts <= decided_ts)
+           OR committed_ts < decided_ts OR forgotten_ts < decided_ts""", order="attempt_id")
+
+
+def attempt_outcome_documented(run: RunTables) -> Finding:
+    """Every attempt's outcome is one of the documented values (docs/run-directory.md)."""
+    documented = ", ".join(f"'{outcome}'" for outcome in OUTCOMES)
+    return _from_sql(run, "attempt_outcome_documented", f"""
+        SELECT attempt_id, pod, scheduler, outcome, reason FROM attempts
+        WHERE outcome IS NULL OR outcome NOT IN ({documented})""", order="attempt_id")
+
+
+def attempt_writes_match_outcome(run: RunTables) -> Finding:
+    """A ``bound`` attempt has exactly one committed binding with its attempt_id, of its pod, on
+    its node; any other attempt has none, except a kubelet's admission failure (a ``conflict``
+    whose reason is ``kubelet_admission``: bound, then failed by the node's kubelet).  Every
+    binding that names an attempt names one of its own pod."""
+    return _from_sql(run, "attempt_writes_match_outcome", """
+        WITH bindings AS (
+            SELECT attempt_id, count(*) AS bindings, arg_min(node, rv) AS node,
+                   arg_min(concat_ws('/', namespace, name), rv) AS pod, min(rv) AS rv
+            FROM events
+            WHERE resource = 'pods' AND verb = 'create' AND subresource = 'binding'
+              AND attempt_id IS NOT NULL
+            GROUP BY attempt_id
+        )
+        SELECT attempts.attempt_id, coalesce(attempts.pod, bindings.pod) AS pod,
+               attempts.outcome, attempts.reason, attempts.node, bindings.node AS bound_node,
+               coalesce(bindings.bindings, 0) AS bindings
+        FROM attempts FULL JOIN bindings USING (attempt_id)
+        WHERE CASE WHEN attempts.attempt_id IS NULL THEN true
+                   WHEN attempts.outcome = 'bound'
+                        OR (attempts.outcome = 'conflict' AND attempts.reason = 'kubelet_admission')
+                   THEN coalesce(bindings.bindings, 0) <> 1
+                        OR bindings.node IS DISTINCT FROM attempts.node
+                        OR bindings.pod <> attempts.pod
+                   ELSE bindings.bindings IS NOT NULL END""", order="attempt_id")
+
+
+def every_pod_accounted(run: RunTables) -> Finding:
+    """At the end of a what-if run every pod is bound, deleted, or pending with a last attempt
+    that says why: ``unschedulable``, or a ``conflict`` whose retry (after at most
+    ``backoff_max_ms``) was not yet due when the run ended."""
+    if run.recorded:
+        return _not_applicable("every_pod_accounted", "observe: the trace decides every pod")
+    backoff_us = round(float(run.params.get("backoff_max_ms", 0.0)) * 1000)
+    return _from_sql(run, "every_pod_accounted", f"""
+        WITH pending AS (
+            SELECT pod, created_ts FROM pods WHERE bound_rv IS NULL AND deleted_rv IS NULL
+        ), last AS (
+            SELECT pending.pod, pending.created_ts,
+                   max(attempts.attempt_id) AS last_attempt,
+                   arg_max(attempts.outcome, attempts.attempt_id) AS outcome,
+                   arg_max(attempts.reason, attempts.attempt_id) AS reason,
+                   arg_max(attempts.committed_ts, attempts.attempt_id) AS committed_ts
+            FROM pending
+            LEFT JOIN attempts
+              ON attempts.pod = pending.pod AND attempts.enqueued_ts >= pending.created_ts
+            GROUP BY ALL
+        )
+        SELECT pod, created_ts, last_attempt, outcome, reason, committed_ts
+        FROM last
+        WHERE NOT coalesce(outcome = 'unschedulable'
+                           OR (outcome = 'conflict' AND committed_ts + to_microseconds({backoff_us})
+                               > (SELECT end_ts FROM run_bounds)), false)""",
+                     order="created_ts, pod")
+
+
+# -- views ---------------------------------------------------------------------------------------
+
+def views_converge(run: RunTables) -> Finding:
+    """Once a watcher has applied its last delivery its view of every node equals the truth: no
+    capacity window is still open when the run ends (open_at_end: a write it never received, or
+    an assumption it never forgot)."""
+    return _from_sql(run, "views_converge", """
+        SELECT watcher, node, resource, kind, start_ts, end_ts, gap_max
+        FROM capacity_windows WHERE open_at_end""", order="watcher, node, resource, start_ts")
+
+
+def zero_delay_zero_windows(run: RunTables) -> Finding:
+    """With every stage free (profile ``zero``, no stage overridden) and the ``oracle`` model,
+    no view ever differs from the truth, and every conflict is a node whose allocatable shrank
+    (or that went away) between the attempt's start and its commit."""
+    if run.model != "oracle" or not _zero_delay(run.manifest.get("config", {})):
+        return _not_applicable("zero_delay_zero_windows",
+                               "applies to the oracle model with every stage free")
+    return _from_sql(run, "zero_delay_zero_windows", f"""
+        SELECT 'window' AS what, watcher AS who, node, start_ts AS since, kind AS detail
+        FROM capacity_windows
+        UNION ALL
+        SELECT 'conflict', scheduler, node, decided_ts, reason
+        FROM attempts
+        WHERE outcome = 'conflict' AND NOT EXISTS (
+            SELECT 1 FROM {run.truth()} AS truth
+            WHERE truth.node = attempts.node AND truth.change = 'node'
+              AND least(truth.cpu_milli, truth.memory_bytes, truth.gpu_milli) < 0
+              AND truth.commit_ts >= attempts.started_ts
+              AND truth.commit_ts <= attempts.committed_ts)""", order="since, who")
+
+
+def _zero_delay(config: dict) -> bool:
+    stages = [d for params in config.get("stages", {}).values() for d in params.values()]
+    for watcher in config.get("watchers") or ():
+        stages += [d for params in watcher.get("stages", {}).values() for d in params.values()]
+    return bool(stages) and all(d.get("dist") == "constant" and round(d.get("ms", 1) * 1000) == 0
+                                for d in stages)
+
+
+def deterministic(run: RunTables) -> Finding:
+    return _not_applicable("deterministic", "`replay check --rerun` replays the trace again to "
+                                            "compare")
+
+
+def compare_runs(original: str | Path, again: str | Path) -> Finding:
+    """``deterministic``: the same trace, config and seed gave byte-identical tables (and
+    manifest) in ``again``."""
+    original, again = Path(original), Path(again)
+    names = sorted({p.name for p in original.iterdir()} | {p.name for p in again.iterdir()})
+    differing = [{"file": name} for name in names
+                 if not ((original / name).is_file() and (again / name).is_file()
+                         and (original / name).read_bytes() == (again / name).read_bytes())]
+    return _finding("deterministic", len(differing), differing)
+
+
+INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("rv_in_commit_order", "writes are numbered 1, 2, ... in commit order",
+              rv_in_commit_order),
+    Invariant("stage_times_ordered", "commit <= cached <= dispatched <= sent <= received <= "
+              "dequeued <= applied in every delivery", stage_times_ordered),
+    Invariant("delivery_matches_event", "each delivery is of a committed write, with its commit "
+              "time, and one write's shared stages are shared", delivery_matches_event),
+    Invariant("exactly_once", "every write reaches exactly the watchers whose filter matches it, "
+              "once each", exactly_once),
+    Invariant("stream_order", "per watcher and resource, sent, received and applied never "
+              "decrease in rv order", stream_order),
+    Invariant("shared_queues_fifo", "cached_ts and dispatched_ts never decrease in rv order",
+              shared_queues_fifo),
+    Invariant("truth_within_capacity", "no binding pushes a node over its allocatable",
+              truth_within_capacity),
+    Invariant("kubelet_admission", "no pod a kubelet admits pushes its node over allocatable in "
+              "the kubelet's view", kubelet_admission),
+    Invariant("one_binding_per_incarnation", "at most one binding per pod incarnation, never "
+              "after its delete, and pods agrees with it", one_binding_per_incarnation),
+    Invariant("attempt_times_ordered", "enqueued <= started <= decided <= committed, forgotten "
+              "after decided", attempt_times_ordered),
+    Invariant("attempt_outcome_documented", "outcomes are bound, conflict, unschedulable or error",
+              attempt_outcome_documented),
+    Invariant("attempt_writes_match_outcome", "a bound attempt wrote exactly one binding on its "
+              "node; a failed one none", attempt_writes_match_outcome),
+    Invariant("every_pod_accounted", "at the end every pod is bound, deleted, or pending for a "
+              "reason", every_pod_accounted),
+    Invariant("views_converge", "no capacity window is still open when the run ends",
+              views_converge),
+    Invariant("zero_delay_zero_windows", "oracle with every stage free: no windows, no "
+              "conflicts but shrinking nodes", zero_delay_zero_windows),
+    Invariant("deterministic", "the same trace, config and seed give byte-identical tables",
+              deterministic),
+)

@@ -1,0 +1,275 @@
+"""Hypothesis strategies the whole suite shares: traces, pipeline configurations, model parameters.
+
+Every value is drawn from a few readable choices (node names n0, n1...; pods p0, p1...;
+millisecond times; requests of whole quarter-cores, GiB and half-GPUs), so that a failure shrinks
+to a trace one can read row by row.  ``rows_to_trace`` writes a list of rows as a trace file.
+
+- ``workloads()``: nodes whose allocatable changes, that go away and come back, heartbeats;
+  pods requesting cpu, memory and gpu, arriving, deleted, created again under the same name, in
+  gangs; recorded bindings (when asked) that fail with 409 or 500 before one succeeds; writes to
+  other resources.
+- ``observed_traces()``: the recorded traces the query references are compared on (a few pods,
+  all within 60 ms, bound on the first try or after a 409).
+- ``distributions()``: every delay distribution of docs/config.md, in small milliseconds.
+- ``pipelines()``: a seed, a profile, stage costs overridden (zero included) and per-watcher
+  overrides; ``PipelineChoice.config`` makes the run configuration for a model and a trace.
+- ``model_params(model)``: values for a model's declared parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import datetime as dt
+from pathlib import Path
+
+import polars as pl
+from hypothesis import strategies as st
+
+from replay.engine.config import PROFILES, SHARED_STAGES, STAGES, RunConfig, WatcherSpec
+from replay.engine.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
+from replay.models.base import Model
+from replay.trace.io import write_trace
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+GIB = 1 << 30
+SCHEDULERS = ("kube-scheduler", "second-scheduler")
+
+
+# --- trace rows ----------------------------------------------------------------------------------
+
+def node(ms, name, cpu, memory=8 * GIB, gpu=None, verb="create", subresource=None):
+    return {"ms": ms, "verb": verb, "resource": "nodes", "subresource": subresource, "name": name,
+            "node": name, "cpu": cpu, "memory": memory, "gpu": gpu, "component": "kubelet"}
+
+
+def pod(ms, name, cpu, memory=0, gpu=None, group=None):
+    row = {"ms": ms, "verb": "create", "resource": "pods", "name": name, "cpu": cpu,
+           "memory": memory, "gpu": gpu}
+    return row | ({"group": group} if group is not None else {})
+
+
+def bind(ms, name, node_name, code=201, decided_ms=None, scheduler="kube-scheduler"):
+    return {"ms": ms, "received_ms": ms if decided_ms is None else decided_ms, "verb": "create",
+            "resource": "pods", "subresource": "binding", "name": name, "node": node_name,
+            "code": code, "component": scheduler}
+
+
+def delete(ms, name):
+    return {"ms": ms, "verb": "delete", "resource": "pods", "name": name, "code": 200}
+
+
+def rows_to_trace(path, rows: list[dict]) -> Path:
+    """A trace from rows of dicts with ``ms`` (milliseconds after T0); other columns as named."""
+    frame = pl.DataFrame([
+        {"ts": T0 + dt.timedelta(milliseconds=r["ms"]),
+         "received_ts": T0 + dt.timedelta(milliseconds=r.get("received_ms", r["ms"])),
+         "verb": r["verb"], "resource": r["resource"], "subresource": r.get("subresource"),
+         "namespace": "ns" if r["resource"] == "pods" else None, "name": r["name"],
+         "node": r.get("node"), "cpu_milli": r.get("cpu"), "memory_bytes": r.get("memory"),
+         "gpu_milli": r.get("gpu"), "code": r.get("code", 201),
+         "component": r.get("component", "workload"), "group": r.get("group")}
+        for r in sorted(rows, key=lambda r: r["ms"])],
+        schema_overrides={"cpu_milli": pl.Int64, "memory_bytes": pl.Int64, "gpu_milli": pl.Int64,
+                          "subresource": pl.String, "node": pl.String, "namespace": pl.String,
+                          "group": pl.String})
+    write_trace(frame, path, source="test", source_args={})
+    return Path(path)
+
+
+# --- workloads ------------------------------------------------------------------------------------
+
+NODE_CPU, NODE_MEMORY, NODE_GPU = (1000, 2000, 4000), (2 * GIB, 8 * GIB), (None, 0, 1000)
+POD_CPU, POD_MEMORY, POD_GPU = (0, 250, 1000, 3000), (0, GIB, 4 * GIB), (None, 0, 500, 1000)
+
+
+@st.composite
+def allocatable(draw) -> tuple:
+    return (draw(st.sampled_from(NODE_CPU)), draw(st.sampled_from(NODE_MEMORY)),
+            draw(st.sampled_from(NODE_GPU)))
+
+
+@st.composite
+def requests(draw) -> tuple:
+    return (draw(st.sampled_from(POD_CPU)), draw(st.sampled_from(POD_MEMORY)),
+            draw(st.sampled_from(POD_GPU)))
+
+
+@st.composite
+def node_rows(draw, name: str) -> list[dict]:
+    """A node created early; then maybe allocatable changes, heartbeats, a delete and a return."""
+    rows = [node(draw(st.integers(0, 3)), name, *draw(allocatable()))]
+    for _ in range(draw(st.integers(0, 2))):
+        rows.append(node(draw(st.integers(1, 80)), name, *draw(allocatable()), verb="patch",
+                         subresource="status"))
+    if draw(st.booleans()):
+        rows.append(node(draw(st.integers(1, 80)), name, None, None, None, verb="patch",
+                         subresource="status"))
+    if draw(st.integers(0, 4)) == 0:
+        gone = draw(st.integers(10, 80))
+        rows.append({**node(gone, name, None, None, None, verb="delete"), "code": 200})
+        if draw(st.booleans()):
+            rows.append(node(gone + draw(st.integers(0, 20)), name, *draw(allocatable())))
+    return rows
+
+
+@st.composite
+def pod_rows(draw, name: str, nodes: list[str], recorded: bool, group: str | None) -> list[dict]:
+    """One pod name: one incarnation, or two (created again after its delete); each maybe
+    bound (after failed bindings) and deleted, when the trace is ``recorded``."""
+    rows, at = [], draw(st.integers(0, 60))
+    lives = draw(st.integers(1, 2)) if group is None else 1
+    for life in range(lives):
+        rows.append(pod(at, name, *draw(requests()), group=group))
+        if recorded and draw(st.booleans()):
+            scheduler = draw(st.sampled_from(SCHEDULERS))
+            for code in draw(st.lists(st.sampled_from([409, 500]), max_size=2)):
+                at += draw(st.integers(0, 3))
+                rows.append(bind(at, name, draw(st.sampled_from(nodes)), code=code,
+                                 scheduler=scheduler))
+            at += draw(st.integers(0, 4))
+            rows.append(bind(at, name, draw(st.sampled_from(nodes)),
+                             decided_ms=max(at - draw(st.integers(0, 2)), 0), scheduler=scheduler))
+        if life + 1 < lives or draw(st.booleans()):
+            at += draw(st.integers(1, 40))
+            rows.append(delete(at, name))
+            at += draw(st.integers(0, 5))
+    return rows
+
+
+@st.composite
+def workloads(draw, max_nodes: int = 3, max_pods: int = 6, recorded: bool = True) -> list[dict]:
+    """Rows of a small trace (see the module's docstring); ``recorded``: with bindings."""
+    nodes = [f"n{i}" for i in range(draw(st.integers(1, max_nodes)))]
+    rows = [row for name in nodes for row in draw(node_rows(name))]
+    gangs = draw(st.sampled_from([(), ("g0",), ("g0", "g1")]))
+    for i in range(draw(st.integers(1, max_pods))):
+        group = draw(st.sampled_from((None, *gangs)))
+        rows += draw(pod_rows(f"p{i}", nodes, recorded, group))
+    if draw(st.integers(0, 3)) == 0:
+        rows.append({"ms": draw(st.integers(0, 80)), "verb": "update", "resource": "configmaps",
+                     "name": "settings", "code": 200, "component": "user"})
+    return rows
+
+
+@st.composite
+def observed_traces(draw) -> list[dict]:
+    """A few nodes and pods, all within 60 ms, so that deliveries overlap and writes tie."""
+    rows = []
+    names = [f"n{i}" for i in range(draw(st.integers(1, 3)))]
+    for name in names:
+        rows.append(node(0, name, draw(st.sampled_from([1000, 2000, 4000])),
+                         draw(st.sampled_from([2 * GIB, 8 * GIB])),
+                         draw(st.sampled_from([None, 0, 1000]))))
+    if draw(st.booleans()):
+        rows.append(node(draw(st.integers(1, 60)), draw(st.sampled_from(names)),
+                         draw(st.sampled_from([None, 500, 3000])), None, None,
+                         verb="patch", subresource="status"))
+    if draw(st.integers(0, 4)) == 0:
+        rows.append({**node(draw(st.integers(1, 60)), names[-1], None), "verb": "delete",
+                     "memory": None, "code": 200})
+    pods = draw(st.integers(1, 6))
+    for i in range(pods):
+        name, at = f"p{draw(st.integers(0, pods - 1))}", draw(st.integers(0, 50))
+        rows.append(pod(at, name, draw(st.sampled_from([0, 500, 1000, 1500])),
+                        draw(st.sampled_from([0, GIB])), draw(st.sampled_from([None, 0, 500]))))
+        if i == 0 or draw(st.booleans()):
+            at += draw(st.integers(0, 4))
+            scheduler = draw(st.sampled_from(SCHEDULERS))
+            target = draw(st.sampled_from(names))
+            if draw(st.integers(0, 3)) == 0:
+                rows.append(bind(at, name, target, code=409, scheduler=scheduler))
+                at += draw(st.integers(0, 3))
+            rows.append(bind(at, name, target, decided_ms=at - draw(st.integers(0, 2)),
+                             scheduler=scheduler))
+            if draw(st.booleans()):
+                at += draw(st.integers(0, 20))
+                rows += [delete(at, name)] * draw(st.integers(1, 2))
+    return rows
+
+
+# --- the pipeline ---------------------------------------------------------------------------------
+
+def distributions(max_ms: float = 5.0) -> st.SearchStrategy:
+    """Every kind of delay distribution, within ``max_ms`` or so, as the config accepts them
+    (a lognormal's median is above 0)."""
+    ms = st.sampled_from([0.0, 0.01, 0.1, 0.5, 1.0, max_ms])
+    return st.one_of(
+        st.builds(Constant, ms),
+        st.builds(Exponential, ms),
+        ms.filter(bool).flatmap(lambda median: st.builds(LogNormal, st.just(median),
+                                            st.sampled_from([median, median * 3, median * 10]))),
+        ms.flatmap(lambda low: st.builds(Uniform, st.just(low),
+                                         st.sampled_from([low, low + 0.5, low + max_ms]))),
+        st.lists(st.tuples(ms, st.sampled_from([0.5, 1.0, 3.0])), min_size=1, max_size=3).map(
+            lambda pairs: Empirical(tuple(v for v, _ in pairs), tuple(w for _, w in pairs))),
+    )
+
+
+STAGE_PARAMS = [(stage, param) for stage, params in STAGES.items() for param in params]
+PER_WATCHER_PARAMS = [(s, p) for s, p in STAGE_PARAMS if s not in SHARED_STAGES]
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineChoice:
+    """A run's pipeline: the base profile, stage costs set over it, and costs of its own for
+    some watchers (by position among the run's watchers, modulo their number)."""
+
+    seed: int
+    profile: str
+    stages: tuple[tuple[str, str, object], ...] = ()
+    per_watcher: tuple[tuple[int, str, str, object], ...] = ()
+
+    def config(self, model: type[Model], params: dict, trace: pl.DataFrame) -> RunConfig:
+        costs = copy.deepcopy(PROFILES[self.profile])
+        for stage, param, dist in self.stages:
+            costs[stage][param] = dist
+        config = RunConfig(seed=self.seed, profile=self.profile, model=model.name,
+                           model_params=dict(params), stages=costs)
+        if not self.per_watcher:
+            return config
+        watchers = list(model(params).default_watchers(trace))
+        for index, stage, param, dist in self.per_watcher:
+            at = index % len(watchers)
+            own = {s: dict(p) for s, p in watchers[at].stages.items()}
+            own.setdefault(stage, {})[param] = dist
+            watchers[at] = WatcherSpec(watchers[at].name, watchers[at].role,
+                                       watchers[at].resources, watchers[at].node, own)
+        return dataclasses.replace(config, watchers=tuple(watchers))
+
+
+@st.composite
+def pipelines(draw) -> PipelineChoice:
+    stages = draw(st.lists(st.tuples(st.sampled_from(STAGE_PARAMS), distributions()),
+                           max_size=3, unique_by=lambda t: t[0]))
+    per_watcher = draw(st.lists(st.tuples(st.integers(0, 7), st.sampled_from(PER_WATCHER_PARAMS),
+                                          distributions()), max_size=2))
+    return PipelineChoice(draw(st.integers(0, 3)), draw(st.sampled_from(["default", "zero"])),
+                          tuple((s, p, d) for (s, p), d in stages),
+                          tuple((i, s, p, d) for i, (s, p), d in per_watcher))
+
+
+# --- models ---------------------------------------------------------------------------------------
+
+SMALL_INTS = {"schedulers": (1, 2, 3)}
+
+
+@st.composite
+def model_params(draw, model: type[Model]) -> dict:
+    """A value for each of ``model``'s declared parameters: its choices, or its default and a
+    few values around it (times short enough that retries and expiries happen in a short run)."""
+    params = {}
+    for p in model.params:
+        if p.choices is not None:
+            options = p.choices
+        elif isinstance(p.default, bool):
+            options = (False, True)
+        elif isinstance(p.default, int):
+            options = SMALL_INTS.get(p.name, tuple(sorted({p.default, p.default + 1, 2})))
+        elif isinstance(p.default, float):
+            options = (p.default, 0.0, round(p.default / 100, 3), min(p.default * 3, 50.0))
+        else:
+            options = (p.default,)
+        options = tuple(v for v in options if p.minimum is None or v >= p.minimum)
+        params[p.name] = draw(st.sampled_from(options))
+    return params

@@ -1,0 +1,293 @@
+"""``replay check``: it passes on consistent runs, and fails, naming the invariant, on run
+directories corrupted on purpose (one corruption per invariant); its command line."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from replay.analysis.check import INVARIANTS, Status, check_run, compare_runs, failed
+from replay.analysis.derive import derive
+from replay.api import run_replay
+from replay.engine.config import load_config
+
+from strategies import GIB, bind, delete, node, pod, rows_to_trace
+
+MS = dt.timedelta(milliseconds=1)
+US = dt.timedelta(microseconds=1)
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+
+# Two nodes; pods arriving two at a time, one deleted, one too big for any node (it stays
+# pending, unschedulable); recorded bindings (kept by observe, set aside by the what-if models).
+ROWS = [
+    node(0, "n0", 4000, 8 * GIB, 1000), node(0, "n1", 2000, 8 * GIB),
+    pod(1, "a", 1000, GIB), pod(1, "b", 1500, GIB, 500), bind(3, "a", "n0"), bind(3, "b", "n0"),
+    pod(5, "c", 500), bind(7, "c", "n1"), delete(30, "c"),
+    pod(6, "huge", 9000), node(40, "n1", None, None, None, verb="patch", subresource="status"),
+]
+# One node with room for one of two pods that two kube-schedulers place at once: the kubelet
+# admits the first binding and fails the second
+RACE = [node(0, "n0", 1000, 8 * GIB), pod(1, "a", 1000), pod(1, "b", 1000)]
+
+
+def replay(root: Path, model: str, config: str = "", rows=ROWS) -> Path:
+    folder = Path(tempfile.mkdtemp(dir=root))
+    trace = rows_to_trace(folder / "trace.parquet", rows)
+    (folder / "run.toml").write_text(config)
+    return run_replay(trace, load_config(folder / "run.toml", model=model),
+                      out=folder / model).out
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> dict[str, Path]:
+    """Consistent runs to corrupt: Gödel (its commits are checked) with the default delays, the
+    oracle with every stage free, and two kube-schedulers racing for one node."""
+    root = tmp_path_factory.mktemp("check")
+    return {"godel": replay(root, "godel"), "oracle": replay(root, "oracle", 'profile = "zero"\n'),
+            "kube": replay(root, "kube", "[model]\nschedulers = 2\n", rows=RACE)}
+
+
+def ids(findings, status=Status.FAILED) -> list[str]:
+    return [f.invariant for f in findings if f.status is status]
+
+
+@pytest.mark.parametrize("model", ["godel", "oracle", "kube"])
+def test_the_runs_to_corrupt_keep_every_invariant(base, model):
+    findings = check_run(base[model])
+    assert failed(findings) == []
+    assert [f.invariant for f in findings] == [i.id for i in INVARIANTS]
+
+
+# --- corruptions ----------------------------------------------------------------------------------
+
+def corrupt(run_dir: Path, tmp_path: Path, edit, windows: bool = False) -> Path:
+    """A copy of ``run_dir`` whose tables ``edit(tables)`` changed (it returns the changed ones);
+    the capacity windows derived again if ``windows``."""
+    copy = tmp_path / run_dir.name
+    shutil.copytree(run_dir, copy)
+    tables = {t: pl.read_parquet(copy / f"{t}.parquet") for t in TABLES}
+    for name, table in edit(tables).items():
+        table.write_parquet(copy / f"{name}.parquet")
+    if windows:
+        derive(copy)
+    return copy
+
+
+def at(frame: pl.DataFrame, row: int, **values) -> pl.DataFrame:
+    """``frame`` with the columns of row number ``row`` set to ``values``."""
+    index = pl.int_range(pl.len()) == row
+    return frame.with_columns(**{c: pl.when(index).then(pl.lit(v, dtype=frame[c].dtype))
+                                 .otherwise(pl.col(c)) for c, v in values.items()})
+
+
+def row_of(frame: pl.DataFrame, condition: pl.Expr) -> int:
+    return frame.with_row_index().filter(condition)["index"][0]
+
+
+def earlier_commit(t):
+    """The second write committed before the first."""
+    e = t["events"]
+    return {"events": at(e, 1, commit_ts=e["commit_ts"][0] - MS)}
+
+
+def received_before_sent(t):
+    d = t["deliveries"]
+    return {"deliveries": at(d, 0, received_ts=d["sent_ts"][0] - US)}
+
+
+def commit_not_the_events(t):
+    d = t["deliveries"]
+    return {"deliveries": at(d, 3, commit_ts=d["commit_ts"][3] - US)}
+
+
+def drop_a_delivery(t):
+    """The kubelet of n0 never receives a's binding."""
+    e, d = t["events"], t["deliveries"]
+    rv = e.filter((pl.col("subresource") == "binding") & (pl.col("node") == "n0"))["rv"][0]
+    return {"deliveries": d.filter(~((pl.col("rv") == rv) & (pl.col("watcher") == "kubelet/n0")))}
+
+
+def deliver_twice(t):
+    d = t["deliveries"]
+    return {"deliveries": pl.concat([d, d[5:6]])}
+
+
+def swap_applied(t):
+    """Two consecutive deliveries to one watcher applied in the opposite order."""
+    d = t["deliveries"].sort("watcher", "rv")
+    i = row_of(d, (pl.col("watcher") == pl.col("watcher").shift(-1))
+               & (pl.col("applied_ts") < pl.col("applied_ts").shift(-1)))
+    first, second = d["applied_ts"][i], d["applied_ts"][i + 1]
+    return {"deliveries": at(at(d, i, applied_ts=second), i + 1, applied_ts=first)}
+
+
+def cache_out_of_order(t):
+    """A write leaves the watch cache before the write committed just before it (a and b are
+    created at the same instant)."""
+    d, e = t["deliveries"], t["events"]
+    rv = e.filter(pl.col("name") == "b", pl.col("verb") == "create",
+                  pl.col("subresource").is_null())["rv"][0]
+    mine = pl.col("rv") == rv
+    return {"deliveries": d.with_columns(
+        cached_ts=pl.when(mine).then(pl.col("commit_ts")).otherwise(pl.col("cached_ts")),
+        dispatched_ts=pl.when(mine).then(pl.col("commit_ts")).otherwise(pl.col("dispatched_ts")))}
+
+
+def over_commit(t):
+    """n0 reports a quarter of the cpu its pods request."""
+    e = t["events"]
+    i = row_of(e, (pl.col("resource") == "nodes") & (pl.col("name") == "n0"))
+    return {"events": at(e, i, cpu_milli=500)}
+
+
+def admit_a_failed_pod(t):
+    """The kubelet's admission failure is gone: it admitted both pods on a node with room for
+    one."""
+    e = t["events"]
+    return {"events": e.filter(~((pl.col("subresource") == "status")
+                                 & (pl.col("component") == "kubelet")))}
+
+
+def second_binding(t):
+    """a is bound again, to n1, after everything else."""
+    e = t["events"]
+    first = e.filter(pl.col("subresource") == "binding", pl.col("name") == "a")
+    again = first.with_columns(rv=pl.lit(e["rv"].max() + 1, dtype=pl.Int64),
+                               commit_ts=e["commit_ts"].max() + MS,
+                               node=pl.lit("n1"), attempt_id=pl.lit(None, dtype=pl.Int64))
+    return {"events": pl.concat([e, again])}
+
+
+def decided_before_started(t):
+    a = t["attempts"]
+    return {"attempts": at(a, 0, decided_ts=a["started_ts"][0] - US)}
+
+
+def undocumented_outcome(t):
+    return {"attempts": at(t["attempts"], 0, outcome="pending")}
+
+
+def bound_called_conflict(t):
+    a = t["attempts"]
+    return {"attempts": at(a, row_of(a, pl.col("outcome") == "bound"), outcome="conflict",
+                           reason="node_full")}
+
+
+def forget_a_pod(t):
+    """huge, which fits nowhere, is pending with no attempt at all."""
+    return {"attempts": t["attempts"].filter(pl.col("pod") != "ns/huge")}
+
+
+def scheduler_misses_a_node(t):
+    """godel-scheduler-0 never receives n0's create: blind to it until the run ends."""
+    d = t["deliveries"]
+    return {"deliveries": d.filter(~((pl.col("rv") == 1) & (pl.col("watcher") == "godel-scheduler-0")))}
+
+
+def late_kubelet(t):
+    """With every stage free, a kubelet applies a binding 5 ms late."""
+    e, d = t["events"], t["deliveries"]
+    rv = e.filter(pl.col("subresource") == "binding")["rv"][0]
+    mine = (pl.col("rv") == rv) & (pl.col("watcher").str.starts_with("kubelet/"))
+    return {"deliveries": d.with_columns(
+        pl.when(mine).then(pl.col(c) + 5 * MS).otherwise(pl.col(c)).alias(c)
+        for c in ("sent_ts", "received_ts", "dequeued_ts", "applied_ts"))}
+
+
+CORRUPTIONS = [
+    ("rv_in_commit_order", "godel", earlier_commit, False),
+    ("stage_times_ordered", "godel", received_before_sent, False),
+    ("delivery_matches_event", "godel", commit_not_the_events, False),
+    ("exactly_once", "godel", drop_a_delivery, False),
+    ("exactly_once", "godel", deliver_twice, False),
+    ("stream_order", "godel", swap_applied, False),
+    ("shared_queues_fifo", "godel", cache_out_of_order, False),
+    ("truth_within_capacity", "godel", over_commit, False),
+    ("kubelet_admission", "kube", admit_a_failed_pod, False),
+    ("one_binding_per_incarnation", "godel", second_binding, False),
+    ("attempt_times_ordered", "godel", decided_before_started, False),
+    ("attempt_outcome_documented", "godel", undocumented_outcome, False),
+    ("attempt_writes_match_outcome", "godel", bound_called_conflict, False),
+    ("every_pod_accounted", "godel", forget_a_pod, False),
+    ("views_converge", "godel", scheduler_misses_a_node, True),
+    ("zero_delay_zero_windows", "oracle", late_kubelet, True),
+]
+
+
+@pytest.mark.parametrize("invariant, model, edit, windows", CORRUPTIONS,
+                         ids=[f"{c[0]}-{c[2].__name__}" for c in CORRUPTIONS])
+def test_a_corrupted_run_fails_naming_the_invariant(base, tmp_path, invariant, model, edit,
+                                                    windows):
+    findings = {f.invariant: f for f in check_run(corrupt(base[model], tmp_path, edit, windows))}
+    assert findings[invariant].status is Status.FAILED
+    assert 1 <= len(findings[invariant].examples) <= findings[invariant].count
+
+
+def test_every_invariant_has_a_corruption():
+    assert {c[0] for c in CORRUPTIONS} | {"deterministic"} == {i.id for i in INVARIANTS}
+
+
+def test_a_run_that_differs_from_its_replay_is_not_deterministic(base, tmp_path):
+    again = corrupt(base["godel"], tmp_path, swap_applied)
+    assert compare_runs(base["godel"], base["godel"]).status is Status.OK
+    different = compare_runs(base["godel"], again)
+    assert different.status is Status.FAILED and different.examples == (
+        {"file": "deliveries.parquet"},)
+
+
+def test_the_examples_are_the_offending_rows(base, tmp_path):
+    (finding,) = [f for f in check_run(corrupt(base["godel"], tmp_path, drop_a_delivery))
+                  if f.invariant == "exactly_once"]
+    assert finding.count == 1
+    assert finding.examples[0]["watcher"] == "kubelet/n0"
+    assert finding.examples[0]["problem"] == "missing"
+
+
+def test_at_most_five_examples(base, tmp_path):
+    def shift_every_applied(t):
+        d = t["deliveries"]
+        return {"deliveries": d.with_columns(applied_ts=pl.col("commit_ts") - US)}
+
+    (finding,) = [f for f in check_run(corrupt(base["godel"], tmp_path, shift_every_applied))
+                  if f.invariant == "stage_times_ordered"]
+    assert finding.count == pl.read_parquet(base["godel"] / "deliveries.parquet").height
+    assert len(finding.examples) == 5
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+def test_cli_prints_one_line_per_invariant(cli, base):
+    result = cli("check", base["godel"])
+    assert result.code == 0, result.out
+    lines = result.out.splitlines()
+    assert lines[0] == f"{base['godel']}: every invariant holds ({len(INVARIANTS)} checked)"
+    assert [line.split()[1] for line in lines[1:]] == [i.id for i in INVARIANTS]
+    assert lines[1].split()[0] == "ok"
+    assert "n/a       deterministic (`replay check --rerun`" in result.out
+
+
+def test_cli_fails_naming_the_invariant(cli, base, tmp_path):
+    broken = corrupt(base["godel"], tmp_path, drop_a_delivery)
+    result = cli("check", base["oracle"], broken)
+    assert result.code == 1
+    assert f"{broken}: 1 of {len(INVARIANTS)} invariants FAILED" in result.out
+    assert "  FAILED    exactly_once: 1 row\n" in result.out
+    assert "watcher=kubelet/n0, problem=missing" in result.out
+
+
+def test_cli_rerun_replays_and_compares(cli, base):
+    result = cli("check", "--rerun", base["oracle"])
+    assert result.code == 0, result.out
+    assert "  ok        deterministic\n" in result.out
+
+
+def test_cli_lists_the_invariants_and_errs_in_one_line(cli, tmp_path):
+    listed = cli("check", "--list").out.splitlines()
+    assert [line.split()[0] for line in listed] == [i.id for i in INVARIANTS]
+    missing = cli("check", tmp_path / "nope")
+    assert missing.code == 1 and missing.err.count("\n") == 1 and "no such run directory" in missing.err
