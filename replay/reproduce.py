@@ -1,4 +1,4 @@
-"""Replaying a run again to show it is deterministic: the ``deterministic`` invariant.
+"""Replaying runs again to show they are deterministic: the ``deterministic`` invariant.
 
 A run directory's manifest records the trace (its path and sha256) and the resolved configuration
 (seed included), so the same replay can be made again.  It is made in a new process, with one
@@ -20,21 +20,22 @@ from replay.engine.config import from_description
 from replay.engine.rundir import read_manifest, sha256_of
 from replay.errors import ReplayError
 
-# The second replay, as a new process sees it: DuckDB's connections get one thread (DuckDB reads
-# no environment variable for it), polars one (POLARS_MAX_THREADS, set by the caller).
+# The second replays, as a new process sees them: DuckDB's connections get one thread (DuckDB
+# reads no environment variable for it), polars one (POLARS_MAX_THREADS, set by the caller).
 _AGAIN = """
 import functools, json, sys
 import duckdb
 duckdb.connect = functools.partial(duckdb.connect, config={"threads": 1})
 from replay.api import run_replay
 from replay.engine.config import from_description
-run_replay(sys.argv[1], from_description(json.loads(sys.argv[2])), out=sys.argv[3])
+for trace, config, out in json.loads(sys.argv[1]):
+    run_replay(trace, from_description(config), out=out)
 """
 
 
-def replay_again(run_dir: str | os.PathLike, out: str | os.PathLike) -> None:
-    """Replay ``run_dir``'s trace with its recorded configuration into ``out``, in a new process
-    with one polars thread and one DuckDB thread."""
+def recorded_replay(run_dir: str | os.PathLike) -> tuple[str, dict]:
+    """The trace and the configuration ``run_dir`` was replayed with; a one-line error if the
+    trace is not where the manifest says, or has changed since."""
     manifest = read_manifest(run_dir)
     trace = Path(manifest.get("trace", {}).get("path", ""))
     if not trace.is_file():
@@ -43,20 +44,35 @@ def replay_again(run_dir: str | os.PathLike, out: str | os.PathLike) -> None:
         raise ReplayError(f"{run_dir}: its trace {trace} changed since the run (sha256 differs)")
     described = manifest.get("config", {})
     from_description(described)  # a bad record is one line here, not a traceback there
-    done = subprocess.run(
-        [sys.executable, "-c", _AGAIN, str(trace), json.dumps(described), str(out)],
-        env={**os.environ, "POLARS_MAX_THREADS": "1"}, capture_output=True, text=True)
+    return str(trace), described
+
+
+def replay_again(runs: list[tuple[str | os.PathLike, str | os.PathLike]]) -> None:
+    """Replay each run directory's trace with its recorded configuration into its ``out``, all
+    in one new process with one polars thread and one DuckDB thread."""
+    jobs = [(*recorded_replay(run_dir), str(out)) for run_dir, out in runs]
+    done = subprocess.run([sys.executable, "-c", _AGAIN, json.dumps(jobs)],
+                          env={**os.environ, "POLARS_MAX_THREADS": "1"}, capture_output=True,
+                          text=True)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
-        raise ReplayError(f"{run_dir}: replaying it again failed: {last}")
+        raise ReplayError(f"replaying again failed: {last}")
 
 
-def deterministic(run_dir: str | os.PathLike) -> Finding:
-    """The ``deterministic`` invariant: the run replayed again is byte for byte the same."""
+def deterministic(run_dirs: list[str | os.PathLike]) -> dict[str, Finding]:
+    """The ``deterministic`` invariant of each run: replayed again, byte for byte the same."""
+    findings: dict[str, Finding] = {}
     with tempfile.TemporaryDirectory(prefix="replay-again-") as folder:
-        again = Path(folder) / Path(run_dir).name
+        again: dict[str, Path] = {}
+        for i, run_dir in enumerate(map(str, run_dirs)):
+            try:
+                recorded_replay(run_dir)
+                again[run_dir] = Path(folder) / str(i) / Path(run_dir).name
+            except ReplayError as err:
+                findings[run_dir] = Finding("deterministic", Status.NOT_APPLICABLE, note=str(err))
         try:
-            replay_again(run_dir, again)
+            replay_again(list(again.items()))
         except ReplayError as err:
-            return Finding("deterministic", Status.NOT_APPLICABLE, note=str(err))
-        return compare_runs(run_dir, again)
+            return findings | {run_dir: Finding("deterministic", Status.NOT_APPLICABLE,
+                                                note=str(err)) for run_dir in again}
+        return findings | {run_dir: compare_runs(run_dir, out) for run_dir, out in again.items()}

@@ -10,6 +10,7 @@ to a trace one can read row by row.  ``rows_to_trace`` writes a list of rows as 
   other resources.
 - ``observed_traces()``: the recorded traces the query references are compared on (a few pods,
   all within 60 ms, bound on the first try or after a 409).
+- ``synth_specs()``: small synthesized workloads.
 - ``distributions()``: every delay distribution of docs/config.md, in small milliseconds.
 - ``pipelines()``: a seed, a profile, stage costs overridden (zero included) and per-watcher
   overrides; ``PipelineChoice.config`` makes the run configuration for a model and a trace.
@@ -30,6 +31,7 @@ from replay.engine.config import PROFILES, SHARED_STAGES, STAGES, RunConfig, Wat
 from replay.engine.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
 from replay.models.base import Model
 from replay.trace.io import write_trace
+from replay.trace.synth import Shape, SynthSpec
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 GIB = 1 << 30
@@ -186,6 +188,21 @@ def observed_traces(draw) -> list[dict]:
                 at += draw(st.integers(0, 20))
                 rows += [delete(at, name)] * draw(st.integers(1, 2))
     return rows
+
+
+def synth_specs() -> st.SearchStrategy[SynthSpec]:
+    """Small synthesized workloads (``replay synth``): a few nodes, up to 60 pods."""
+    return st.builds(
+        SynthSpec,
+        nodes=st.integers(1, 6),
+        pods=st.integers(1, 60),
+        arrival_rate=st.floats(5, 200),
+        mean_lifetime=st.floats(0.05, 3),
+        node_shapes=st.just((Shape(4000, 8 * GIB, 0, 1.0), Shape(8000, 16 * GIB, 1000, 1.0))),
+        pod_shapes=st.just((Shape(500, GIB, 0, 2.0), Shape(2000, 4 * GIB, 0, 1.0),
+                            Shape(1000, GIB, 1000, 0.5))),
+        seed=st.integers(0, 1000),
+    )
 
 
 # --- the pipeline ---------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import shutil
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -14,8 +16,10 @@ import pytest
 from replay.analysis.check import INVARIANTS, Status, check_run, compare_runs, failed
 from replay.analysis.derive import derive
 from replay.api import run_replay
+from replay.cli.main import main
 from replay.engine.config import load_config
 
+from conftest import REPO, shared_data
 from strategies import GIB, bind, delete, node, pod, rows_to_trace
 
 MS = dt.timedelta(milliseconds=1)
@@ -291,3 +295,32 @@ def test_cli_lists_the_invariants_and_errs_in_one_line(cli, tmp_path):
     assert [line.split()[0] for line in listed] == [i.id for i in INVARIANTS]
     missing = cli("check", tmp_path / "nope")
     assert missing.code == 1 and missing.err.count("\n") == 1 and "no such run directory" in missing.err
+
+
+# --- real traces ----------------------------------------------------------------------------------
+
+def observed(tmp_path: Path, *logs: Path) -> Path:
+    """The observe run of the trace ingested from ``logs``."""
+    trace = tmp_path / "trace.parquet"
+    assert main(["ingest", *map(str, logs), "--skip-bad-lines", "--out", str(trace)]) == 0
+    return run_replay(trace, load_config(model="observe"), out=tmp_path / "run").out
+
+
+@pytest.mark.parametrize("sample", ["falco", "audit2rbac-demo.log", "elastic-test-audit.log"])
+def test_observe_runs_of_the_audit_log_samples_keep_every_invariant(tmp_path, sample):
+    """Every audit-log sample in the shared data (falco's events together: one event a file)."""
+    path = shared_data("audit-samples", sample)
+    run = observed(tmp_path, *(sorted(path.glob("*.json")) if path.is_dir() else [path]))
+    assert failed(check_run(run)) == []
+
+
+def test_observe_run_of_a_generated_audit_log_keeps_every_invariant(tmp_path):
+    """benchmarks/make_audit_log.py: pods created and deleted, bindings, node status patches."""
+    log = tmp_path / "audit.log"
+    subprocess.run([sys.executable, str(REPO / "benchmarks" / "make_audit_log.py"), "--size",
+                    "2M", "--out", str(log)], check=True, capture_output=True)
+    run = observed(tmp_path, log)
+    events = pl.read_parquet(run / "events.parquet")
+    assert events.filter(pl.col("subresource") == "binding").height > 50
+    assert events.filter(pl.col("resource") == "nodes").height > 50
+    assert failed(check_run(run)) == []

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from replay.engine.config import load_config, parse_override
-from replay.engine.distributions import Constant, Exponential, LogNormal
+from replay.engine.config import PROFILES, STAGES, from_description, load_config, parse_override
+from replay.engine.distributions import KINDS, Constant, Exponential, parse_distribution
 from replay.errors import ReplayError
+
+from conftest import REPO
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib
 
 
 def write(tmp_path, text):
@@ -15,11 +24,32 @@ def write(tmp_path, text):
     return path
 
 
-def test_defaults_are_the_documented_profile():
-    config = load_config()
-    assert config.stages["network"]["latency"] == LogNormal(0.5, 5.0)
-    assert config.stages["storage_to_cache"]["service"] == Exponential(0.02)
-    assert config.watchers is None and config.seed == 0
+def documented_config() -> dict:
+    """The example configuration of docs/config.md, which says it holds the default profile."""
+    text = (REPO / "docs" / "config.md").read_text()
+    return tomllib.loads(re.search(r"```toml\n(.*?)```", text, re.S).group(1))
+
+
+def test_the_default_profile_is_the_documented_one():
+    documented = documented_config()["stages"]
+    assert {stage: {param: parse_distribution(spec, f"{stage}.{param}")
+                    for param, spec in params.items()}
+            for stage, params in documented.items()} == PROFILES["default"]
+    assert load_config().stages == PROFILES["default"]
+    assert load_config().watchers is None and load_config().seed == 0
+
+
+def test_every_distribution_and_stage_is_documented():
+    text = (REPO / "docs" / "config.md").read_text()
+    assert {kind for kind in re.findall(r"^\| `(\w+)` \|", text, re.M)} >= set(KINDS)
+    assert set(documented_config()["stages"]) == set(STAGES)
+    assert all(d.is_zero for params in PROFILES["zero"].values() for d in params.values())
+
+
+def test_a_recorded_configuration_is_the_same_configuration():
+    """A run's manifest records ``describe()``; reading it back gives the configuration."""
+    config = load_config(overrides=["schedulers=3"], model="godel", seed=5)
+    assert from_description(config.describe()) == config
 
 
 def test_file_overrides_profile_and_watchers(tmp_path):

@@ -32,60 +32,20 @@ from replay.trace.io import write_trace
 
 import query_reference as ref
 from conftest import SAMPLE_TRACE, shared_data
-
-T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-GIB = 1 << 30
-SCHEDULERS = ("kube-scheduler", "second-scheduler")
-
+from strategies import GIB, T0, bind, delete, node, observed_traces, pod, rows_to_trace
 
 # --- making runs ---------------------------------------------------------------------------------
-
-def write_rows(path, rows: list[dict]) -> None:
-    """A trace from rows of dicts with ``ms`` (milliseconds after T0); other columns as named."""
-    frame = pl.DataFrame([
-        {"ts": T0 + dt.timedelta(milliseconds=r["ms"]),
-         "received_ts": T0 + dt.timedelta(milliseconds=r.get("received_ms", r["ms"])),
-         "verb": r["verb"], "resource": r["resource"], "subresource": r.get("subresource"),
-         "namespace": "ns" if r["resource"] == "pods" else None, "name": r["name"],
-         "node": r.get("node"), "cpu_milli": r.get("cpu"), "memory_bytes": r.get("memory"),
-         "gpu_milli": r.get("gpu"), "code": r.get("code", 201),
-         "component": r.get("component", "workload")}
-        for r in sorted(rows, key=lambda r: r["ms"])],
-        schema_overrides={"cpu_milli": pl.Int64, "memory_bytes": pl.Int64, "gpu_milli": pl.Int64,
-                          "subresource": pl.String, "node": pl.String, "namespace": pl.String})
-    write_trace(frame, path, source="test", source_args={})
-
 
 def replay_rows(tmp_path, rows: list[dict], config: str = "", name: str = "run"):
     """Replay ``rows`` with ``config`` into a new folder of ``tmp_path`` (hypothesis reuses
     tmp_path, and DuckDB may cache a file it read under the same path)."""
     tmp_path = Path(tempfile.mkdtemp(dir=tmp_path))
     trace, toml = tmp_path / f"{name}.parquet", tmp_path / f"{name}.toml"
-    write_rows(trace, rows)
+    rows_to_trace(trace, rows)
     toml.write_text(config)
     out = tmp_path / name
     run_replay(trace, load_config(toml), out=out, force=True)
     return out
-
-
-def node(ms, name, cpu, memory=8 * GIB, gpu=None, verb="create", subresource=None):
-    return {"ms": ms, "verb": verb, "resource": "nodes", "subresource": subresource, "name": name,
-            "node": name, "cpu": cpu, "memory": memory, "gpu": gpu, "component": "kubelet"}
-
-
-def pod(ms, name, cpu, memory=0, gpu=None):
-    return {"ms": ms, "verb": "create", "resource": "pods", "name": name, "cpu": cpu,
-            "memory": memory, "gpu": gpu}
-
-
-def bind(ms, name, node_name, code=201, decided_ms=None, scheduler="kube-scheduler"):
-    return {"ms": ms, "received_ms": ms if decided_ms is None else decided_ms, "verb": "create",
-            "resource": "pods", "subresource": "binding", "name": name, "node": node_name,
-            "code": code, "component": scheduler}
-
-
-def delete(ms, name):
-    return {"ms": ms, "verb": "delete", "resource": "pods", "name": name, "code": 200}
 
 
 ZERO = 'profile = "zero"\n'
@@ -220,42 +180,6 @@ def check_conflicts(answers: Answers) -> None:
 
 # --- properties on random runs ---------------------------------------------------------------------
 
-@st.composite
-def small_traces(draw) -> list[dict]:
-    """A few nodes and pods, all within 60 ms, so that deliveries overlap and writes tie."""
-    rows = []
-    names = [f"n{i}" for i in range(draw(st.integers(1, 3)))]
-    for name in names:
-        rows.append(node(0, name, draw(st.sampled_from([1000, 2000, 4000])),
-                         draw(st.sampled_from([2 * GIB, 8 * GIB])),
-                         draw(st.sampled_from([None, 0, 1000]))))
-    if draw(st.booleans()):
-        rows.append(node(draw(st.integers(1, 60)), draw(st.sampled_from(names)),
-                         draw(st.sampled_from([None, 500, 3000])), None, None,
-                         verb="patch", subresource="status"))
-    if draw(st.integers(0, 4)) == 0:
-        rows.append({**node(draw(st.integers(1, 60)), names[-1], None), "verb": "delete",
-                     "memory": None, "code": 200})
-    pods = draw(st.integers(1, 6))
-    for i in range(pods):
-        name, at = f"p{draw(st.integers(0, pods - 1))}", draw(st.integers(0, 50))
-        rows.append(pod(at, name, draw(st.sampled_from([0, 500, 1000, 1500])),
-                        draw(st.sampled_from([0, GIB])), draw(st.sampled_from([None, 0, 500]))))
-        if i == 0 or draw(st.booleans()):
-            at += draw(st.integers(0, 4))
-            scheduler = draw(st.sampled_from(SCHEDULERS))
-            target = draw(st.sampled_from(names))
-            if draw(st.integers(0, 3)) == 0:
-                rows.append(bind(at, name, target, code=409, scheduler=scheduler))
-                at += draw(st.integers(0, 3))
-            rows.append(bind(at, name, target, decided_ms=at - draw(st.integers(0, 2)),
-                             scheduler=scheduler))
-            if draw(st.booleans()):
-                at += draw(st.integers(0, 20))
-                rows += [delete(at, name)] * draw(st.integers(1, 2))
-    return rows
-
-
 CONFIGS = st.sampled_from([ZERO, ZERO + FEW_WATCHERS, network(1), network(3), network(8),
                            network(3) + FEW_WATCHERS, "seed = 3\n", "seed = 5\n" + FEW_WATCHERS])
 PROPERTY = settings(max_examples=25, deadline=None,
@@ -264,7 +188,7 @@ PROPERTY = settings(max_examples=25, deadline=None,
 
 
 @PROPERTY
-@given(rows=small_traces(), config=CONFIGS)
+@given(rows=observed_traces(), config=CONFIGS)
 def test_every_query_matches_its_reference(tmp_path, rows, config):
     """And with no delay anywhere, no view ever differs from the truth."""
     answers = Answers(replay_rows(tmp_path, rows, config))

@@ -653,15 +653,16 @@ def one_binding_per_incarnation(run: RunTables) -> Finding:
 
 def attempt_times_ordered(run: RunTables) -> Finding:
     """enqueued_ts <= started_ts <= decided_ts <= committed_ts, and forgotten_ts, if any, not
-    before decided_ts.  In observe runs started_ts is not recorded, and an attempt decided before
-    the modelled enqueue is reported (the delay model is slower than the recorded cluster)."""
+    before decided_ts.  In observe runs started_ts is not recorded, enqueued_ts is unknown for a
+    pod created before the trace began, and an attempt decided before the modelled enqueue is
+    reported (the delay model is slower than the recorded cluster)."""
     columns = ("attempt_id, pod, scheduler, outcome, enqueued_ts, started_ts, decided_ts, "
                "committed_ts, forgotten_ts")
     committed_may_be_null = "(committed_ts IS NULL AND outcome = 'error')"
     if run.recorded:
         return _from_sql(run, "attempt_times_ordered", f"""
             SELECT {columns} FROM attempts
-            WHERE decided_ts IS NULL OR committed_ts IS NULL OR enqueued_ts IS NULL
+            WHERE decided_ts IS NULL OR committed_ts IS NULL
                OR decided_ts > committed_ts OR forgotten_ts < decided_ts""",
                          reported=f"SELECT {columns} FROM attempts WHERE enqueued_ts > decided_ts",
                          order="attempt_id",

@@ -34,12 +34,12 @@ def run(args: argparse.Namespace) -> int:
         for invariant in INVARIANTS:
             print(f"{invariant.id:<{width}}  {invariant.summary}")
         return 0
+    replayed = deterministic(args.run_dirs) if args.rerun else {}
     broken = 0
     for run_dir in args.run_dirs:
         findings = check_run(run_dir)
-        if args.rerun:
-            findings = [deterministic(run_dir) if f.invariant == "deterministic" else f
-                        for f in findings]
+        findings = [replayed.get(str(run_dir), f) if f.invariant == "deterministic" else f
+                    for f in findings]
         failures = sum(not f.ok for f in findings)
         broken += failures
         verdict = f"{failures} of {len(findings)} invariants FAILED" if failures else \
