@@ -33,6 +33,7 @@ from replay.trace.validate import read_trace
 
 from conftest import REPO, SAMPLE_TRACE, budget
 from strategies import (
+    GIB,
     PipelineChoice,
     bind,
     delete,
@@ -170,6 +171,18 @@ def test_every_model_replays_byte_for_byte_in_another_process(tiny_plugin, tmp_p
     findings = deterministic(runs)
     assert {Path(run).name: f.status for run, f in findings.items()} == {
         model: Status.OK for model in MODELS}, findings
+
+
+def test_a_binder_that_forgets_its_placements_at_once_binds_twice(tmp_path):
+    """Found by hypothesis: with assumptions that expire at once, Gödel's scheduler and binder
+    forget a before its binding comes back, place b on the same GPU, and over-commit n0; the
+    check says so (with the default times to live they do not)."""
+    rows = [node(0, "n0", 1000, 8 * GIB, 1000), pod(1, "a", 0, 0, 1000), pod(1, "b", 0, 0, 500)]
+    params = {**model_params_defaults("godel"), "schedulers": 1}
+    for ttl, broken in ((0.0, ["truth_within_capacity"]), (None, [])):
+        ttls = {} if ttl is None else {"scheduler_assume_ttl_ms": ttl, "binder_assume_ttl_ms": ttl}
+        findings = check_run(replay(tmp_path, rows, "godel", params | ttls, DEFAULT))
+        assert [f.invariant for f in failed(findings)] == broken
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError,

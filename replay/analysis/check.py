@@ -26,11 +26,13 @@ from typing import Any
 
 import duckdb
 import numpy as np
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replay.analysis.runs import duckdb_errors, open_runs
+from replay.arrays import segmented_cummax, stable_order
 from replay.engine.rundir import OUTCOMES, read_manifest
 
 EXAMPLES = 5  # offending rows shown per invariant
@@ -100,6 +102,7 @@ class RunTables:
         self.model = self.manifest.get("model", {}).get("name")
         self.params = self.manifest.get("model", {}).get("params", {})
         self.recorded = self.model == RECORDED
+        self._registered: set[str] = set()
         windows = pq.read_schema(run_dir / "capacity_windows.parquet").names
         if "open_at_end" not in windows:
             from replay.errors import ReplayError
@@ -121,41 +124,17 @@ class RunTables:
     # -- shared temporary tables -------------------------------------------------------------
     def pod_writes(self) -> str:
         """Every committed write to a named pod: its incarnation (``life``: how many creates of
-        the name came before it, its own included), what it does (``kind``), and the node the
-        incarnation is bound to by then (``bound_node``, the latest binding of the incarnation
-        at or before it)."""
-        self.table("pod_writes", """
-            WITH named AS (
-                SELECT rv, commit_ts, origin, component, subresource, attempt_id, node,
-                       concat_ws('/', namespace, name) AS pod,
-                       CASE WHEN verb = 'create' AND subresource IS NULL THEN 'create'
-                            WHEN verb = 'create' AND subresource = 'binding' THEN 'binding'
-                            WHEN verb = 'delete' AND subresource IS NULL THEN 'delete'
-                            ELSE 'other' END AS kind
-                FROM events
-                WHERE resource = 'pods' AND name <> ''
-            )
-            SELECT rv, commit_ts, origin, component, subresource, attempt_id, node, pod, kind,
-                   count(*) FILTER (kind = 'create') OVER so_far AS life,
-                   nullif(last_value(CASE kind WHEN 'binding' THEN node WHEN 'create' THEN ''
-                                     END IGNORE NULLS) OVER so_far, '') AS bound_node
-            FROM named
-            WINDOW so_far AS (PARTITION BY pod ORDER BY rv ROWS UNBOUNDED PRECEDING)""")
+        the name came before it, its own included), what it does (``kind``), and the rv of the
+        incarnation's latest binding at or before it (``bound_rv``; see ``_pod_history``)."""
+        if "pod_writes" not in self._registered:
+            self.register("pod_writes", self.pod_history)
         return "pod_writes"
 
     def lives(self) -> str:
-        """One row per pod incarnation found in the events: its bindings and deletes."""
-        self.table("lives", f"""
-            SELECT pod, life,
-                   count(*) FILTER (kind = 'binding') AS bindings,
-                   min(rv) FILTER (kind = 'binding') AS bind_rv,
-                   arg_min(node, rv) FILTER (kind = 'binding') AS bind_node,
-                   arg_min(commit_ts, rv) FILTER (kind = 'binding') AS bound_ts,
-                   min(rv) FILTER (kind = 'delete') AS first_delete_rv,
-                   max(rv) FILTER (kind = 'delete') AS delete_rv,
-                   arg_max(commit_ts, rv) FILTER (kind = 'delete') AS deleted_ts
-            FROM {self.pod_writes()}
-            GROUP BY pod, life""")
+        """One row per pod incarnation found in the events: its bindings and deletes
+        (``_lives``)."""
+        if "lives" not in self._registered:
+            self.register("lives", _lives(self.pod_history))
         return "lives"
 
     def watch(self) -> str:
@@ -169,19 +148,18 @@ class RunTables:
     def truth(self) -> str:
         """``capacity_changes`` (views.sql) with the truth's free capacity on the node after each
         change (negative: over-committed), and the rv of the node's latest allocatable decrease
-        at or before it."""
-        self.table("truth", """
-            SELECT rv, commit_ts, node, change, pod, attempt_id, cpu_milli, memory_bytes,
-                   gpu_milli,
-                   (sum(cpu_milli) OVER by_node)::BIGINT AS free_cpu,
-                   (sum(memory_bytes) OVER by_node)::BIGINT AS free_memory,
-                   (sum(gpu_milli) OVER by_node)::BIGINT AS free_gpu,
-                   last_value(CASE WHEN change = 'node' AND least(cpu_milli, memory_bytes,
-                                                                   gpu_milli) < 0
-                                   THEN rv END IGNORE NULLS) OVER by_node AS last_shrink_rv
-            FROM capacity_changes
-            WINDOW by_node AS (PARTITION BY node ORDER BY rv ROWS UNBOUNDED PRECEDING)""")
+        at or before it (``last_shrink_rv``)."""
+        if "truth" not in self._registered:
+            with duckdb_errors("replay check"):
+                changes = self.con.sql("FROM capacity_changes").to_arrow_table()
+            self.register("truth", _free_after_each_change(changes))
         return "truth"
+
+    def register(self, name: str, table: pa.Table) -> None:
+        """Make the Arrow ``table`` a view of the connection (DuckDB reads it in place)."""
+        with duckdb_errors("replay check"):
+            self.con.register(name, table)
+        self._registered.add(name)
 
     def value(self, query: str) -> Any:
         """The first column of the first row of ``query``'s result."""
@@ -190,18 +168,64 @@ class RunTables:
 
     # -- numpy ---------------------------------------------------------------------------------
     @cached_property
-    def writes(self) -> int:
-        return pq.read_metadata(self.dir / "events.parquet").num_rows
+    def events(self) -> pa.Table:
+        """The events table, every column but the requests, in rv order (a file out of order is
+        sorted: ``rv_in_commit_order`` says so)."""
+        table = pq.read_table(self.dir / "events.parquet", columns=[
+            "rv", "commit_ts", "verb", "resource", "subresource", "namespace", "name", "node",
+            "component", "origin", "attempt_id"])
+        table = table.cast(pa.schema([
+            pa.field(f.name, pa.string()) if pa.types.is_large_string(f.type)
+            or pa.types.is_string_view(f.type) else f for f in table.schema]))
+        rv = _ints(table["rv"])
+        if len(rv) > 1 and not bool(np.all(rv[1:] > rv[:-1])):
+            table = table.take(np.argsort(rv, kind="stable"))
+        return table.combine_chunks()
 
     @cached_property
     def event_columns(self) -> dict[str, np.ndarray]:
-        """rv, commit_ts (µs) and a resource code per event, in file order; ``resources`` names
+        """rv, commit_ts (µs) and a resource code per event, in rv order; ``resources`` names
         the codes."""
-        table = pq.read_table(self.dir / "events.parquet", columns=["rv", "commit_ts", "resource"])
-        resource = table["resource"].combine_chunks().dictionary_encode()
+        resource = _codes(self.events["resource"])
         self.resources = resource.dictionary.to_pylist()
-        return {"rv": _ints(table["rv"]), "commit_ts": _ints(table["commit_ts"]),
-                "resource": resource.indices.to_numpy(zero_copy_only=False)}
+        return {"rv": _ints(self.events["rv"]), "commit_ts": _ints(self.events["commit_ts"]),
+                "resource": resource.indices.to_numpy(zero_copy_only=False).astype(np.int64)}
+
+    @cached_property
+    def pod_history(self) -> pa.Table:
+        return _pod_history(self.events)
+
+    def at_rv(self, rv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The position in ``events`` of each rv, and whether there is an event with that rv
+        (positions are clipped into range where there is none)."""
+        events = self.event_columns["rv"]
+        if not len(events):
+            return np.zeros(len(rv), dtype=np.int64), np.zeros(len(rv), dtype=bool)
+        if events[0] == 1 and events[-1] == len(events):  # 1..n, as a run numbers them
+            at = np.clip(rv - 1, 0, len(events) - 1)
+        else:
+            at = np.minimum(np.searchsorted(events, rv), len(events) - 1)
+        return at, events[at] == rv
+
+    def concerned_nodes(self, nodes: list[str]) -> np.ndarray:
+        """Per event (in rv order), the node it concerns as a node-bound watcher sees it, as an
+        index into ``nodes`` (-1 for none, or another node): a node write's own node; a pod
+        write's, the node its incarnation is bound to by then."""
+        events, value_set = self.events, pa.array(nodes, pa.string())
+
+        def index(column: pa.Array) -> np.ndarray:
+            found = pc.fill_null(pc.index_in(column, value_set=value_set), -1)
+            return found.to_numpy(zero_copy_only=False).astype(np.int64)
+
+        node = np.where(pc.equal(events["resource"], "nodes").to_numpy(zero_copy_only=False),
+                        index(events["name"]), -1)
+        pods = self.pod_history
+        bound = pods["bound_rv"]
+        has = pc.is_valid(bound).to_numpy(zero_copy_only=False)
+        binding_at, _ = self.at_rv(_ints(bound)[has])
+        write_at, _ = self.at_rv(_ints(pods["rv"])[has])
+        node[write_at] = index(events["node"])[binding_at]
+        return node
 
     @cached_property
     def deliveries(self) -> Deliveries:
@@ -259,8 +283,137 @@ class Deliveries:
 def _ints(column: pa.ChunkedArray) -> np.ndarray:
     """A numeric or timestamp column as int64 (timestamps in µs), null as -1."""
     if pa.types.is_timestamp(column.type):
-        column = column.cast(pa.timestamp("us", tz="UTC")).cast(pa.int64())
-    return pc.fill_null(column, -1).to_numpy().astype(np.int64, copy=False)
+        if column.type.unit != "us":
+            column = column.cast(pa.timestamp("us", tz="UTC"))
+        column = column.view(pa.int64()) if isinstance(column, pa.Array) else \
+            pa.chunked_array([c.view(pa.int64()) for c in column.chunks], pa.int64())
+    if column.null_count:
+        column = pc.fill_null(column, -1)
+    return column.to_numpy().astype(np.int64, copy=False)
+
+
+def _codes(column: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
+    """A string column as a dictionary: each distinct value once, and a code per row."""
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    return column if pa.types.is_dictionary(column.type) else column.dictionary_encode()
+
+
+def _segments(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The order that groups equal ``key`` values together (each group in its original order),
+    and whether each position of that order begins a group."""
+    order = stable_order(key, int(key.max()) + 1) if len(key) else np.zeros(0, dtype=np.int64)
+    grouped = key[order]
+    return order, np.r_[True, grouped[1:] != grouped[:-1]] if len(key) else np.zeros(0, bool)
+
+
+def _segmented_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Running sum restarting where ``starts`` is true."""
+    total = np.cumsum(values)
+    first = np.maximum.accumulate(np.where(starts, np.arange(len(values)), 0))
+    return total - (total - values)[first]
+
+
+def _pod_history(events: pa.Table) -> pa.Table:
+    """The committed writes to named pods (in rv order), each with its pod (``namespace/name``),
+    its ``kind`` (create, binding, delete, other), its incarnation ``life`` (how many creates of
+    the name came before it, its own included: 0 for writes to a pod created before the trace)
+    and ``bound_rv``, the rv of its incarnation's latest binding at or before it (null if none).
+
+    Grouped by pod with a radix sort of codes and segment scans: a window over a million pod
+    names in DuckDB costs seconds.
+    """
+    pods = events.filter(pc.and_(pc.equal(events["resource"], "pods"),
+                                 pc.not_equal(events["name"], "")))
+    pod = pc.binary_join_element_wise(pods["namespace"], pods["name"], "/",
+                                      null_handling="skip")
+    verb, sub = pods["verb"], pods["subresource"]
+    create = pc.and_kleene(pc.equal(verb, "create"), pc.is_null(sub)).to_numpy(False)
+    binding = pc.and_kleene(pc.equal(verb, "create"), pc.equal(sub, "binding"))
+    binding = pc.fill_null(binding, False).to_numpy(False)
+    delete = pc.fill_null(pc.and_kleene(pc.equal(verb, "delete"), pc.is_null(sub)),
+                          False).to_numpy(False)
+    kind = np.select([create, binding, delete], ["create", "binding", "delete"], "other")
+    rv = _ints(pods["rv"])
+    pod_id = _codes(pod).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    order, starts = _segments(pod_id)
+    life = np.empty(len(rv), dtype=np.int64)
+    life[order] = _segmented_cumsum(create[order].astype(np.int64), starts)
+    # the latest create or binding so far, 2 rv + 1 for a binding: a binding of this life if odd
+    mark = np.where(binding, 2 * rv + 1, np.where(create, 2 * rv, -1))[order]
+    segment = np.cumsum(starts)
+    latest = np.empty(len(rv), dtype=np.int64)
+    latest[order] = segmented_cummax(mark, segment)
+    bound = (latest >= 0) & (latest % 2 == 1)
+    return pods.select(["rv", "commit_ts", "origin", "component", "subresource", "attempt_id",
+                        "node"]).append_column("pod", pod).append_column(
+        "pod_id", pa.array(pod_id)).append_column(
+        "kind", pa.array(kind)).append_column("life", pa.array(life)).append_column(
+        "bound_rv", pa.array(latest // 2, mask=~bound))
+
+
+def _lives(history: pa.Table) -> pa.Table:
+    """One row per incarnation of ``_pod_history``: pod, pod_id, life, how many ``bindings``,
+    the first one's rv (``bind_rv``), node and commit (``bound_ts``), the first delete's rv
+    (``first_delete_rv``), the last one's (``delete_rv``) and its commit (``deleted_ts``)."""
+    rv, kind = _ints(history["rv"]), history["kind"].to_numpy(zero_copy_only=False)
+    pod_id, life = _ints(history["pod_id"]), _ints(history["life"])
+    key = pod_id * (int(life.max(initial=0)) + 1) + life
+    order = stable_order(key, int(key.max(initial=0)) + 1)
+    grouped = key[order]
+    first = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if len(order) else \
+        np.zeros(0, dtype=np.int64)
+    rv_in_order, never = rv[order], np.iinfo(np.int64).max
+
+    def reduce(ufunc, where: np.ndarray, otherwise: int) -> np.ndarray:
+        return ufunc.reduceat(np.where(where[order], rv_in_order, otherwise), first) \
+            if len(first) else np.zeros(0, dtype=np.int64)
+
+    binding, delete = kind == "binding", kind == "delete"
+    bind_rv = reduce(np.minimum, binding, never)
+    first_delete, last_delete = reduce(np.minimum, delete, never), reduce(np.maximum, delete, -1)
+    bindings = np.add.reduceat(binding[order].astype(np.int64), first) if len(first) else bind_rv
+
+    def at(rvs: np.ndarray, column: str, missing: np.ndarray) -> pa.Array:
+        return pc.if_else(pa.array(~missing), history[column].take(
+            pa.array(np.searchsorted(rv, np.where(missing, rv[0] if len(rv) else 0, rvs)))),
+            pa.nulls(len(rvs), history[column].type))
+
+    unbound, undeleted = bind_rv == never, last_delete < 0
+    return pa.table({
+        "pod": history["pod"].take(pa.array(order[first])), "pod_id": pod_id[order[first]],
+        "life": life[order[first]], "bindings": bindings,
+        "bind_rv": pa.array(bind_rv, mask=unbound), "bind_node": at(bind_rv, "node", unbound),
+        "bound_ts": at(bind_rv, "commit_ts", unbound),
+        "first_delete_rv": pa.array(first_delete, mask=first_delete == never),
+        "delete_rv": pa.array(last_delete, mask=undeleted),
+        "deleted_ts": at(last_delete, "commit_ts", undeleted)})
+
+
+def _free_after_each_change(changes: pa.Table) -> pa.Table:
+    """``changes`` (capacity_changes) with, per node in rv order, the free capacity after each
+    and ``last_shrink_rv`` (the rv of the node's latest allocatable decrease so far)."""
+    rv = _ints(changes["rv"])
+    node = _codes(changes["node"]).indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    order = np.lexsort((rv, node))
+    grouped = node[order]
+    starts = np.r_[True, grouped[1:] != grouped[:-1]] if len(order) else np.zeros(0, bool)
+    deltas = {r: pc.fill_null(changes[c], 0).to_numpy() for r, c in
+              (("cpu", "cpu_milli"), ("memory", "memory_bytes"), ("gpu", "gpu_milli"))}
+    free = {}
+    for resource, delta in deltas.items():
+        free[resource] = np.empty(len(delta), dtype=np.int64)
+        free[resource][order] = _segmented_cumsum(delta[order].astype(np.int64), starts)
+    node_change = pc.equal(changes["change"], "node").to_numpy(zero_copy_only=False)
+    shrinks = node_change & (np.minimum.reduce(list(deltas.values())) < 0)
+    last = np.empty(len(rv), dtype=np.int64)
+    last[order] = segmented_cummax(np.where(shrinks, rv, -1)[order], np.cumsum(starts))
+    return changes.select(["rv", "commit_ts", "node", "change", "pod", "attempt_id", "cpu_milli",
+                           "memory_bytes", "gpu_milli"]).append_column(
+        "free_cpu", pa.array(free["cpu"])).append_column(
+        "free_memory", pa.array(free["memory"])).append_column(
+        "free_gpu", pa.array(free["gpu"])).append_column(
+        "last_shrink_rv", pa.array(last, mask=last < 0))
 
 
 def _watcher_then_rv(watcher: np.ndarray, rv: np.ndarray) -> np.ndarray | None:
@@ -333,13 +486,13 @@ def _not_applicable(invariant: str, why: str) -> Finding:
 
 def rv_in_commit_order(run: RunTables) -> Finding:
     """Events are numbered 1, 2, ... in commit order, so commit_ts never decreases with rv."""
-    return _from_sql(run, "rv_in_commit_order", """
-        SELECT rv, commit_ts, previous_commit_ts, expected_rv FROM (
-            SELECT rv, commit_ts, lag(commit_ts) OVER (ORDER BY rv) AS previous_commit_ts,
-                   row_number() OVER (ORDER BY rv) AS expected_rv
-            FROM events)
-        WHERE rv <> expected_rv OR commit_ts < previous_commit_ts OR commit_ts IS NULL""",
-                     order="rv")
+    rv, commit = run.event_columns["rv"], run.event_columns["commit_ts"]
+    expected = np.arange(1, len(rv) + 1)
+    earlier = np.r_[False, commit[1:] < commit[:-1]] if len(rv) else np.zeros(0, bool)
+    rows = np.flatnonzero((rv != expected) | earlier | (commit == -1))
+    return _finding("rv_in_commit_order", len(rows), [
+        {"rv": int(rv[i]), "expected_rv": int(expected[i]), "commit_ts": _iso(commit[i]),
+         "previous_commit_ts": _iso(commit[i - 1]) if i else None} for i in rows[:EXAMPLES]])
 
 
 def stage_times_ordered(run: RunTables) -> Finding:
@@ -364,21 +517,26 @@ def delivery_matches_event(run: RunTables) -> Finding:
     stages' times (cached_ts, dispatched_ts) are the same in every delivery of one write that
     went through the pipeline (an instant watcher's has every time at the commit)."""
     d, events = run.deliveries, run.event_columns
-    commit = np.full(max(run.writes, int(events["rv"].max(initial=0))) + 2, -2, dtype=np.int64)
+    commit = np.full(max(len(events["rv"]), int(events["rv"].max(initial=0))) + 2, -2,
+                     dtype=np.int64)
     known = (events["rv"] >= 0) & (events["rv"] < len(commit))
     commit[events["rv"][known]] = events["commit_ts"][known]
     rv = np.clip(d.rv, 0, len(commit) - 1)
-    problem = np.full(len(d.rv), "", dtype=object)
+    problems = ["", "cached_ts differs among the write's deliveries",
+                "dispatched_ts differs among the write's deliveries",
+                "commit_ts is not the event's", "no such event"]
+    problem = np.zeros(len(d.rv), dtype=np.int8)
     shared = {c: np.full(len(commit), -2, dtype=np.int64) for c in ("cached_ts", "dispatched_ts")}
     piped = d.piped
     for column, per_write in shared.items():
         per_write[rv[piped]] = d.times[column][piped]  # one delivery's value per write (any)
         differs = piped & (d.times[column] != per_write[rv])
-        problem[differs] = f"{column} differs among the write's deliveries"
-    problem[d.times["commit_ts"] != commit[rv]] = "commit_ts is not the event's"
-    problem[(d.rv != rv) | (commit[rv] == -2)] = "no such event"
-    rows = np.flatnonzero(problem != "")
-    return _rows_finding("delivery_matches_event", d, rows, problem=list(problem[rows[:EXAMPLES]]))
+        problem[differs] = problems.index(f"{column} differs among the write's deliveries")
+    problem[d.times["commit_ts"] != commit[rv]] = problems.index("commit_ts is not the event's")
+    problem[(d.rv != rv) | (commit[rv] == -2)] = problems.index("no such event")
+    rows = np.flatnonzero(problem)
+    return _rows_finding("delivery_matches_event", d, rows,
+                         problem=[problems[p] for p in problem[rows[:EXAMPLES]]])
 
 
 def stream_order(run: RunTables) -> Finding:
@@ -421,6 +579,41 @@ def shared_queues_fifo(run: RunTables) -> Finding:
     return _rows_finding("shared_queues_fifo", d, np.unique(np.concatenate(rows)))
 
 
+def _writes_whose_recipients_differ(run: RunTables) -> np.ndarray:
+    """The rvs whose deliveries are not exactly the expected recipients, by count and by the
+    sum of a 64-bit hash of their names (in two 32-bit halves, summed exactly as floats)."""
+    rv, resource = run.event_columns["rv"], run.event_columns["resource"]
+    index = {name: i for i, name in enumerate(run.resources)}
+    watchers = pq.read_table(run.dir / "watchers.parquet").to_pylist()
+    watched = sorted({w["node"] for w in watchers if w["node"] is not None})
+    bound = {name: k for k, name in enumerate(watched)}
+    everywhere = len(watched)  # the row of the watchers bound to no node
+    expected = np.zeros((3, everywhere + 1, len(index) + 1))  # count, low half, high half
+    halves = _halves([w["watcher"] for w in watchers])
+    for w, (low, high) in zip(watchers, halves):
+        for name in w["resources"].split(","):
+            k = everywhere if w["node"] is None else bound[w["node"]]
+            expected[:, k, index.get(name, len(index))] += (1, low, high)
+    node = run.concerned_nodes(watched)
+    per_write = expected[:, everywhere, resource] + np.where(
+        node >= 0, expected[:, np.maximum(node, 0), resource], 0)
+    d = run.deliveries
+    at, known = run.at_rv(d.rv)
+    halves = _halves(d.names)
+    received = np.stack([np.bincount(at[known], minlength=len(rv))] + [
+        np.bincount(at[known], weights=halves[d.watcher[known], i], minlength=len(rv))
+        for i in (0, 1)])
+    differs = np.any(received != per_write, axis=0)
+    return np.union1d(rv[differs], d.rv[~known])
+
+
+def _halves(names: list[str]) -> np.ndarray:
+    """A 64-bit hash of each name, as its low and high 32 bits (floats: sums of up to 2**21 of
+    them are exact)."""
+    hashed = pl.Series(names, dtype=pl.String).hash(seed=7).to_numpy()
+    return np.stack([hashed & 0xFFFFFFFF, hashed >> 32], axis=1).astype(np.float64)
+
+
 def exactly_once(run: RunTables) -> Finding:
     """Every committed write reaches exactly the watchers whose filter matches it, once each.
 
@@ -429,27 +622,17 @@ def exactly_once(run: RunTables) -> Finding:
     bound to it (from the binding on, within the pod's incarnation).  Compared first by count
     and a checksum of the recipients' names per write, then exactly for the writes that differ.
     """
-    pods, watch = run.pod_writes(), run.watch()
-    run.table("concerning", f"""
-        SELECT events.rv, events.resource,
-               CASE WHEN events.resource = 'nodes' THEN events.name ELSE pods.bound_node END AS node
-        FROM events LEFT JOIN {pods} AS pods USING (rv)""")
-    expected_sums = f"""
-        SELECT concerning.rv,
-               coalesce(everywhere.n, 0) + coalesce(here.n, 0) AS n,
-               coalesce(everywhere.h, 0) + coalesce(here.h, 0) AS h
-        FROM concerning
-        LEFT JOIN (SELECT resource, count(*) AS n, sum(hash(watcher)) AS h FROM {watch}
-                   WHERE only_node IS NULL GROUP BY resource) AS everywhere USING (resource)
-        LEFT JOIN (SELECT resource, only_node, count(*) AS n, sum(hash(watcher)) AS h FROM {watch}
-                   WHERE only_node IS NOT NULL GROUP BY ALL) AS here
-          ON here.resource = concerning.resource AND here.only_node = concerning.node"""
-    run.table("differing", f"""
-        SELECT rv FROM ({expected_sums}) AS expected
-        FULL JOIN (SELECT rv, count(*) AS n, sum(hash(watcher)) AS h FROM deliveries
-                   GROUP BY rv) AS actual USING (rv)
-        WHERE coalesce(expected.n, 0) <> coalesce(actual.n, 0)
-           OR coalesce(expected.h, 0) <> coalesce(actual.h, 0)""")
+    differing = _writes_whose_recipients_differ(run)
+    if not len(differing):
+        return _finding("exactly_once", 0, [])
+    run.register("differing", pa.table({"rv": differing}))
+    nodes = pq.read_table(run.dir / "watchers.parquet")["node"].drop_null().unique().to_pylist()
+    concerned = run.concerned_nodes(nodes)
+    run.register("concerning", pa.table({
+        "rv": run.event_columns["rv"], "resource": run.events["resource"],
+        "node": pa.array(nodes + [None], pa.string()).take(pa.array(
+            np.where(concerned >= 0, concerned, len(nodes))))}))
+    watch = run.watch()
     return _from_sql(run, "exactly_once", f"""
         WITH expected AS (
             SELECT concerning.rv, watch.watcher
@@ -627,11 +810,11 @@ def one_binding_per_incarnation(run: RunTables) -> Finding:
         UNION ALL
         SELECT lives.pod, lives.life, lives.bind_rv, 'pods has no row with this bound_rv'
         FROM {lives} AS lives
-        ANTI JOIN pods ON pods.pod = lives.pod AND pods.bound_rv = lives.bind_rv
-        WHERE lives.bind_rv IS NOT NULL
+        LEFT JOIN pods ON pods.bound_rv = lives.bind_rv
+        WHERE lives.bind_rv IS NOT NULL AND pods.pod IS DISTINCT FROM lives.pod
         UNION ALL
         SELECT pods.pod, writes.life, pods.bound_rv,
-               CASE WHEN writes.rv IS NULL OR writes.kind <> 'binding'
+               CASE WHEN writes.rv IS NULL OR writes.kind <> 'binding' OR writes.pod <> pods.pod
                     THEN 'bound_rv is not a binding of this pod'
                     WHEN writes.rv <> lives.bind_rv THEN 'bound_rv is not the first binding'
                     WHEN pods.node IS DISTINCT FROM lives.bind_node THEN 'node is not the binding''s'
@@ -641,10 +824,11 @@ def one_binding_per_incarnation(run: RunTables) -> Finding:
                     THEN 'deleted_rv is not the last delete'
                     ELSE 'deleted_ts is not the last delete''s' END
         FROM pods
-        LEFT JOIN {pods} AS writes ON writes.rv = pods.bound_rv AND writes.pod = pods.pod
-        LEFT JOIN {lives} AS lives ON lives.pod = writes.pod AND lives.life = writes.life
+        LEFT JOIN {pods} AS writes ON writes.rv = pods.bound_rv
+        LEFT JOIN {lives} AS lives ON lives.pod_id = writes.pod_id AND lives.life = writes.life
         WHERE pods.bound_rv IS NOT NULL
-          AND (writes.rv IS NULL OR writes.kind <> 'binding' OR writes.rv <> lives.bind_rv
+          AND (writes.rv IS NULL OR writes.kind <> 'binding' OR writes.pod <> pods.pod
+               OR writes.rv <> lives.bind_rv
                OR pods.node IS DISTINCT FROM lives.bind_node
                OR pods.bound_ts IS DISTINCT FROM lives.bound_ts
                OR pods.deleted_rv IS DISTINCT FROM lives.delete_rv
