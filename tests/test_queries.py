@@ -19,7 +19,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from replay import models
@@ -189,6 +189,10 @@ PROPERTY = settings(max_examples=25, deadline=None,
 
 @PROPERTY
 @given(rows=observed_traces(), config=CONFIGS)
+# found by hypothesis: p0's binding is applied at the run's last instant; the pod still counts
+# there, so no window is open at the end (the reference had dropped its empty membership)
+@example(rows=[node(0, "n0", 1000, 2 * GIB), pod(0, "p0", 0, GIB), bind(0, "p0", "n0", code=409),
+               bind(0, "p0", "n0")], config=network(1))
 def test_every_query_matches_its_reference(tmp_path, rows, config):
     """And with no delay anywhere, no view ever differs from the truth."""
     answers = Answers(replay_rows(tmp_path, rows, config))
