@@ -369,38 +369,37 @@ def _lives(history: pa.Table) -> pa.Table:
     """One row per incarnation of ``_pod_history``: pod, pod_id, life, how many ``bindings``,
     the first one's rv (``bind_rv``), node and commit (``bound_ts``), the first delete's rv
     (``first_delete_rv``), the last one's (``delete_rv``) and its commit (``deleted_ts``)."""
-    rv, kind = _ints(history["rv"]), history["kind"].to_numpy(zero_copy_only=False)
+    kind = history["kind"].to_numpy(zero_copy_only=False)
     pod_id, life = _ints(history["pod_id"]), _ints(history["life"])
     key = pod_id * (int(life.max(initial=0)) + 1) + life
     order = stable_order(key, int(key.max(initial=0)) + 1)
     grouped = key[order]
     first = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if len(order) else \
         np.zeros(0, dtype=np.int64)
-    rv_in_order, never = rv[order], np.iinfo(np.int64).max
+    never = len(kind)  # a position past every row: none
 
     def reduce(ufunc, where: np.ndarray, otherwise: int) -> np.ndarray:
-        return ufunc.reduceat(np.where(where[order], rv_in_order, otherwise), first) \
+        """Per incarnation, the first or last (``ufunc``) row where ``where`` holds (rows of an
+        incarnation are in rv order)."""
+        return ufunc.reduceat(np.where(where[order], order, otherwise), first) \
             if len(first) else np.zeros(0, dtype=np.int64)
 
     binding, delete = kind == "binding", kind == "delete"
-    bind_rv = reduce(np.minimum, binding, never)
+    bind_at = reduce(np.minimum, binding, never)
     first_delete, last_delete = reduce(np.minimum, delete, never), reduce(np.maximum, delete, -1)
-    bindings = np.add.reduceat(binding[order].astype(np.int64), first) if len(first) else bind_rv
+    bindings = np.add.reduceat(binding[order].astype(np.int64), first) if len(first) else bind_at
 
-    def at(rvs: np.ndarray, column: str, missing: np.ndarray) -> pa.Array:
-        return pc.if_else(pa.array(~missing), history[column].take(
-            pa.array(np.searchsorted(rv, np.where(missing, rv[0] if len(rv) else 0, rvs)))),
-            pa.nulls(len(rvs), history[column].type))
+    def at(rows: np.ndarray, column: str) -> pa.Array:
+        """``column`` at ``rows``, null where a row is none."""
+        missing = (rows < 0) | (rows >= never)
+        return history[column].take(pa.array(np.where(missing, 0, rows), mask=missing))
 
-    unbound, undeleted = bind_rv == never, last_delete < 0
     return pa.table({
         "pod": history["pod"].take(pa.array(order[first])), "pod_id": pod_id[order[first]],
         "life": life[order[first]], "bindings": bindings,
-        "bind_rv": pa.array(bind_rv, mask=unbound), "bind_node": at(bind_rv, "node", unbound),
-        "bound_ts": at(bind_rv, "commit_ts", unbound),
-        "first_delete_rv": pa.array(first_delete, mask=first_delete == never),
-        "delete_rv": pa.array(last_delete, mask=undeleted),
-        "deleted_ts": at(last_delete, "commit_ts", undeleted)})
+        "bind_rv": at(bind_at, "rv"), "bind_node": at(bind_at, "node"),
+        "bound_ts": at(bind_at, "commit_ts"), "first_delete_rv": at(first_delete, "rv"),
+        "delete_rv": at(last_delete, "rv"), "deleted_ts": at(last_delete, "commit_ts")})
 
 
 def _free_after_each_change(changes: pa.Table) -> pa.Table:
@@ -408,7 +407,8 @@ def _free_after_each_change(changes: pa.Table) -> pa.Table:
     and ``last_shrink_rv`` (the rv of the node's latest allocatable decrease so far)."""
     rv = _ints(changes["rv"])
     node = _codes(changes["node"]).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    order = np.lexsort((rv, node))
+    by_rv = np.argsort(rv)  # rvs are distinct
+    order = by_rv[stable_order(node[by_rv], int(node.max(initial=0)) + 1)]
     grouped = node[order]
     starts = np.r_[True, grouped[1:] != grouped[:-1]] if len(order) else np.zeros(0, bool)
     deltas = {r: pc.fill_null(changes[c], 0).to_numpy() for r, c in
