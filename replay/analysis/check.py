@@ -185,12 +185,15 @@ class RunTables:
     @cached_property
     def events(self) -> pa.Table:
         """The events table's columns that say what each write is, in rv order (a file out of
-        order is sorted: ``rv_in_commit_order`` says so)."""
+        order is sorted: ``rv_in_commit_order`` says so); ``resource`` as a dictionary."""
         table = pq.read_table(self.dir / "events.parquet", columns=[
-            "rv", "commit_ts", "verb", "resource", "subresource", "namespace", "name", "node"])
+            "rv", "commit_ts", "verb", "resource", "subresource", "namespace", "name", "node"],
+            read_dictionary=["resource"]).unify_dictionaries()
         table = table.cast(pa.schema([
             pa.field(f.name, pa.string()) if pa.types.is_large_string(f.type)
-            or pa.types.is_string_view(f.type) else f for f in table.schema]))
+            or pa.types.is_string_view(f.type) else
+            pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name == "resource"
+            else f for f in table.schema]))
         rv = _ints(table["rv"])
         if len(rv) > 1 and not bool(np.all(rv[1:] > rv[:-1])):
             table = table.take(np.argsort(rv, kind="stable"))
@@ -200,14 +203,21 @@ class RunTables:
     def event_columns(self) -> dict[str, np.ndarray]:
         """rv, commit_ts (µs) and a resource code per event, in rv order; ``resources`` names
         the codes."""
-        resource = _codes(self.events["resource"])
+        resource = self.events["resource"].chunk(0) if self.events.num_rows else \
+            pa.array([], pa.string()).dictionary_encode()
         self.resources = resource.dictionary.to_pylist()
         return {"rv": _ints(self.events["rv"]), "commit_ts": _ints(self.events["commit_ts"]),
                 "resource": resource.indices.to_numpy(zero_copy_only=False).astype(np.int64)}
 
     @cached_property
     def pod_history(self) -> pa.Table:
-        return _pod_history(self.events)
+        return _pod_history(self.events, self.is_resource("pods"))
+
+    def is_resource(self, name: str) -> np.ndarray:
+        """Per event (in rv order), whether it is a write of resource ``name``."""
+        resource = self.event_columns["resource"]
+        return resource == self.resources.index(name) if name in self.resources else \
+            np.zeros(len(resource), dtype=bool)
 
     def at_rv(self, rv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The position in ``events`` of each rv, and whether there is an event with that rv
@@ -231,8 +241,7 @@ class RunTables:
             found = pc.fill_null(pc.index_in(column, value_set=value_set), -1)
             return found.to_numpy(zero_copy_only=False).astype(np.int64)
 
-        node = np.where(pc.equal(events["resource"], "nodes").to_numpy(zero_copy_only=False),
-                        index(events["name"]), -1)
+        node = np.where(self.is_resource("nodes"), index(events["name"]), -1)
         pods = self.pod_history
         bound = pods["bound_rv"]
         has = pc.is_valid(bound).to_numpy(zero_copy_only=False)
@@ -328,8 +337,9 @@ def _segmented_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return total - (total - values)[first]
 
 
-def _pod_history(events: pa.Table) -> pa.Table:
-    """The committed writes to named pods (in rv order), each with its pod (``namespace/name``),
+def _pod_history(events: pa.Table, pods: np.ndarray) -> pa.Table:
+    """The committed writes to named pods (``pods``: which events are pod writes; in rv order),
+    each with its pod (``namespace/name``),
     its ``kind`` (create, binding, delete, other), its incarnation ``life`` (how many creates of
     the name came before it, its own included: 0 for writes to a pod created before the trace)
     and ``bound_rv``, the rv of its incarnation's latest binding at or before it (null if none).
@@ -337,8 +347,8 @@ def _pod_history(events: pa.Table) -> pa.Table:
     Grouped by pod with a radix sort of codes and segment scans: a window over a million pod
     names in DuckDB costs seconds.
     """
-    pods = events.filter(pc.and_(pc.equal(events["resource"], "pods"),
-                                 pc.not_equal(events["name"], "")))
+    named = pc.fill_null(pc.not_equal(events["name"], ""), False).to_numpy(zero_copy_only=False)
+    pods = events.filter(pa.array(pods & named))
     pod = pc.binary_join_element_wise(pods["namespace"], pods["name"], "/",
                                       null_handling="skip")
     verb, sub = pods["verb"], pods["subresource"]
@@ -435,7 +445,7 @@ def _watcher_then_rv(watcher: np.ndarray, rv: np.ndarray) -> np.ndarray | None:
     if len(rv) < 2:
         return None
     change = watcher[1:] != watcher[:-1]
-    together = int(change.sum()) + 1 == len(np.unique(watcher))
+    together = int(change.sum()) + 1 == np.count_nonzero(np.bincount(watcher))
     if together and bool(np.all(change | (rv[1:] > rv[:-1]))):
         return None
     return np.lexsort((rv, watcher))
@@ -561,7 +571,7 @@ def stream_order(run: RunTables) -> Finding:
     resource[events["rv"]] = events["resource"]
     mine = resource[np.clip(d.rv, 0, len(resource) - 1)]
     bad, problems = [], []
-    for code in np.unique(mine):
+    for code in np.flatnonzero(np.bincount(mine + 1)) - 1:
         at = np.flatnonzero(mine == code)
         same = d.watcher[at[1:]] == d.watcher[at[:-1]]
         later, earlier = at[1:], at[:-1]
@@ -582,9 +592,10 @@ def shared_queues_fifo(run: RunTables) -> Finding:
     """The API server's shared queues (the watch cache, its dispatch loop) are FIFO: cached_ts
     and dispatched_ts never decrease with rv (over the deliveries that went through them)."""
     d = run.deliveries
-    piped = np.flatnonzero(d.piped)
-    _, first = np.unique(d.rv[piped], return_index=True)
-    first = piped[first]
+    piped = np.flatnonzero(d.piped & (d.rv >= 0))
+    first = np.full(int(d.rv.max(initial=0)) + 1, -1, dtype=np.int64)  # a delivery of each rv
+    first[d.rv[piped[::-1]]] = piped[::-1]
+    first = first[first >= 0]  # in rv order
     rows = []
     for column in ("cached_ts", "dispatched_ts"):
         times = d.times[column][first]
@@ -643,7 +654,7 @@ def exactly_once(run: RunTables) -> Finding:
     nodes = pq.read_table(run.dir / "watchers.parquet")["node"].drop_null().unique().to_pylist()
     concerned = run.concerned_nodes(nodes)
     run.register("concerning", pa.table({
-        "rv": run.event_columns["rv"], "resource": run.events["resource"],
+        "rv": run.event_columns["rv"], "resource": run.events["resource"].cast(pa.string()),
         "node": pa.array(nodes + [None], pa.string()).take(pa.array(
             np.where(concerned >= 0, concerned, len(nodes))))}))
     watch = run.watch()
