@@ -46,6 +46,7 @@ CHECKED_COMMITS = ("oracle", "godel", "peer", "omega")
 # Models whose kubelets decide admission (the others' kubelets admit every pod they are sent)
 ADMITTING = ("kube",)
 RECORDED = "observe"  # the model that keeps a trace's recorded placements
+KINDS = ("create", "binding", "delete", "other")  # what a write to a pod does
 
 
 class Status(enum.Enum):
@@ -357,7 +358,8 @@ def _pod_history(events: pa.Table, pods: np.ndarray) -> pa.Table:
     binding = pc.fill_null(binding, False).to_numpy(False)
     delete = pc.fill_null(pc.and_kleene(pc.equal(verb, "delete"), pc.is_null(sub)),
                           False).to_numpy(False)
-    kind = np.select([create, binding, delete], ["create", "binding", "delete"], "other")
+    kind = np.select([create, binding, delete], [KINDS.index(k) for k in KINDS[:3]],
+                     KINDS.index("other")).astype(np.int8)
     rv = _ints(pods["rv"])
     pod_id = _codes(pod).indices.to_numpy(zero_copy_only=False).astype(np.int64)
     order, starts = _segments(pod_id)
@@ -371,7 +373,8 @@ def _pod_history(events: pa.Table, pods: np.ndarray) -> pa.Table:
     bound = (latest >= 0) & (latest % 2 == 1)
     return pods.select(["rv", "commit_ts", "node"]).append_column("pod", pod).append_column(
         "pod_id", pa.array(pod_id)).append_column(
-        "kind", pa.array(kind)).append_column("life", pa.array(life)).append_column(
+        "kind", pa.DictionaryArray.from_arrays(pa.array(kind), KINDS)).append_column(
+        "kind_code", pa.array(kind)).append_column("life", pa.array(life)).append_column(
         "bound_rv", pa.array(latest // 2, mask=~bound))
 
 
@@ -379,7 +382,7 @@ def _lives(history: pa.Table) -> pa.Table:
     """One row per incarnation of ``_pod_history``: pod, pod_id, life, how many ``bindings``,
     the first one's rv (``bind_rv``), node and commit (``bound_ts``), the first delete's rv
     (``first_delete_rv``), the last one's (``delete_rv``) and its commit (``deleted_ts``)."""
-    kind = history["kind"].to_numpy(zero_copy_only=False)
+    kind = history["kind_code"].to_numpy()
     pod_id, life = _ints(history["pod_id"]), _ints(history["life"])
     key = pod_id * (int(life.max(initial=0)) + 1) + life
     order = stable_order(key, int(key.max(initial=0)) + 1)
@@ -394,7 +397,7 @@ def _lives(history: pa.Table) -> pa.Table:
         return ufunc.reduceat(np.where(where[order], order, otherwise), first) \
             if len(first) else np.zeros(0, dtype=np.int64)
 
-    binding, delete = kind == "binding", kind == "delete"
+    binding, delete = kind == KINDS.index("binding"), kind == KINDS.index("delete")
     bind_at = reduce(np.minimum, binding, never)
     first_delete, last_delete = reduce(np.minimum, delete, never), reduce(np.maximum, delete, -1)
     bindings = np.add.reduceat(binding[order].astype(np.int64), first) if len(first) else bind_at
