@@ -32,21 +32,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from replay.analysis.history import (
+    STAGES,
+    Deliveries,
+    free_after_each_change,
+    ints,
+    iso,
+    lives,
+    pod_history,
+)
 from replay.analysis.runs import duckdb_errors, open_runs
-from replay.arrays import segmented_cummax, stable_order
 from replay.engine.rundir import OUTCOMES, read_manifest
 from replay.errors import ReplayError
 
 EXAMPLES = 5  # offending rows shown per invariant
-STAGES = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts", "dequeued_ts",
-          "applied_ts")
 # What-if models whose placements are checked against the truth when they commit (the others
 # are reported: kube's API server accepts any binding by design; a plugin may do either)
 CHECKED_COMMITS = ("oracle", "godel", "peer", "omega")
 # Models whose kubelets decide admission (the others' kubelets admit every pod they are sent)
 ADMITTING = ("kube",)
 RECORDED = "observe"  # the model that keeps a trace's recorded placements
-KINDS = ("create", "binding", "delete", "other")  # what a write to a pod does
 
 
 class Status(enum.Enum):
@@ -150,7 +155,7 @@ class RunTables:
         """One row per pod incarnation found in the events: its bindings and deletes
         (``_lives``)."""
         if "lives" not in self._registered:
-            self.register("lives", _lives(self.pod_history))
+            self.register("lives", lives(self.pod_history))
         return "lives"
 
     def watch(self) -> str:
@@ -168,7 +173,7 @@ class RunTables:
         if "truth" not in self._registered:
             with duckdb_errors("replay check"):
                 changes = self.con.sql("FROM capacity_changes").to_arrow_table()
-            self.register("truth", _free_after_each_change(changes))
+            self.register("truth", free_after_each_change(changes))
         return "truth"
 
     def register(self, name: str, table: pa.Table) -> None:
@@ -195,7 +200,7 @@ class RunTables:
             or pa.types.is_string_view(f.type) else
             pa.field(f.name, pa.dictionary(pa.int32(), pa.string())) if f.name == "resource"
             else f for f in table.schema]))
-        rv = _ints(table["rv"])
+        rv = ints(table["rv"])
         if len(rv) > 1 and not bool(np.all(rv[1:] > rv[:-1])):
             table = table.take(np.argsort(rv, kind="stable"))
         return table.combine_chunks()
@@ -207,12 +212,12 @@ class RunTables:
         resource = self.events["resource"].chunk(0) if self.events.num_rows else \
             pa.array([], pa.string()).dictionary_encode()
         self.resources = resource.dictionary.to_pylist()
-        return {"rv": _ints(self.events["rv"]), "commit_ts": _ints(self.events["commit_ts"]),
+        return {"rv": ints(self.events["rv"]), "commit_ts": ints(self.events["commit_ts"]),
                 "resource": resource.indices.to_numpy(zero_copy_only=False).astype(np.int64)}
 
     @cached_property
     def pod_history(self) -> pa.Table:
-        return _pod_history(self.events, self.is_resource("pods"))
+        return pod_history(self.events, self.is_resource("pods"))
 
     def is_resource(self, name: str) -> np.ndarray:
         """Per event (in rv order), whether it is a write of resource ``name``."""
@@ -246,218 +251,14 @@ class RunTables:
         pods = self.pod_history
         bound = pods["bound_rv"]
         has = pc.is_valid(bound).to_numpy(zero_copy_only=False)
-        binding_at, _ = self.at_rv(_ints(bound)[has])
-        write_at, _ = self.at_rv(_ints(pods["rv"])[has])
+        binding_at, _ = self.at_rv(ints(bound)[has])
+        write_at, _ = self.at_rv(ints(pods["rv"])[has])
         node[write_at] = index(events["node"])[binding_at]
         return node
 
     @cached_property
     def deliveries(self) -> Deliveries:
         return Deliveries.read(self.dir / "deliveries.parquet")
-
-
-@dataclass
-class Deliveries:
-    """The deliveries as numpy arrays (times in µs, -1 for null), ordered by watcher and then
-    rv whatever the file's order; ``watcher`` codes index ``names``."""
-
-    rv: np.ndarray
-    watcher: np.ndarray
-    names: list[str]
-    times: dict[str, np.ndarray]
-    nulls: dict[str, int]
-
-    @classmethod
-    def read(cls, path: Path) -> Deliveries:
-        table = pq.read_table(path, columns=["rv", "watcher", *STAGES],
-                              read_dictionary=["watcher"]).unify_dictionaries()
-        watcher = table["watcher"].combine_chunks()
-        if not pa.types.is_dictionary(watcher.type):
-            watcher = watcher.dictionary_encode()
-        rv, code = _ints(table["rv"]), watcher.indices.to_numpy(zero_copy_only=False)
-        times = {c: _ints(table[c]) for c in STAGES}
-        nulls = {c: table[c].null_count for c in STAGES}
-        order = _watcher_then_rv(code, rv)
-        if order is not None:
-            rv, code = rv[order], code[order]
-            times = {c: t[order] for c, t in times.items()}
-        return cls(rv, code.astype(np.int64), watcher.dictionary.to_pylist(), times, nulls)
-
-    @cached_property
-    def starts(self) -> np.ndarray:
-        """Whether each delivery is its watcher's first."""
-        return np.r_[True, self.watcher[1:] != self.watcher[:-1]] if len(self.rv) else \
-            np.zeros(0, dtype=bool)
-
-    @cached_property
-    def piped(self) -> np.ndarray:
-        """Whether each delivery went through the pipeline: not every one of its times is the
-        commit (an instant watcher, such as the oracle's, skips it)."""
-        commit = self.times["commit_ts"]
-        skips = np.ones(len(commit), dtype=bool)
-        for column in STAGES[1:]:
-            skips &= self.times[column] == commit
-        return ~skips
-
-    def row(self, i: int) -> dict[str, Any]:
-        return {"rv": int(self.rv[i]), "watcher": self.names[self.watcher[i]],
-                **{c: _iso(self.times[c][i]) for c in STAGES}}
-
-
-def _ints(column: pa.ChunkedArray) -> np.ndarray:
-    """A numeric or timestamp column as int64 (timestamps in µs), null as -1."""
-    if pa.types.is_timestamp(column.type):
-        if column.type.unit != "us":
-            column = column.cast(pa.timestamp("us", tz="UTC"))
-        column = column.view(pa.int64()) if isinstance(column, pa.Array) else \
-            pa.chunked_array([c.view(pa.int64()) for c in column.chunks], pa.int64())
-    if column.null_count:
-        column = pc.fill_null(column, -1)
-    return column.to_numpy().astype(np.int64, copy=False)
-
-
-def _codes(column: pa.ChunkedArray | pa.Array) -> pa.DictionaryArray:
-    """A string column as a dictionary: each distinct value once, and a code per row."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    return column if pa.types.is_dictionary(column.type) else column.dictionary_encode()
-
-
-def _segments(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The order that groups equal ``key`` values together (each group in its original order),
-    and whether each position of that order begins a group."""
-    order = stable_order(key, int(key.max()) + 1) if len(key) else np.zeros(0, dtype=np.int64)
-    grouped = key[order]
-    return order, np.r_[True, grouped[1:] != grouped[:-1]] if len(key) else np.zeros(0, bool)
-
-
-def _segmented_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Running sum restarting where ``starts`` is true."""
-    total = np.cumsum(values)
-    first = np.maximum.accumulate(np.where(starts, np.arange(len(values)), 0))
-    return total - (total - values)[first]
-
-
-def _pod_history(events: pa.Table, pods: np.ndarray) -> pa.Table:
-    """The committed writes to named pods (``pods``: which events are pod writes; in rv order),
-    each with its pod (``namespace/name``),
-    its ``kind`` (create, binding, delete, other), its incarnation ``life`` (how many creates of
-    the name came before it, its own included: 0 for writes to a pod created before the trace)
-    and ``bound_rv``, the rv of its incarnation's latest binding at or before it (null if none).
-
-    Grouped by pod with a radix sort of codes and segment scans: a window over a million pod
-    names in DuckDB costs seconds.
-    """
-    named = pc.fill_null(pc.not_equal(events["name"], ""), False).to_numpy(zero_copy_only=False)
-    pods = events.filter(pa.array(pods & named))
-    pod = pc.binary_join_element_wise(pods["namespace"], pods["name"], "/",
-                                      null_handling="skip")
-    verb, sub = pods["verb"], pods["subresource"]
-    create = pc.and_kleene(pc.equal(verb, "create"), pc.is_null(sub)).to_numpy(False)
-    binding = pc.and_kleene(pc.equal(verb, "create"), pc.equal(sub, "binding"))
-    binding = pc.fill_null(binding, False).to_numpy(False)
-    delete = pc.fill_null(pc.and_kleene(pc.equal(verb, "delete"), pc.is_null(sub)),
-                          False).to_numpy(False)
-    kind = np.select([create, binding, delete], [KINDS.index(k) for k in KINDS[:3]],
-                     KINDS.index("other")).astype(np.int8)
-    rv = _ints(pods["rv"])
-    pod_id = _codes(pod).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    order, starts = _segments(pod_id)
-    life = np.empty(len(rv), dtype=np.int64)
-    life[order] = _segmented_cumsum(create[order].astype(np.int64), starts)
-    # the latest create or binding so far, 2 rv + 1 for a binding: a binding of this life if odd
-    mark = np.where(binding, 2 * rv + 1, np.where(create, 2 * rv, -1))[order]
-    segment = np.cumsum(starts)
-    latest = np.empty(len(rv), dtype=np.int64)
-    latest[order] = segmented_cummax(mark, segment)
-    bound = (latest >= 0) & (latest % 2 == 1)
-    return pods.select(["rv", "commit_ts", "node"]).append_column("pod", pod).append_column(
-        "pod_id", pa.array(pod_id)).append_column(
-        "kind", pa.DictionaryArray.from_arrays(pa.array(kind), KINDS)).append_column(
-        "kind_code", pa.array(kind)).append_column("life", pa.array(life)).append_column(
-        "bound_rv", pa.array(latest // 2, mask=~bound))
-
-
-def _lives(history: pa.Table) -> pa.Table:
-    """One row per incarnation of ``_pod_history``: pod, pod_id, life, how many ``bindings``,
-    the first one's rv (``bind_rv``), node and commit (``bound_ts``), the first delete's rv
-    (``first_delete_rv``), the last one's (``delete_rv``) and its commit (``deleted_ts``)."""
-    kind = history["kind_code"].to_numpy()
-    pod_id, life = _ints(history["pod_id"]), _ints(history["life"])
-    key = pod_id * (int(life.max(initial=0)) + 1) + life
-    order = stable_order(key, int(key.max(initial=0)) + 1)
-    grouped = key[order]
-    first = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]]) if len(order) else \
-        np.zeros(0, dtype=np.int64)
-    never = len(kind)  # a position past every row: none
-
-    def reduce(ufunc, where: np.ndarray, otherwise: int) -> np.ndarray:
-        """Per incarnation, the first or last (``ufunc``) row where ``where`` holds (rows of an
-        incarnation are in rv order)."""
-        return ufunc.reduceat(np.where(where[order], order, otherwise), first) \
-            if len(first) else np.zeros(0, dtype=np.int64)
-
-    binding, delete = kind == KINDS.index("binding"), kind == KINDS.index("delete")
-    bind_at = reduce(np.minimum, binding, never)
-    first_delete, last_delete = reduce(np.minimum, delete, never), reduce(np.maximum, delete, -1)
-    bindings = np.add.reduceat(binding[order].astype(np.int64), first) if len(first) else bind_at
-
-    def at(rows: np.ndarray, column: str) -> pa.Array:
-        """``column`` at ``rows``, null where a row is none."""
-        missing = (rows < 0) | (rows >= never)
-        return history[column].take(pa.array(np.where(missing, 0, rows), mask=missing))
-
-    return pa.table({
-        "pod": history["pod"].take(pa.array(order[first])), "pod_id": pod_id[order[first]],
-        "life": life[order[first]], "bindings": bindings,
-        "bind_rv": at(bind_at, "rv"), "bind_node": at(bind_at, "node"),
-        "bound_ts": at(bind_at, "commit_ts"), "first_delete_rv": at(first_delete, "rv"),
-        "delete_rv": at(last_delete, "rv"), "deleted_ts": at(last_delete, "commit_ts")})
-
-
-def _free_after_each_change(changes: pa.Table) -> pa.Table:
-    """``changes`` (capacity_changes) with, per node in rv order, the free capacity after each
-    and ``last_shrink_rv`` (the rv of the node's latest allocatable decrease so far)."""
-    rv = _ints(changes["rv"])
-    node = _codes(changes["node"]).indices.to_numpy(zero_copy_only=False).astype(np.int64)
-    by_rv = np.argsort(rv)  # rvs are distinct
-    order = by_rv[stable_order(node[by_rv], int(node.max(initial=0)) + 1)]
-    grouped = node[order]
-    starts = np.r_[True, grouped[1:] != grouped[:-1]] if len(order) else np.zeros(0, bool)
-    deltas = {r: pc.fill_null(changes[c], 0).to_numpy() for r, c in
-              (("cpu", "cpu_milli"), ("memory", "memory_bytes"), ("gpu", "gpu_milli"))}
-    free = {}
-    for resource, delta in deltas.items():
-        free[resource] = np.empty(len(delta), dtype=np.int64)
-        free[resource][order] = _segmented_cumsum(delta[order].astype(np.int64), starts)
-    node_change = pc.equal(changes["change"], "node").to_numpy(zero_copy_only=False)
-    shrinks = node_change & (np.minimum.reduce(list(deltas.values())) < 0)
-    last = np.empty(len(rv), dtype=np.int64)
-    last[order] = segmented_cummax(np.where(shrinks, rv, -1)[order], np.cumsum(starts))
-    return changes.select(["rv", "commit_ts", "node", "change", "pod", "attempt_id", "cpu_milli",
-                           "memory_bytes", "gpu_milli"]).append_column(
-        "free_cpu", pa.array(free["cpu"])).append_column(
-        "free_memory", pa.array(free["memory"])).append_column(
-        "free_gpu", pa.array(free["gpu"])).append_column(
-        "last_shrink_rv", pa.array(last, mask=last < 0))
-
-
-def _watcher_then_rv(watcher: np.ndarray, rv: np.ndarray) -> np.ndarray | None:
-    """The order that sorts deliveries by watcher, then rv; None if they are already (each
-    watcher's deliveries together, in increasing rv: the documented order)."""
-    if len(rv) < 2:
-        return None
-    change = watcher[1:] != watcher[:-1]
-    together = int(change.sum()) + 1 == np.count_nonzero(np.bincount(watcher))
-    if together and bool(np.all(change | (rv[1:] > rv[:-1]))):
-        return None
-    return np.lexsort((rv, watcher))
-
-
-def _iso(us: int) -> str | None:
-    if us == -1:
-        return None
-    return np.datetime64(int(us), "us").astype(str) + "Z"
 
 
 # -- findings ------------------------------------------------------------------------------------
@@ -517,8 +318,8 @@ def rv_in_commit_order(run: RunTables) -> Finding:
     earlier = np.r_[False, commit[1:] < commit[:-1]] if len(rv) else np.zeros(0, bool)
     rows = np.flatnonzero((rv != expected) | earlier | (commit == -1))
     return _finding("rv_in_commit_order", len(rows), [
-        {"rv": int(rv[i]), "expected_rv": int(expected[i]), "commit_ts": _iso(commit[i]),
-         "previous_commit_ts": _iso(commit[i - 1]) if i else None} for i in rows[:EXAMPLES]])
+        {"rv": int(rv[i]), "expected_rv": int(expected[i]), "commit_ts": iso(commit[i]),
+         "previous_commit_ts": iso(commit[i - 1]) if i else None} for i in rows[:EXAMPLES]])
 
 
 def stage_times_ordered(run: RunTables) -> Finding:
