@@ -77,29 +77,39 @@ class Finding:
         return self.status is not Status.FAILED
 
 
+class Reads(enum.Enum):
+    """What an invariant's check reads, which says where ``check_run`` runs it."""
+
+    SQL = "sql"  # DuckDB over the run's tables only
+    ARRAYS = "arrays"  # the events and pod incarnations as arrays (and DuckDB)
+    DELIVERIES = "deliveries"  # numpy scans of the deliveries (and events) only
+
+
 @dataclass(frozen=True)
 class Invariant:
     id: str
     summary: str  # one line, for `replay check --list` and docs/consistency.md
     check: Callable[[RunTables], Finding] = field(repr=False)
-    scans: bool = False  # numpy scans of the deliveries only (no DuckDB): run on a thread
+    reads: Reads = Reads.SQL
 
 
 def check_run(run_dir: str | Path) -> list[Finding]:
     """Check every invariant of ``INVARIANTS`` on the run directory ``run_dir``.
 
-    The numpy scans of the deliveries run on a second thread while DuckDB answers the others
-    on this one (both release the GIL for their work): a run's check takes the time of the
-    longer half, not of both."""
+    Two threads share the work (numpy, pyarrow and DuckDB release the GIL): a second one reads
+    the deliveries and the events into arrays, groups the pod writes into incarnations and scans
+    the deliveries, while this one has DuckDB answer the invariants that need none of that, then
+    those that do."""
     run = RunTables(Path(run_dir))
     try:
-        with ThreadPoolExecutor(max_workers=1) as scanner:
-            deliveries = scanner.submit(lambda: run.deliveries)
-            run.event_columns, run.pod_history  # noqa: B018 (read here, shared by both)
-            deliveries.result()
-            scanned = {i.id: scanner.submit(i.check, run) for i in INVARIANTS if i.scans}
-            run.differing = scanner.submit(_writes_whose_recipients_differ, run)
-            found = {i.id: i.check(run) for i in INVARIANTS if not i.scans}
+        with ThreadPoolExecutor(max_workers=1) as second:
+            arrays = second.submit(lambda: (run.deliveries, run.event_columns, run.pod_history))
+            scanned = {i.id: second.submit(i.check, run) for i in INVARIANTS
+                       if i.reads is Reads.DELIVERIES}
+            run.differing = second.submit(_writes_whose_recipients_differ, run)
+            found = {i.id: i.check(run) for i in INVARIANTS if i.reads is Reads.SQL}
+            arrays.result()
+            found |= {i.id: i.check(run) for i in INVARIANTS if i.reads is Reads.ARRAYS}
             found |= {name: future.result() for name, future in scanned.items()}
         return [found[invariant.id] for invariant in INVARIANTS]
     finally:
@@ -810,23 +820,26 @@ def compare_runs(original: str | Path, again: str | Path) -> Finding:
 
 INVARIANTS: tuple[Invariant, ...] = (
     Invariant("rv_in_commit_order", "writes are numbered 1, 2, ... in commit order",
-              rv_in_commit_order),
+              rv_in_commit_order, reads=Reads.ARRAYS),
     Invariant("stage_times_ordered", "commit <= cached <= dispatched <= sent <= received <= "
-              "dequeued <= applied in every delivery", stage_times_ordered, scans=True),
+              "dequeued <= applied in every delivery", stage_times_ordered,
+              reads=Reads.DELIVERIES),
     Invariant("delivery_matches_event", "each delivery is of a committed write, with its commit "
-              "time, and one write's shared stages are shared", delivery_matches_event, scans=True),
+              "time, and one write's shared stages are shared", delivery_matches_event,
+              reads=Reads.DELIVERIES),
     Invariant("exactly_once", "every write reaches exactly the watchers whose filter matches it, "
-              "once each", exactly_once),
+              "once each", exactly_once, reads=Reads.ARRAYS),
     Invariant("stream_order", "per watcher and resource, sent, received and applied never "
-              "decrease in rv order", stream_order, scans=True),
+              "decrease in rv order", stream_order, reads=Reads.DELIVERIES),
     Invariant("shared_queues_fifo", "cached_ts and dispatched_ts never decrease in rv order",
-              shared_queues_fifo, scans=True),
+              shared_queues_fifo, reads=Reads.DELIVERIES),
     Invariant("truth_within_capacity", "no binding pushes a node over its allocatable",
               truth_within_capacity),
     Invariant("kubelet_admission", "no pod a kubelet admits pushes its node over allocatable in "
               "the kubelet's view", kubelet_admission),
     Invariant("one_binding_per_incarnation", "at most one binding per pod incarnation, never "
-              "after its delete, and pods agrees with it", one_binding_per_incarnation),
+              "after its delete, and pods agrees with it", one_binding_per_incarnation,
+              reads=Reads.ARRAYS),
     Invariant("attempt_times_ordered", "enqueued <= started <= decided <= committed, forgotten "
               "after decided", attempt_times_ordered),
     Invariant("attempt_outcome_documented", "outcomes are bound, conflict, unschedulable or error",
