@@ -99,6 +99,12 @@ CREATE OR REPLACE MACRO delay_stats(ms) AS {
 };
 
 
+-- cdf_fractions(): the fractions at which delay_cdf.sql reads a distribution: 0, 0.01, ..., 0.99,
+-- then 0.991, ..., 0.999, 0.9999 and 1, so that the tail gets points of its own.
+CREATE OR REPLACE MACRO cdf_fractions() AS
+    [i / 100 FOR i IN range(0, 100)] || [(990 + i) / 1000 FOR i IN range(1, 10)] || [0.9999, 1.0];
+
+
 ---------------------------------------------------------------------------------------------------
 -- Free capacity: the truth, each watcher's view, and where they differ
 --
@@ -230,3 +236,49 @@ CREATE OR REPLACE MACRO unit_size(resource) AS
 -- phantom.  A table of the run directory, derived from the tables above by `replay run` with
 -- derived/capacity_windows.sql, whose header defines every column.
 CREATE OR REPLACE VIEW capacity_windows AS FROM run_table('capacity_windows');
+
+-- capacity_summary(per_role): the windows of each watcher with a view of capacity summarised
+-- (stale_capacity_summary.sql defines the columns), one row per run and watcher, or with
+-- per_role one per run and watcher_role whose watcher is 'ALL'.  Both add watcher_role,
+-- watchers (how many watchers the row sums) and one_node (every one of them sees one node
+-- only, as a kubelet does).  Reads the parameters from_ts, to_ts and watcher.
+CREATE OR REPLACE MACRO capacity_summary(per_role) AS TABLE
+WITH viewers AS (
+    SELECT viewers.run, viewers.watcher, viewers.node, watchers.role AS watcher_role
+    FROM capacity_viewers AS viewers
+    JOIN watchers USING (run, watcher)
+    WHERE watcher_selected(viewers.watcher)
+), windows AS (
+    SELECT run, watcher, kind, resource, gap_seconds, wasted, conflicts,
+           ms_between(start_ts, end_ts) AS duration_ms
+    FROM capacity_windows
+    WHERE in_time_window(start_ts) AND watcher_selected(watcher)
+), summarised AS (
+    SELECT viewers.run, viewers.watcher_role,
+           CASE WHEN per_role THEN 'ALL' ELSE viewers.watcher END AS watcher,
+           count(DISTINCT viewers.watcher) AS watchers,
+           bool_and(viewers.node IS NOT NULL) AS one_node,
+           count(kind) FILTER (kind = 'stale') AS windows,
+           quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'stale') AS durations,
+           max(duration_ms) FILTER (kind = 'stale') AS max_ms,
+           coalesce(sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu'), 0)
+               AS blind_core_seconds,
+           coalesce(sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu' AND wasted), 0)
+               AS wasted_core_seconds,
+           count(kind) FILTER (kind = 'phantom') AS phantom_windows,
+           quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'phantom') AS phantom_durations,
+           max(duration_ms) FILTER (kind = 'phantom') AS phantom_max_ms,
+           coalesce(sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu'), 0)
+               AS phantom_core_seconds,
+           coalesce(sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu'
+                                             AND conflicts > 0), 0) AS conflicted_core_seconds
+    FROM viewers
+    LEFT JOIN windows USING (run, watcher)
+    GROUP BY ALL
+)
+SELECT run, watcher_role, watcher, watchers, one_node, windows,
+       durations[1] AS p50_ms, durations[2] AS p99_ms, max_ms,
+       blind_core_seconds, wasted_core_seconds, phantom_windows,
+       phantom_durations[1] AS phantom_p50_ms, phantom_durations[2] AS phantom_p99_ms,
+       phantom_max_ms, phantom_core_seconds, conflicted_core_seconds
+FROM summarised;

@@ -348,17 +348,24 @@ def _union(spans: list) -> list:
     return merged
 
 
-def stale_capacity_summary(tables, windows: pl.DataFrame) -> pl.DataFrame:
-    """Per watcher with a view of capacity: its stale and phantom windows summarised."""
-    viewers = tables["watchers"].filter(
-        pl.col("resources").str.split(",").list.contains("pods")
-        & pl.col("resources").str.split(",").list.contains("nodes")).select("watcher")
-    w = windows.with_columns(ms=(pl.col("end_us") - pl.col("start_us")) / 1000.0)
+def capacity_viewers(tables) -> pl.DataFrame:
+    """watcher, watcher_role, node of the watchers that watch pods and nodes."""
+    resources = pl.col("resources").str.split(",")
+    return tables["watchers"].filter(
+        resources.list.contains("pods") & resources.list.contains("nodes")).select(
+        "watcher", "node", watcher_role="role")
+
+
+def summarise_windows(viewers: pl.DataFrame, windows: pl.DataFrame, key: str) -> pl.DataFrame:
+    """stale_capacity_summary's columns per value of ``key`` (watcher or watcher_role), for
+    every such value among ``viewers``, windows or not."""
+    w = windows.join(viewers.select("watcher", "watcher_role"), on="watcher").with_columns(
+        ms=(pl.col("end_us") - pl.col("start_us")) / 1000.0)
     cpu = pl.col("resource") == "cpu"
 
     def side(kind: str, prefix: str, costly: pl.Expr, costly_name: str) -> pl.DataFrame:
         k = w.filter(pl.col("kind") == kind)
-        return k.group_by("watcher").agg(
+        return k.group_by(key).agg(
             pl.len().alias(f"{prefix}windows"),
             pl.col("ms").quantile(0.5, "linear").alias(f"{prefix}p50_ms"),
             pl.col("ms").quantile(0.99, "linear").alias(f"{prefix}p99_ms"),
@@ -369,7 +376,133 @@ def stale_capacity_summary(tables, windows: pl.DataFrame) -> pl.DataFrame:
     stale = side("stale", "", pl.col("wasted"), "wasted_core_seconds").rename(
         {"core_seconds": "blind_core_seconds"})
     phantom = side("phantom", "phantom_", pl.col("conflicts") > 0, "conflicted_core_seconds")
-    out = viewers.join(stale, on="watcher", how="left").join(phantom, on="watcher", how="left")
+    out = viewers.group_by(key).agg(watchers=pl.len(), one_node=pl.col("node").is_not_null().all())
+    out = out.join(stale, on=key, how="left").join(phantom, on=key, how="left")
     return out.with_columns(pl.col("windows", "phantom_windows").fill_null(0),
                             pl.col("blind_core_seconds", "wasted_core_seconds",
                                    "phantom_core_seconds", "conflicted_core_seconds").fill_null(0.0))
+
+
+def stale_capacity_summary(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per watcher with a view of capacity: its stale and phantom windows summarised."""
+    return summarise_windows(capacity_viewers(tables), windows, "watcher").drop(
+        "watchers", "one_node")
+
+
+def stale_capacity_by_role(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """The summary's rows of watchers that see every node, the 3 worst (most blind
+    core-seconds, then by name) of those that see one node, and each role of more than one
+    watcher as ALL."""
+    viewers = capacity_viewers(tables)
+    each = summarise_windows(viewers, windows, "watcher").drop("watchers", "one_node").join(
+        viewers, on="watcher").with_columns(watchers=pl.lit(1, pl.Int64))
+    shown = []
+    for (_, one_node), rows in each.group_by("watcher_role", pl.col("node").is_not_null()):
+        rows = rows.sort(["blind_core_seconds", "watcher"], descending=[True, False])
+        shown.append(rows.head(3) if one_node else rows)
+    roles = summarise_windows(viewers, windows, "watcher_role").filter(pl.col("watchers") > 1)
+    roles = roles.with_columns(watcher=pl.lit("ALL"), watchers=pl.col("watchers").cast(pl.Int64))
+    columns = ["watcher_role", "watcher", "watchers", *stale_capacity_summary_columns()]
+    return pl.concat([frame.select(columns) for frame in [*shown, roles]])
+
+
+def stale_capacity_summary_columns() -> list[str]:
+    return ["windows", "p50_ms", "p99_ms", "max_ms", "blind_core_seconds", "wasted_core_seconds",
+            "phantom_windows", "phantom_p50_ms", "phantom_p99_ms", "phantom_max_ms",
+            "phantom_core_seconds", "conflicted_core_seconds"]
+
+
+# --- what the report draws -----------------------------------------------------------------------
+
+CDF_FRACTIONS = [i / 100 for i in range(100)] + [(990 + i) / 1000 for i in range(1, 10)] + [
+    0.9999, 1.0]
+DURATION_EDGES_MS = [0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500,
+                     1000, 2000, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7]
+MINUTE_US = 60_000_000
+
+
+def delay_cdf(tables) -> pl.DataFrame:
+    delays = component_delays(tables).filter(pl.col("component") == "end_to_end")
+    rows = []
+    for (role,), mine in delays.group_by("watcher_role"):
+        rows += [(role, f, mine["ms"].quantile(f, "linear"), mine.height) for f in CDF_FRACTIONS]
+    return pl.DataFrame(rows, schema={"watcher_role": pl.String, "fraction": pl.Float64,
+                                      "delay_ms": pl.Float64, "events": pl.Int64}, orient="row")
+
+
+def run_start(tables) -> int:
+    a = tables["attempts"]
+    times = [tables["events"]["commit_ts"].min()]
+    times += [a[c].min() for c in ("enqueued_ts", "started_ts", "decided_ts", "committed_ts")]
+    return min(us(t) for t in times if t is not None)
+
+
+def run_minutes(tables) -> list[int]:
+    """The minute (epoch microseconds) of every minute of the run, first to last."""
+    first = run_start(tables) // MINUTE_US * MINUTE_US
+    return list(range(first, run_end(tables) + 1, MINUTE_US))
+
+
+def _minute_windows(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    return windows.join(capacity_viewers(tables).select("watcher", "watcher_role"),
+                        on="watcher").with_columns(minute_us=pl.col("start_us") // MINUTE_US
+                                                   * MINUTE_US)
+
+
+def stale_capacity_timeline(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per minute of the run and role with a view: the summary's counts and sums."""
+    w = _minute_windows(tables, windows)
+    rows = []
+    for minute in run_minutes(tables):
+        for role in sorted(set(capacity_viewers(tables)["watcher_role"])):
+            mine = w.filter((pl.col("minute_us") == minute) & (pl.col("watcher_role") == role))
+            stale, phantom = (mine.filter(pl.col("kind") == k) for k in ("stale", "phantom"))
+            cpu = pl.col("resource") == "cpu"
+            rows.append((minute, role, stale.height,
+                         stale.filter(cpu)["gap_seconds"].sum(),
+                         stale.filter(cpu & pl.col("wasted"))["gap_seconds"].sum(),
+                         phantom.height, phantom.filter(cpu)["gap_seconds"].sum(),
+                         phantom.filter(cpu & (pl.col("conflicts") > 0))["gap_seconds"].sum()))
+    return pl.DataFrame(rows, schema={
+        "minute_us": pl.Int64, "watcher_role": pl.String, "windows": pl.Int64,
+        "blind_core_seconds": pl.Float64, "wasted_core_seconds": pl.Float64,
+        "phantom_windows": pl.Int64, "phantom_core_seconds": pl.Float64,
+        "conflicted_core_seconds": pl.Float64}, orient="row")
+
+
+def stale_capacity_by_node(tables, windows: pl.DataFrame, top: int = 20) -> pl.DataFrame:
+    """The top nodes by blind core-seconds (all watchers), every minute of the run."""
+    stale = _minute_windows(tables, windows).filter(pl.col("kind") == "stale")
+    cpu = stale.filter(pl.col("resource") == "cpu")
+    totals = cpu.group_by("node").agg(pl.col("gap_seconds").sum()).filter(pl.col("gap_seconds") > 0)
+    ranked = totals.sort(["gap_seconds", "node"], descending=[True, False]).head(top)["node"]
+    rows = []
+    for rank, node in enumerate(ranked, 1):
+        for minute in run_minutes(tables):
+            mine = stale.filter((pl.col("node") == node) & (pl.col("minute_us") == minute))
+            blind = mine.filter(pl.col("resource") == "cpu")
+            rows.append((node, rank, minute, mine.height, blind["gap_seconds"].sum(),
+                         blind.filter(pl.col("wasted"))["gap_seconds"].sum()))
+    return pl.DataFrame(rows, schema={
+        "node": pl.String, "rank": pl.Int64, "minute_us": pl.Int64, "windows": pl.Int64,
+        "blind_core_seconds": pl.Float64, "wasted_core_seconds": pl.Float64}, orient="row")
+
+
+def stale_capacity_durations(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """Windows per role, kind and duration bucket (1-2-5 edges), with their share."""
+    counts: dict[tuple, int] = {}
+    w = _minute_windows(tables, windows)
+    for role, kind, start, end in w.select("watcher_role", "kind", "start_us", "end_us").rows():
+        ms = (end - start) / 1000.0
+        at = max(i for i, edge in enumerate(DURATION_EDGES_MS) if ms >= edge)
+        key = (role, kind, at)
+        counts[key] = counts.get(key, 0) + 1
+    totals: dict[tuple, int] = {}
+    for (role, kind, _), n in counts.items():
+        totals[role, kind] = totals.get((role, kind), 0) + n
+    rows = [(role, kind, float(DURATION_EDGES_MS[at]),
+             float(DURATION_EDGES_MS[at + 1]) if at + 1 < len(DURATION_EDGES_MS) else None,
+             n, n / totals[role, kind]) for (role, kind, at), n in counts.items()]
+    return pl.DataFrame(rows, schema={
+        "watcher_role": pl.String, "kind": pl.String, "duration_from_ms": pl.Float64,
+        "duration_to_ms": pl.Float64, "windows": pl.Int64, "share": pl.Float64}, orient="row")

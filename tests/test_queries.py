@@ -188,8 +188,24 @@ def check_capacity(answers: Answers) -> None:
     for kind in ("stale", "phantom"):
         assert_same(answers.windows(kind), answers.expected_windows(kind),
                     ["watcher", "node", "resource", "start_us"])
+    windows = answers.reference_windows
     assert_same(answers.query("stale_capacity_summary").drop("run"),
-                ref.stale_capacity_summary(answers.tables, answers.reference_windows), ["watcher"])
+                ref.stale_capacity_summary(answers.tables, windows), ["watcher"])
+    assert_same(answers.query("stale_capacity_by_role").drop("run"),
+                ref.stale_capacity_by_role(answers.tables, windows), ["watcher_role", "watcher"])
+    assert_same(by_minute(answers.query("stale_capacity_timeline")),
+                ref.stale_capacity_timeline(answers.tables, windows),
+                ["minute_us", "watcher_role"])
+    assert_same(by_minute(answers.query("stale_capacity_by_node")),
+                ref.stale_capacity_by_node(answers.tables, windows), ["rank", "minute_us"])
+    assert_same(answers.query("stale_capacity_durations").drop("run"),
+                ref.stale_capacity_durations(answers.tables, windows),
+                ["watcher_role", "kind", "duration_from_ms"])
+
+
+def by_minute(answer: pl.DataFrame) -> pl.DataFrame:
+    return answer.drop("run").with_columns(minute_us=pl.col("minute").dt.epoch("us")) \
+        .drop("minute")
 
 
 def check_delays(answers: Answers) -> None:
@@ -198,6 +214,8 @@ def check_delays(answers: Answers) -> None:
     assert_same(answers.query("per_component_delay_timeline").drop("run"),
                 ref.per_component_delay_timeline(answers.tables),
                 ["minute", "watcher_role", "component"])
+    assert_same(answers.query("delay_cdf").drop("run"), ref.delay_cdf(answers.tables),
+                ["watcher_role", "fraction"])
 
 
 def check_conflicts(answers: Answers) -> None:
