@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
-from replay.analysis.catalog import HEADLINE, load_query, shipped
+from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
 from replay.analysis.runs import duckdb_errors, open_runs, run_query
 from replay.errors import ReplayError
@@ -75,4 +76,8 @@ def run(args: argparse.Namespace) -> int:
     for query in queries:
         with duckdb_errors(query.name):
             print(f"{query.name}:\n{render_table(run_query(con, query, variables))}")
+        if query.name in HEADLINE_ALL_ROWS:
+            every = shlex.join(["replay", "query", *runs, HEADLINE_ALL_ROWS[query.name]])
+            print(f"Watchers of one node each (kubelets): the 3 worst, then ALL of the role. "
+                  f"Every watcher: {every}\n")
     return 0
