@@ -80,6 +80,12 @@ class Panel:
     series: tuple[Series, ...] = ()
     heatmap: Heatmap | None = None
 
+    def __post_init__(self) -> None:
+        # a series without a single value (a role with no phantom windows) is left out: a
+        # legend entry with nothing drawn only misleads
+        kept = tuple(s for s in self.series if any(v is not None for v in s.y))
+        object.__setattr__(self, "series", kept)
+
     def has_data(self) -> bool:
         if self.heatmap is not None:
             return any(v is not None for row in self.heatmap.z for v in row)
