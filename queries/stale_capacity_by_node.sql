@@ -25,11 +25,11 @@ WITH windows AS (
 ), ranked AS (
     SELECT run, node,
            row_number() OVER (PARTITION BY run
-                              ORDER BY sum(gap_seconds) FILTER (resource = 'cpu') DESC, node)
+                              ORDER BY core_seconds(gap_seconds, resource = 'cpu') DESC, node)
                AS rank
     FROM windows
     GROUP BY run, node
-    HAVING sum(gap_seconds) FILTER (resource = 'cpu') > 0
+    HAVING core_seconds(gap_seconds, resource = 'cpu') > 0
     QUALIFY rank <= 20
 ), minutes AS (
     SELECT run, unnest(generate_series(
@@ -40,8 +40,8 @@ WITH windows AS (
 )
 SELECT run, node, rank, minute,
        count(resource) AS windows,
-       coalesce(sum(gap_seconds) FILTER (resource = 'cpu'), 0) AS blind_core_seconds,
-       coalesce(sum(gap_seconds) FILTER (resource = 'cpu' AND wasted), 0) AS wasted_core_seconds
+       core_seconds(gap_seconds, resource = 'cpu') AS blind_core_seconds,
+       core_seconds(gap_seconds, resource = 'cpu' AND wasted) AS wasted_core_seconds
 FROM ranked
 JOIN minutes USING (run)
 LEFT JOIN windows USING (run, node, minute)

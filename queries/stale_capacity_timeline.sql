@@ -40,15 +40,13 @@ WITH roles AS (
 )
 SELECT run, minute, watcher_role,
        count(kind) FILTER (kind = 'stale') AS windows,
-       coalesce(sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu'), 0)
-           AS blind_core_seconds,
-       coalesce(sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu' AND wasted), 0)
+       core_seconds(gap_seconds, kind = 'stale' AND resource = 'cpu') AS blind_core_seconds,
+       core_seconds(gap_seconds, kind = 'stale' AND resource = 'cpu' AND wasted)
            AS wasted_core_seconds,
        count(kind) FILTER (kind = 'phantom') AS phantom_windows,
-       coalesce(sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu'), 0)
-           AS phantom_core_seconds,
-       coalesce(sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu' AND conflicts > 0),
-                0) AS conflicted_core_seconds
+       core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu') AS phantom_core_seconds,
+       core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu' AND conflicts > 0)
+           AS conflicted_core_seconds
 FROM minutes
 JOIN roles USING (run)
 LEFT JOIN windows USING (run, watcher_role, minute)

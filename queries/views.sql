@@ -91,9 +91,11 @@ SELECT run, watcher, role AS watcher_role, commit_ts,
 FROM deliveries;
 
 -- delay_stats(ms): an aggregate: the mean, the 50th, 90th and 99th percentiles (interpolated
--- linearly, computed together) and the maximum of ms, as a struct.
+-- linearly, computed together) and the maximum of ms, as a struct.  The mean adds whole
+-- microseconds, so that it is the same number whatever order DuckDB's threads add them in (a sum
+-- of doubles is not).
 CREATE OR REPLACE MACRO delay_stats(ms) AS {
-    'mean_ms': avg(ms),
+    'mean_ms': sum(round(ms * 1000)::BIGINT) / count(ms) / 1000,
     'percentiles': quantile_cont(ms, [0.5, 0.9, 0.99]),
     'max_ms': max(ms)
 };
@@ -211,6 +213,13 @@ SELECT *
 FROM node_changes
 WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0;
 
+-- core_seconds(gap_seconds, condition): an aggregate: the sum of gap_seconds over the rows
+-- where condition holds, 0 if none.  It adds whole nano-core-seconds (a cpu gap is whole
+-- millicores over whole microseconds), so the sum is the same whatever order DuckDB's threads
+-- add them in, as a sum of doubles is not.
+CREATE OR REPLACE MACRO core_seconds(gap_seconds, condition) AS
+    coalesce(sum(round(gap_seconds * 1e9)::BIGINT) FILTER (condition), 0) / 1e9;
+
 -- capacity_viewers: run, watcher, node: the watchers that have a view of free capacity: those that
 -- watch both pods and nodes.  node is the only node a node-bound watcher (a kubelet) sees; null
 -- means every node.
@@ -261,17 +270,16 @@ WITH viewers AS (
            count(kind) FILTER (kind = 'stale') AS windows,
            quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'stale') AS durations,
            max(duration_ms) FILTER (kind = 'stale') AS max_ms,
-           coalesce(sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu'), 0)
-               AS blind_core_seconds,
-           coalesce(sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu' AND wasted), 0)
+           core_seconds(gap_seconds, kind = 'stale' AND resource = 'cpu') AS blind_core_seconds,
+           core_seconds(gap_seconds, kind = 'stale' AND resource = 'cpu' AND wasted)
                AS wasted_core_seconds,
            count(kind) FILTER (kind = 'phantom') AS phantom_windows,
            quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'phantom') AS phantom_durations,
            max(duration_ms) FILTER (kind = 'phantom') AS phantom_max_ms,
-           coalesce(sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu'), 0)
+           core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu')
                AS phantom_core_seconds,
-           coalesce(sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu'
-                                             AND conflicts > 0), 0) AS conflicted_core_seconds
+           core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu' AND conflicts > 0)
+               AS conflicted_core_seconds
     FROM viewers
     LEFT JOIN windows USING (run, watcher)
     GROUP BY ALL
