@@ -361,36 +361,10 @@ def parameters(ctx: Context) -> Section | None:
     """Each model parameter that takes two values or more among runs of one model, against
     the headline metrics: one line per model (and per value of the other such parameters)."""
     swept = swept_parameters(ctx.data.runs)
-    if not swept:
-        return None
     metrics = headline(ctx)
-    figures = []
-    for parameter in swept:
-        runs = [run for run in ctx.data.runs if parameter in run.parameters]
-        numeric = all(isinstance(run.parameters[parameter], int | float) for run in runs)
-        runs.sort(key=lambda run: (run.parameters[parameter] if numeric
-                                   else str(run.parameters[parameter])))
-        lines: dict[str, list[Run]] = {}
-        for run in runs:
-            others = ", ".join(f"{p}={run.parameters[p]}" for p in swept
-                               if p != parameter and p in run.parameters)
-            lines.setdefault(run.model + (f" ({others})" if others else ""), []).append(run)
-        x_axis = (Axis(parameter) if numeric else
-                  category_axis(parameter, list(dict.fromkeys(str(r.parameters[parameter])
-                                                              for r in runs))))
-        figures.append(Figure(f"parameter-{parameter}", f"Headline numbers against {parameter}",
-                              tuple(Panel(title, x_axis, Axis(title), tuple(
-                                  Series(name, tuple(r.parameters[parameter] if numeric
-                                                     else str(r.parameters[parameter])
-                                                     for r in members),
-                                         tuple(metrics[r.name].get(metric, Cell("")).value
-                                               for r in members),
-                                         Mark.LINE, ctx.styles.color(name, "line"),
-                                         legend_group=name,
-                                         show_legend=index == 0)
-                                  for name, members in lines.items()))
-                                  for index, (metric, title) in enumerate(PARAMETER_METRICS)),
-                              columns=3))
+    figures = [f for f in (_against(ctx, p, swept, metrics) for p in swept) if f is not None]
+    if not figures:
+        return None
     return Section(
         "parameters", "Against the parameters",
         "Each point is one run's headline number (the overview's table) placed at the value "
@@ -398,6 +372,40 @@ def parameters(ctx: Context) -> Section | None:
         "parameter worth tuning.",
         ("per_component_delay", "conflict_rate", "stale_capacity_by_role"),
         figures=tuple(figures))
+
+
+def _against(ctx: Context, parameter: str, swept: list[str],
+             metrics: dict[str, dict[str, Cell]]) -> Figure | None:
+    runs = [run for run in ctx.data.runs if parameter in run.parameters]
+    numeric = all(isinstance(run.parameters[parameter], int | float) for run in runs)
+
+    def at(run: Run) -> Any:
+        value = run.parameters[parameter]
+        return value if numeric else str(value)
+
+    runs.sort(key=at)
+    lines: dict[str, list[Run]] = {}
+    for run in runs:
+        others = ", ".join(f"{p}={run.parameters[p]}" for p in swept
+                           if p != parameter and p in run.parameters)
+        lines.setdefault(run.model + (f" ({others})" if others else ""), []).append(run)
+    x_axis = (Axis(parameter) if numeric
+              else category_axis(parameter, list(dict.fromkeys(at(r) for r in runs))))
+    panels = []
+    for metric, title in PARAMETER_METRICS:
+        series = tuple(
+            Series(name, tuple(at(r) for r in members),
+                   tuple(metrics[r.name].get(metric, Cell("")).value for r in members),
+                   Mark.LINE, ctx.styles.color(name, "line"), legend_group=name,
+                   show_legend=not panels)
+            for name, members in lines.items())
+        panel = Panel(title, x_axis, Axis(title), series)
+        if panel.has_data():
+            panels.append(panel)
+    if not panels:
+        return None
+    return Figure(f"parameter-{parameter}", f"Headline numbers against {parameter}",
+                  tuple(panels), columns=len(panels))
 
 
 def swept_parameters(runs: Sequence[Run]) -> list[str]:
