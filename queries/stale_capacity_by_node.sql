@@ -31,19 +31,13 @@ WITH windows AS (
     GROUP BY run, node
     HAVING core_seconds(gap_seconds, resource = 'cpu') > 0
     QUALIFY rank <= 20
-), minutes AS (
-    SELECT run, unnest(generate_series(
-               date_trunc('minute', greatest(start_ts, getvariable('from_ts')::TIMESTAMPTZ)),
-               least(end_ts, getvariable('to_ts')::TIMESTAMPTZ - INTERVAL 1 MICROSECOND),
-               INTERVAL 1 MINUTE)) AS minute
-    FROM run_bounds
 )
 SELECT run, node, rank, minute,
        count(resource) AS windows,
        core_seconds(gap_seconds, resource = 'cpu') AS blind_core_seconds,
        core_seconds(gap_seconds, resource = 'cpu' AND wasted) AS wasted_core_seconds
 FROM ranked
-JOIN minutes USING (run)
+JOIN run_minutes USING (run)
 LEFT JOIN windows USING (run, node, minute)
 GROUP BY ALL
 ORDER BY run, rank, minute;

@@ -25,12 +25,6 @@ WITH roles AS (
     FROM capacity_viewers AS viewers
     JOIN watchers USING (run, watcher)
     WHERE watcher_selected(viewers.watcher)
-), minutes AS (
-    SELECT run, unnest(generate_series(
-               date_trunc('minute', greatest(start_ts, getvariable('from_ts')::TIMESTAMPTZ)),
-               least(end_ts, getvariable('to_ts')::TIMESTAMPTZ - INTERVAL 1 MICROSECOND),
-               INTERVAL 1 MINUTE)) AS minute
-    FROM run_bounds
 ), windows AS (
     SELECT run, watchers.role AS watcher_role, date_trunc('minute', start_ts) AS minute,
            kind, resource, gap_seconds, wasted, conflicts
@@ -47,7 +41,7 @@ SELECT run, minute, watcher_role,
        core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu') AS phantom_core_seconds,
        core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu' AND conflicts > 0)
            AS conflicted_core_seconds
-FROM minutes
+FROM run_minutes
 JOIN roles USING (run)
 LEFT JOIN windows USING (run, watcher_role, minute)
 GROUP BY ALL

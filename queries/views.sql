@@ -139,6 +139,16 @@ FROM (
 )
 GROUP BY run;
 
+-- run_minutes: run, minute: every minute (UTC) of each run, from the minute of its first
+-- timestamp to that of its last, within from_ts and to_ts when they are set: the rows of the
+-- minute-by-minute queries, so that a minute without windows is a row of zeros, not a gap.
+CREATE OR REPLACE VIEW run_minutes AS
+SELECT run, unnest(generate_series(
+           date_trunc('minute', greatest(start_ts, getvariable('from_ts')::TIMESTAMPTZ)),
+           least(end_ts, getvariable('to_ts')::TIMESTAMPTZ - INTERVAL 1 MICROSECOND),
+           INTERVAL 1 MINUTE)) AS minute
+FROM run_bounds;
+
 -- placements: run, pod, node, cpu_milli, memory_bytes, gpu_milli, bind_rv, bound_ts, attempt_id,
 -- delete_rv, deleted_ts: one row per pod (incarnation) that a binding placed: the binding that
 -- bound it (pods.bound_rv), the attempt that wrote it, and its last committed delete if that came
