@@ -139,6 +139,18 @@ def test_never_written_into_a_run(runs, tmp_path):
     assert not (runs[0] / "report.html").exists()
 
 
+def test_never_written_over_a_trace(tmp_path):
+    pytest.importorskip("plotly", reason="the report extra is not installed")
+    trace = tmp_path / "prefix.parquet"
+    sample_prefix(tmp_path)  # the runs' trace, made again here
+    run = tmp_path / "run"
+    run_replay(trace, load_config(model="oracle"), out=run)
+    before = trace.read_bytes()
+    with pytest.raises(ReplayError, match="the trace of a run"):
+        write_report([str(run)], trace)
+    assert trace.read_bytes() == before
+
+
 def test_without_the_extra_one_line_says_which(cli, runs, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "plotly", None)
     monkeypatch.setitem(sys.modules, "plotly.offline", None)

@@ -47,7 +47,8 @@ def build_page(run_dirs: Sequence[str], from_ts: dt.datetime | None = None,
             options += [option, value.isoformat()]
     names = [run.name for run in answers.runs]
     return Page(title or f"replay report: {', '.join(names)}", tuple(str(p) for p in run_dirs),
-                build_sections(answers), tuple(options))
+                build_sections(answers), tuple(options),
+                tuple(dict.fromkeys(run.trace for run in answers.runs)))
 
 
 def write_report(run_dirs: Sequence[str], out: str | os.PathLike,
@@ -65,6 +66,9 @@ def write_report(run_dirs: Sequence[str], out: str | os.PathLike,
     seconds = {"queries": -time.perf_counter()}
     page = build_page(run_dirs, from_ts, to_ts, title)
     seconds["queries"] += time.perf_counter()
+    for trace in page.traces:
+        if out.resolve() == Path(trace).resolve():
+            raise ReplayError(f"{out}: the trace of a run, an input; write the report elsewhere")
     seconds["page"] = -time.perf_counter()
     text = html.render(page)
     try:

@@ -44,6 +44,7 @@ class Page:
     sections: tuple[Section, ...]
     options: tuple[str, ...] = ()  # replay query's options that give the same numbers
     # (--from, --to), if the report was restricted to a time window
+    traces: tuple[str, ...] = ()  # the runs' traces (inputs too)
 
 
 def number(value: Any) -> str:
