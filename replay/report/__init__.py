@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from replay.analysis.runs import check_run_dir
 from replay.atomic import atomic_file
 from replay.errors import ReplayError
 from replay.report import data, html
@@ -59,6 +60,8 @@ def write_report(run_dirs: Sequence[str], out: str | os.PathLike,
     out = Path(out)
     for path in [out] + ([Path(static)] if static is not None else []):
         _not_in_a_run(path, run_dirs)
+    for run in run_dirs:
+        check_run_dir(run)  # say what is wrong with the input first
     html.plotly_js()  # the extra is there, before minutes of queries
     if static is not None:
         from replay.report import static as static_files
