@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
+import numpy.typing as npt
 
-from replay.rng import Stream
+from replay.rng import Keys, Stream
+
+Ints = npt.NDArray[np.int64]
+UInts = npt.NDArray[np.uint64]
 
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
@@ -23,8 +27,7 @@ class Distribution:
     kind: ClassVar[str]
     keys: ClassVar[tuple[str, ...]]
 
-    def sample_us(self, stream: Stream, counters: np.ndarray,
-                  keys: np.ndarray | None = None) -> np.ndarray:
+    def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
         """One sample per counter; ``keys`` are per-watcher stream keys (``Stream.watcher_keys``)."""
         raise NotImplementedError
 
@@ -36,12 +39,13 @@ class Distribution:
     def is_zero(self) -> bool:
         return False
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"dist": self.kind, **{k: getattr(self, k) for k in self.keys}}
 
 
-def _rint(values: np.ndarray) -> np.ndarray:
-    return np.rint(values).astype(np.int64)
+def _rint(values: npt.NDArray[np.float64]) -> Ints:
+    out: Ints = np.rint(values).astype(np.int64)
+    return out
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class Constant(Distribution):
     kind: ClassVar[str] = "constant"
     keys: ClassVar[tuple[str, ...]] = ("ms",)
 
-    def sample_us(self, stream, counters, keys=None):
+    def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
         return np.full(len(counters), round(self.ms * 1000), dtype=np.int64)
 
     @property
@@ -68,7 +72,7 @@ class Exponential(Distribution):
     kind: ClassVar[str] = "exponential"
     keys: ClassVar[tuple[str, ...]] = ("mean_ms",)
 
-    def sample_us(self, stream, counters, keys=None):
+    def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
         return _rint(-self.mean_ms * 1000 * np.log(stream.uniforms(counters, keys)))
 
     @property
@@ -89,7 +93,7 @@ class LogNormal(Distribution):
     def sigma(self) -> float:
         return math.log(self.p99_ms / self.median_ms) / Z99
 
-    def sample_us(self, stream, counters, keys=None):
+    def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
         mu = math.log(self.median_ms * 1000)
         return _rint(np.exp(mu + self.sigma * stream.normals(counters, keys).astype(np.float64)))
 
@@ -105,7 +109,7 @@ class Uniform(Distribution):
     kind: ClassVar[str] = "uniform"
     keys: ClassVar[tuple[str, ...]] = ("low_ms", "high_ms")
 
-    def sample_us(self, stream, counters, keys=None):
+    def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
         u = stream.uniforms(counters, keys)
         return _rint((self.low_ms + (self.high_ms - self.low_ms) * u) * 1000)
 
@@ -123,18 +127,19 @@ class Empirical(Distribution):
     kind: ClassVar[str] = "empirical"
     keys: ClassVar[tuple[str, ...]] = ("ms", "weights")
 
-    def sample_us(self, stream, counters, keys=None):
-        values = np.rint(np.asarray(self.ms) * 1000).astype(np.int64)
+    def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
+        values: Ints = np.rint(np.asarray(self.ms) * 1000).astype(np.int64)
         cumulative = np.cumsum(self.weights)
         picks = np.searchsorted(cumulative, stream.uniforms(counters, keys) * cumulative[-1],
                                 side="right")
-        return values[np.minimum(picks, len(values) - 1)]
+        out: Ints = values[np.minimum(picks, len(values) - 1)]
+        return out
 
     @property
     def mean_us(self) -> float:
         return float(np.dot(self.ms, self.weights) / sum(self.weights) * 1000)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"dist": self.kind, "ms": list(self.ms), "weights": list(self.weights)}
 
 
@@ -181,7 +186,7 @@ def parse_distribution(spec: object, where: str) -> Distribution:
     return cls(**values)
 
 
-def _empirical(spec: dict, where: str) -> Empirical:
+def _empirical(spec: dict[str, Any], where: str) -> Empirical:
     ms, weights = spec["ms"], spec["weights"]
     for key, seq in (("ms", ms), ("weights", weights)):
         if not isinstance(seq, list) or not seq or not all(
