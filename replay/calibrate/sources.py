@@ -1,0 +1,293 @@
+"""Reading what a cluster measured: Prometheus scrapes and Prometheus HTTP API results.
+
+A SOURCE is a text-format scrape (``kubectl get --raw /metrics > t0.prom``), parsed by
+``prometheus_client``'s parser, or the JSON a Prometheus server answers to a query
+(``/api/v1/query``: an instant ``vector``; ``/api/v1/query_range`` or a range selector: a
+``matrix``) holding ``_bucket`` series.  An aggregation such as ``sum by (le, resource)`` drops the
+metric's name, so such a result is given as ``METRIC=FILE.json``.
+
+A family found in several sources is taken as successive scrapes of one component, in the order
+given: each series is the later scrape minus the earlier (``Series.since``).  A matrix holds the
+counters over time: each series is their increase between its first and last samples in the
+window, a drop counting as a restart (Prometheus's ``increase`` rule, without its extrapolation to
+the window's edges).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from replay.calibrate.series import Labels, Series
+from replay.errors import ReplayError
+
+METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
+SUFFIXES = ("_bucket", "_sum", "_count")
+
+Warn = Callable[[str], None]
+
+
+class SourceKind(Enum):
+    SCRAPE = "scrape"
+    VECTOR = "vector"
+    MATRIX = "matrix"
+
+
+@dataclass(frozen=True)
+class Window:
+    """The time range a matrix's samples are taken from (either end open)."""
+
+    start: datetime | None = None
+    end: datetime | None = None
+
+    def holds(self, seconds: float) -> bool:
+        at = datetime.fromtimestamp(seconds, timezone.utc)
+        return ((self.start is None or at >= self.start)
+                and (self.end is None or at <= self.end))
+
+
+@dataclass
+class Source:
+    """One input: its histogram series by family and label set, the other families' types, and
+    the time its counts cover."""
+
+    name: str
+    kind: SourceKind
+    histograms: dict[str, dict[Labels, Series]] = field(default_factory=dict)
+    other_types: dict[str, str] = field(default_factory=dict)
+    interval: str = ""
+
+
+@dataclass
+class Family:
+    """One histogram family over all sources: its series and the interval they count."""
+
+    name: str
+    series: dict[Labels, Series]
+    interval: str
+    resets: list[str] = field(default_factory=list)  # series taken from the later scrape alone
+
+
+def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
+    """The source ``spec`` names: a scrape, a JSON result, or ``METRIC=FILE.json``."""
+    family = None
+    path = Path(spec)
+    name, sep, rest = spec.partition("=")
+    if sep and not path.exists() and METRIC_NAME.fullmatch(name):
+        family, path = name, Path(rest)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ReplayError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ReplayError(f"{path}: cannot read it ({err})") from None
+    if text.lstrip().startswith(("{", "[")):
+        return _read_json(str(path), text, family, window, warn)
+    if family is not None:
+        raise ReplayError(f"{spec}: METRIC=FILE names the metric of a JSON result; "
+                          f"{path} is not JSON")
+    if window is not None:
+        warn(f"{path}: --window selects samples of a range (matrix) result; a scrape has none, "
+             "so it is taken whole")
+    return _read_scrape(str(path), text)
+
+
+def _read_scrape(name: str, text: str) -> Source:
+    try:
+        families = list(text_string_to_metric_families(text))
+    except (ValueError, IndexError, KeyError, TypeError) as err:
+        raise ReplayError(f"{name}: not a Prometheus text-format scrape ({err})") from None
+    if not families:
+        raise ReplayError(f"{name}: no metrics in it (expected a Prometheus text-format scrape, "
+                          "e.g. kubectl get --raw /metrics)")
+    source = Source(name, SourceKind.SCRAPE,
+                    interval=f"counted since the component started (one scrape: {name})")
+    for family in families:
+        if family.type != "histogram":
+            source.other_types[family.name] = family.type
+            continue
+        values: dict[Labels, dict] = {}
+        for sample in family.samples:
+            labels = {k: v for k, v in sample.labels.items() if k != "le"}
+            entry = values.setdefault(_labels(labels), {"buckets": {}})
+            if sample.name.endswith("_bucket") and "le" in sample.labels:
+                entry["buckets"][_le(sample.labels["le"], name)] = float(sample.value)
+            elif sample.name.endswith("_sum"):
+                entry["sum"] = float(sample.value)
+            elif sample.name.endswith("_count"):
+                entry["count"] = float(sample.value)
+        source.histograms[family.name] = _series(family.name, values)
+    return source
+
+
+def _read_json(name: str, text: str, family: str | None, window: Window | None,
+               warn: Warn) -> Source:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ReplayError(f"{name}: not valid JSON ({err})") from None
+    data = document.get("data", document) if isinstance(document, dict) else None
+    if isinstance(document, dict) and document.get("status") == "error":
+        raise ReplayError(f"{name}: the Prometheus API answered an error: "
+                          f"{document.get('errorType')}: {document.get('error')}")
+    if not isinstance(data, dict) or data.get("resultType") not in ("vector", "matrix") \
+            or not isinstance(data.get("result"), list):
+        raise ReplayError(f"{name}: not a Prometheus API result of type vector or matrix "
+                          "(the JSON /api/v1/query and /api/v1/query_range answer)")
+    kind = SourceKind(data["resultType"])
+    if kind is SourceKind.VECTOR and window is not None:
+        warn(f"{name}: --window selects samples of a range (matrix) result; an instant vector "
+             "has one per series, so it is taken whole")
+    families: dict[str, dict[Labels, dict]] = {}
+    times: list[float] = []
+    skipped, restarted = 0, set()
+    for item in data["result"]:
+        parsed = _result_item(name, item, family, kind, window, times)
+        if parsed is None:
+            skipped += 1
+            continue
+        metric, labels, part, le, value, reset = parsed
+        entry = families.setdefault(metric, {}).setdefault(_labels(labels), {"buckets": {}})
+        if part == "_bucket":
+            entry["buckets"][_le(le, name)] = value
+        else:
+            entry[part[1:]] = value
+        if reset:
+            restarted.add((metric, _labels(labels)))
+    if not families:
+        raise ReplayError(f"{name}: no histogram series in it: a result of _bucket series is "
+                          "needed (series with an le label; NaN and empty series do not count)")
+    if skipped:
+        warn(f"{name}: {skipped} series skipped (not _bucket, _sum or _count series, NaN, or "
+             "fewer than two samples in the window)")
+    if restarted:
+        warn(f"{name}: {len(restarted)} series fell within the window (counter resets: the "
+             "component restarted); their increase counts from each restart on")
+    return Source(name, kind, {m: _series(m, v) for m, v in families.items()},
+                  interval=_interval(name, kind, times))
+
+
+def _result_item(name: str, item: object, family: str | None, kind: SourceKind,
+                 window: Window | None, times: list[float]):
+    """(family, labels without le and __name__, suffix, le, value, whether the counter fell) of
+    one result item, or None if it is not a finite sample of a histogram's series."""
+    if not isinstance(item, dict) or not isinstance(item.get("metric"), dict):
+        raise ReplayError(f"{name}: a result item without a metric object")
+    metric = dict(item["metric"])
+    full = metric.pop("__name__", None)
+    if full is None:
+        if family is None:
+            raise ReplayError(f"{name}: its series have no metric name (an aggregation such as "
+                              "sum by (le) drops it): give it as METRIC=FILE.json")
+        full = family + ("_bucket" if "le" in metric else "")
+    part = next((s for s in SUFFIXES if full.endswith(s)), None)
+    if part is None or (part == "_bucket") != ("le" in metric):
+        return None
+    labels = {k: v for k, v in metric.items() if k != "le"}
+    reset = False
+    if kind is SourceKind.VECTOR:
+        _, value = _point(name, item.get("value"), times)
+    else:
+        points = [_point(name, p, None) for p in item.get("values") or []]
+        points = [(t, v) for t, v in points if window is None or window.holds(t)]
+        if len(points) < 2:
+            return None
+        value, reset = _increase([v for _, v in points])
+        times += [points[0][0], points[-1][0]]
+    if not math.isfinite(value):
+        return None
+    return full[: -len(part)], labels, part, metric.get("le"), value, reset
+
+
+def _point(name: str, point: object, times: list[float] | None) -> tuple[float, float]:
+    try:
+        at, value = float(point[0]), float(point[1])
+    except (TypeError, ValueError, IndexError, KeyError):
+        raise ReplayError(f"{name}: not a Prometheus sample [time, \"value\"]: {point!r}") from None
+    if times is not None:
+        times.append(at)
+    return at, value
+
+
+def _increase(values: list[float]) -> tuple[float, bool]:
+    """How much a counter grew over its samples, and whether it fell: a drop is a restart from
+    zero, so the value after it is all growth."""
+    grown, fell = 0.0, False
+    for before, now in zip(values, values[1:]):
+        grown += now - before if now >= before else now
+        fell |= now < before
+    return grown, fell
+
+
+def _interval(name: str, kind: SourceKind, times: list[float]) -> str:
+    def iso(seconds: float) -> str:
+        return datetime.fromtimestamp(seconds, timezone.utc).isoformat().replace("+00:00", "Z")
+
+    if not times:
+        return name
+    if kind is SourceKind.VECTOR:
+        return f"{name}: as the query counted it, evaluated at {iso(max(times))}"
+    return f"{name}: increase from {iso(min(times))} to {iso(max(times))}"
+
+
+def _le(text: str, name: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ReplayError(f"{name}: a bucket bound le={text!r} is not a number") from None
+
+
+def _labels(labels: dict[str, str]) -> Labels:
+    return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def _series(family: str, values: dict[Labels, dict]) -> dict[Labels, Series]:
+    out = {}
+    for labels, entry in values.items():
+        buckets = sorted(entry["buckets"].items())
+        if buckets:
+            out[labels] = Series(family, labels, tuple(b for b, _ in buckets),
+                                 tuple(v for _, v in buckets), entry.get("sum"),
+                                 entry.get("count"))
+    return out
+
+
+def collect(sources: list[Source], warn: Warn) -> tuple[dict[str, Family], dict[str, str]]:
+    """Every histogram family over all sources (successive sources differenced), and the type
+    of every family that is not a histogram."""
+    names = sorted({f for s in sources for f in s.histograms})
+    families = {name: _family(name, [s for s in sources if name in s.histograms], warn)
+                for name in names}
+    others = {f: t for s in sources for f, t in s.other_types.items() if f not in families}
+    return families, others
+
+
+def _family(name: str, sources: list[Source], warn: Warn) -> Family:
+    first = sources[0]
+    family = Family(name, dict(first.histograms[name]), first.interval)
+    for earlier, later in zip(sources, sources[1:]):
+        family.interval = f"between {earlier.name} and {later.name}"
+        series: dict[Labels, Series] = {}
+        for labels, now in later.histograms[name].items():
+            before = family.series.get(labels)
+            if before is None:
+                series[labels] = now  # appeared after the earlier scrape: all of it is new
+                continue
+            series[labels], reset = now.since(before)
+            if reset:
+                why = ("its buckets changed" if now.le != before.le
+                       else f"its count fell from {before.observations:g} to "
+                            f"{now.observations:g}")
+                warn(f"{later.name}: {now.selector()}: counter reset ({why}: the component "
+                     f"restarted); this series is taken from {later.name} alone")
+                family.resets.append(now.selector())
+        family.series = series
+    return family
