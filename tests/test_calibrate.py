@@ -313,7 +313,7 @@ def test_two_scrapes_are_differenced(scrapes, tmp_path):
     counts = handler.series.histogram().counts
     assert counts[:4] == (7.0 * events, 5.0 * events, 0.0, 2.0 * events)
     assert counts[-1] == events and sum(counts) == 15 * events
-    assert handler.interval == f"between {scrapes['scheduler']} and {later}"
+    assert handler.interval == f"kube-scheduler, between {scrapes['scheduler']} and {later}"
     assert not any("reset" in w for w in result.warnings)
 
 
@@ -332,6 +332,21 @@ def test_a_counter_reset_is_reported_and_the_later_scrape_taken(scrapes, tmp_pat
     assert "count fell from 380 to 3" in reset[0]
     handler = next(r for r in result.written() if r.mapping.target == "handler")
     assert handler.series.histogram().counts[:3] == (3.0 * 5 + 2, 0.0, 1.0)
+
+
+def test_scrapes_of_different_components_are_not_differenced(scrapes):
+    """The scheduler and the controller manager both export workqueue histograms (one queue of
+    the same name, too): put together, not subtracted; the controllers' queues are checks."""
+    result = calibrate([str(scrapes["scheduler"]), str(scrapes["controller-manager"])])
+    assert not any("reset" in w for w in result.warnings)
+    queues = {r.split_value: r for r in result.results
+              if r.mapping.metric == "workqueue_queue_duration_seconds"}
+    text = scrapes["controller-manager"].read_text()
+    for name in ("deployment", "replicaset", "job"):
+        counts = buckets(text, "workqueue_queue_duration_seconds",
+                         lambda labels, name=name: labels["name"] == name)
+        assert queues[name].series.observations == list(counts.values())[-1] > 0
+    assert queues["deployment"].series.observations == 3905
 
 
 def test_identical_scrapes_have_nothing_to_calibrate(cli, scrapes, tmp_path):

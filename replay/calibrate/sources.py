@@ -6,8 +6,9 @@ A SOURCE is a text-format scrape (``kubectl get --raw /metrics > t0.prom``), par
 ``matrix``) holding ``_bucket`` series.  An aggregation such as ``sum by (le, resource)`` drops the
 metric's name, so such a result is given as ``METRIC=FILE.json``.
 
-A family found in several sources is taken as successive scrapes of one component, in the order
-given: each series is the later scrape minus the earlier (``Series.since``).  A matrix holds the
+Scrapes of one component (``component_of``: the API server, the scheduler, the controller
+manager), in the order given, are successive scrapes: each series is the later scrape minus the
+earlier (``Series.since``).  A matrix holds the
 counters over time: each series is their increase between its first and last samples in the
 window, a drop counting as a restart (Prometheus's ``increase`` rule, without its extrapolation to
 the window's edges).
@@ -26,9 +27,14 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from replay.calibrate.series import Labels, Series
+from replay.calibrate.series import Labels, Series, merged
 from replay.errors import ReplayError
 
+# Families only the API server exports (a scheduler's or a controller manager's scrape has
+# apiserver_* families too: its own serving and authentication)
+APISERVER_FAMILIES = ("apiserver_request_duration_seconds", "etcd_request_duration_seconds",
+                      "apiserver_watch_events_dispatch_duration_seconds",
+                      "apiserver_watch_cache_read_wait_seconds")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 SUFFIXES = ("_bucket", "_sum", "_count")
 
@@ -260,21 +266,42 @@ def _series(family: str, values: dict[Labels, dict]) -> dict[Labels, Series]:
     return out
 
 
+def component_of(source: Source) -> str:
+    """Which component a scrape is of, by the families only it exports; a query result is a
+    component of its own (it may sum many), and so is a scrape of anything else."""
+    names = set(source.histograms) | set(source.other_types)
+    if source.kind is SourceKind.SCRAPE:
+        if names & set(APISERVER_FAMILIES):
+            return "kube-apiserver"
+        if any(name.startswith("scheduler_") for name in names):
+            return "kube-scheduler"
+        if "workqueue_queue_duration_seconds" in names:
+            return "kube-controller-manager"
+    return source.name
+
+
 def collect(sources: list[Source], warn: Warn) -> tuple[dict[str, Family], dict[str, str]]:
-    """Every histogram family over all sources (successive sources differenced), and the type
-    of every family that is not a histogram."""
-    names = sorted({f for s in sources for f in s.histograms})
-    families = {name: _family(name, [s for s in sources if name in s.histograms], warn)
-                for name in names}
+    """Every histogram family over all sources, and the type of every family that is not a
+    histogram.  Successive scrapes of one component are differenced; the families of different
+    components (or query results) are put together, series of the same labels summed."""
+    components: dict[str, list[Source]] = {}
+    for source in sources:
+        components.setdefault(component_of(source), []).append(source)
+    families: dict[str, Family] = {}
+    for component, scrapes in components.items():
+        for name in sorted({f for s in scrapes for f in s.histograms}):
+            family = _family(name, [s for s in scrapes if name in s.histograms], component, warn)
+            families[name] = _joined(families[name], family) if name in families else family
     others = {f: t for s in sources for f, t in s.other_types.items() if f not in families}
-    return families, others
+    return dict(sorted(families.items())), others
 
 
-def _family(name: str, sources: list[Source], warn: Warn) -> Family:
+def _family(name: str, sources: list[Source], component: str, warn: Warn) -> Family:
+    """One component's family: its one scrape, or its last scrape minus the ones before."""
     first = sources[0]
     family = Family(name, dict(first.histograms[name]), first.interval)
     for earlier, later in zip(sources, sources[1:]):
-        family.interval = f"between {earlier.name} and {later.name}"
+        family.interval = f"{component}, between {earlier.name} and {later.name}"
         series: dict[Labels, Series] = {}
         for labels, now in later.histograms[name].items():
             before = family.series.get(labels)
@@ -291,3 +318,15 @@ def _family(name: str, sources: list[Source], warn: Warn) -> Family:
                 family.resets.append(now.selector())
         family.series = series
     return family
+
+
+def _joined(one: Family, other: Family) -> Family:
+    """The series of two components' family together; a label set both have is summed when
+    its buckets agree, else the first component's is kept."""
+    series = dict(one.series)
+    for labels, more in other.series.items():
+        mine = series.get(labels)
+        series[labels] = more if mine is None else (
+            merged([mine, more]) if mine.le == more.le else mine)
+    return Family(one.name, series, f"{one.interval}; {other.interval}",
+                  one.resets + other.resets)
