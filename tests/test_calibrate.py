@@ -332,6 +332,8 @@ def test_a_counter_reset_is_reported_and_the_later_scrape_taken(scrapes, tmp_pat
     assert "count fell from 380 to 3" in reset[0]
     handler = next(r for r in result.written() if r.mapping.target == "handler")
     assert handler.series.histogram().counts[:3] == (3.0 * 5 + 2, 0.0, 1.0)
+    assert handler.interval.endswith(f"between {scrapes['scheduler']} and {later}, since a "
+                                     "restart in between")
 
 
 def test_scrapes_of_different_components_are_not_differenced(scrapes):

@@ -98,8 +98,7 @@ def _apply(mapping: Mapping, families: dict[str, Family], others: dict[str, str]
                        else "not in the sources")]
     chosen = [s for s in family.series.values() if mapping.select(s.label_map, resource)]
     if not chosen:
-        return [Result(mapping, note=f"no series {mapping.selector(resource)}",
-                       interval=family.interval)]
+        return [Result(mapping, note=f"no series {mapping.selector(resource)}")]
     groups: dict[str, list[Series]] = {}
     for series in chosen:
         groups.setdefault(series.label_map.get(mapping.split, "") if mapping.split else "",
@@ -112,8 +111,8 @@ def _merge(mapping: Mapping, value: str, group: list[Series], family: Family) ->
     layout's are left out, with a note."""
     by_layout = list(layouts(group).values())
     taken = by_layout[0]
-    result = Result(mapping, value, merged(taken), selector_of(family.name, taken),
-                    family.interval)
+    series = merged(taken)
+    result = Result(mapping, value, series, selector_of(family.name, taken), series.interval)
     others = [s for layout in by_layout[1:] for s in layout]
     if others:
         result.note = (f"{len(others)} series with other buckets than the {len(taken)} taken "

@@ -62,8 +62,8 @@ def _header(calibration: Calibration) -> list[str]:
         lines += _comment("Checks, not written: compare them with a run of this config "
                           "(replay query RUN per_component_delay, reaction_lag):")
         for result in checks:
-            lines += _wrapped(f"{result.selector}: {_figures(result)}; compare with "
-                              f"{result.mapping.target}", "#   ")
+            lines += _wrapped(f"{result.selector}: {_figures(result, interval=False)}; "
+                              f"compare with {result.mapping.target}", "#   ")
     return lines + [""]
 
 
@@ -116,10 +116,15 @@ def _provenance(result: Result) -> str:
             f"{result.interval}")
 
 
-def _figures(result: Result) -> str:
+def _figures(result: Result, interval: bool = True) -> str:
     p50, p99 = result.series.histogram().quantiles_ms(QUANTILES)
-    return (f"{_count(result.series.observations)} observations, {result.interval}; mean "
-            f"{result.series.mean_ms():.3g} ms, p50 {p50:.3g} ms, p99 {p99:.3g} ms")
+    when = f", {result.interval}" if interval else ""
+    return (f"{_count(result.series.observations)} observations{when}; mean "
+            f"{_ms(result.series.mean_ms())}, p50 {_ms(p50)}, p99 {_ms(p99)}")
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.0f} ms" if value >= 100 else f"{value:.3g} ms"
 
 
 def _distribution(histogram: Histogram) -> str:

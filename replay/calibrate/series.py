@@ -31,6 +31,7 @@ class Series:
     cumulative: tuple[float, ...]
     sum: float | None = None
     count: float | None = None
+    interval: str = ""  # the time its counts cover, in words
 
     @property
     def observations(self) -> float:
@@ -44,17 +45,17 @@ class Series:
         """``family{name="value",...}``, as PromQL writes the series."""
         return selector_of(self.family, [self])
 
-    def since(self, earlier: Series) -> tuple[Series, bool]:
-        """This series minus ``earlier`` (the same series in an earlier scrape), and whether the
-        counter was reset in between (then this series alone, counted since the restart)."""
-        if self.le != earlier.le:
-            return self, True
-        deltas = np.subtract(self.cumulative, earlier.cumulative)
-        if (deltas < 0).any() or _fell(self.count, earlier.count):
-            return self, True
+    def since(self, earlier: Series, interval: str) -> tuple[Series, bool]:
+        """This series minus ``earlier`` (the same series in an earlier scrape) over
+        ``interval``, and whether the counter was reset in between (then this series alone,
+        counted since the restart)."""
+        deltas = np.subtract(self.cumulative, earlier.cumulative) if self.le == earlier.le \
+            else None
+        if deltas is None or (deltas < 0).any() or _fell(self.count, earlier.count):
+            return replace(self, interval=f"{interval}, since a restart in between"), True
         return replace(self, cumulative=tuple(float(v) for v in deltas),
                        sum=_minus(self.sum, earlier.sum),
-                       count=_minus(self.count, earlier.count)), False
+                       count=_minus(self.count, earlier.count), interval=interval), False
 
     def histogram(self) -> Histogram:
         """The series as the run config's ``histogram`` distribution, in milliseconds.
@@ -117,7 +118,8 @@ def merged(series: list[Series]) -> Series:
     shared = tuple(sorted(set.intersection(*(set(s.labels) for s in series))))
     return Series(series[0].family, shared, series[0].le, tuple(float(v) for v in cumulative),
                   None if None in sums else float(sum(sums)),
-                  None if None in counts else float(sum(counts)))
+                  None if None in counts else float(sum(counts)),
+                  "; ".join(dict.fromkeys(s.interval for s in series)))
 
 
 def selector_of(family: str, series: list[Series]) -> str:

@@ -74,12 +74,10 @@ class Source:
 
 @dataclass
 class Family:
-    """One histogram family over all sources: its series and the interval they count."""
+    """One histogram family over all sources: its series, each with the interval it counts."""
 
     name: str
     series: dict[Labels, Series]
-    interval: str
-    resets: list[str] = field(default_factory=list)  # series taken from the later scrape alone
 
 
 def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
@@ -130,7 +128,7 @@ def _read_scrape(name: str, text: str) -> Source:
                 entry["sum"] = float(sample.value)
             elif sample.name.endswith("_count"):
                 entry["count"] = float(sample.value)
-        source.histograms[family.name] = _series(family.name, values)
+        source.histograms[family.name] = _series(family.name, values, source.interval)
     return source
 
 
@@ -177,8 +175,9 @@ def _read_json(name: str, text: str, family: str | None, window: Window | None,
     if restarted:
         warn(f"{name}: {len(restarted)} series fell within the window (counter resets: the "
              "component restarted); their increase counts from each restart on")
-    return Source(name, kind, {m: _series(m, v) for m, v in families.items()},
-                  interval=_interval(name, kind, times))
+    interval = _interval(name, kind, times)
+    return Source(name, kind, {m: _series(m, v, interval) for m, v in families.items()},
+                  interval=interval)
 
 
 def _result_item(name: str, item: object, family: str | None, kind: SourceKind,
@@ -255,14 +254,14 @@ def _labels(labels: dict[str, str]) -> Labels:
     return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
 
 
-def _series(family: str, values: dict[Labels, dict]) -> dict[Labels, Series]:
+def _series(family: str, values: dict[Labels, dict], interval: str) -> dict[Labels, Series]:
     out = {}
     for labels, entry in values.items():
         buckets = sorted(entry["buckets"].items())
         if buckets:
             out[labels] = Series(family, labels, tuple(b for b, _ in buckets),
                                  tuple(v for _, v in buckets), entry.get("sum"),
-                                 entry.get("count"))
+                                 entry.get("count"), interval)
     return out
 
 
@@ -298,24 +297,22 @@ def collect(sources: list[Source], warn: Warn) -> tuple[dict[str, Family], dict[
 
 def _family(name: str, sources: list[Source], component: str, warn: Warn) -> Family:
     """One component's family: its one scrape, or its last scrape minus the ones before."""
-    first = sources[0]
-    family = Family(name, dict(first.histograms[name]), first.interval)
+    family = Family(name, dict(sources[0].histograms[name]))
     for earlier, later in zip(sources, sources[1:]):
-        family.interval = f"{component}, between {earlier.name} and {later.name}"
+        interval = f"{component}, between {earlier.name} and {later.name}"
         series: dict[Labels, Series] = {}
         for labels, now in later.histograms[name].items():
             before = family.series.get(labels)
             if before is None:
                 series[labels] = now  # appeared after the earlier scrape: all of it is new
                 continue
-            series[labels], reset = now.since(before)
+            series[labels], reset = now.since(before, interval)
             if reset:
                 why = ("its buckets changed" if now.le != before.le
                        else f"its count fell from {before.observations:g} to "
                             f"{now.observations:g}")
                 warn(f"{later.name}: {now.selector()}: counter reset ({why}: the component "
                      f"restarted); this series is taken from {later.name} alone")
-                family.resets.append(now.selector())
         family.series = series
     return family
 
@@ -328,5 +325,4 @@ def _joined(one: Family, other: Family) -> Family:
         mine = series.get(labels)
         series[labels] = more if mine is None else (
             merged([mine, more]) if mine.le == more.le else mine)
-    return Family(one.name, series, f"{one.interval}; {other.interval}",
-                  one.resets + other.resets)
+    return Family(one.name, series)
