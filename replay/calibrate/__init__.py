@@ -62,6 +62,7 @@ def calibrate(sources: list[str], resource: str = "pods", window: Window | None 
               model: str | None = None) -> Calibration:
     """What the ``sources`` (scrapes, Prometheus API results) measured, row by row of the
     mapping table, for ``resource``'s series."""
+    params = frozenset(p.name for p in models.load(model).params) if model else frozenset()
     warnings: list[str] = []
     read = [read_source(spec, window, warnings.append) for spec in sources]
     families, others = collect(read, warnings.append)
@@ -72,9 +73,8 @@ def calibrate(sources: list[str], resource: str = "pods", window: Window | None 
         if mapping.use is not Use.CHECK and not any(r.found for r in found):
             warnings.append(f"{mapping.selector(resource)}: {found[0].note}; "
                             f"{mapping.target} keeps {_kept(mapping)}")
-    calibration = Calibration(list(sources), resource, model, results, warnings)
+    calibration = Calibration(list(sources), resource, model, results, warnings, params)
     if model is not None:
-        calibration.model_params = frozenset(p.name for p in models.load(model).params)
         for result in calibration.written():
             absent = [n for n in (result.mapping.target, *dict(result.mapping.also))
                       if result.mapping.use is Use.MEAN and n not in calibration.model_params]
