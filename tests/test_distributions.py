@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +116,13 @@ def test_errors_name_the_key(tmp_path, table, message):
     with pytest.raises(ReplayError) as err:
         load_config(path)
     assert f"run.toml: stages.handler.service.{message}" in str(err.value)
+
+
+def test_the_documented_example_is_a_valid_config(tmp_path):
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "config.md").read_text()
+    example = next(block for block in docs.split("```toml\n")[1:]
+                   if 'dist = "histogram"' in block.split("```")[0]).split("```")[0]
+    path = tmp_path / "example.toml"
+    path.write_text(example)
+    handler = load_config(path).stages["handler"]["service"]
+    assert handler == Histogram((0.1, 0.2, 0.4, 0.8), (440.0, 61.0, 17.0, 4.0, 0.0))
