@@ -401,9 +401,11 @@ def test_mismatched_buckets_are_left_out(tmp_path):
     other = other.replace('group=""', 'group="other.example"')
     source = tmp_path / "mixed.prom"
     source.write_text(scrape + "\n".join(other.splitlines()[2:]) + "\n")
-    latency = calibrate([str(source)]).written()[0]
+    result = calibrate([str(source)])
+    latency = result.written()[0]
     assert latency.series.observations == 10
     assert "1 series with other buckets than the 1 taken left out" in latency.note
+    assert any("other buckets" in w and 'group="other.example"' in w for w in result.warnings)
 
 
 def test_never_over_an_input_and_the_static_table(cli, scrapes, tmp_path):

@@ -70,6 +70,7 @@ def calibrate(sources: list[str], resource: str = "pods", window: Window | None 
     for mapping in MAPPINGS:
         found = _apply(mapping, families, others, resource)
         results += found
+        warnings += [f"{r.selector}: {r.note}" for r in found if r.found and r.note]
         if mapping.use is not Use.CHECK and not any(r.found for r in found):
             warnings.append(f"{mapping.selector(resource)}: {found[0].note}; "
                             f"{mapping.target} keeps {_kept(mapping)}")
