@@ -10,10 +10,11 @@ import argparse
 import sys
 
 from replay import __version__
-from replay.cli import default, derive, importer, ingest, models, query, run, synth, validate
+from replay.cli import (calibrate, default, derive, importer, ingest, models, query, run, synth,
+                        validate)
 from replay.errors import ReplayError
 
-COMMANDS = (synth, ingest, importer, validate, run, derive, models, query)
+COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:
