@@ -1,7 +1,9 @@
 """Entry point of the ``replay`` command: parses arguments, runs a subcommand, reports errors.
 
-Bad input raises ``ReplayError`` (or a ``ValueError`` from argument parsing) and is printed as one
-line on stderr with exit status 1; usage errors exit 2 as argparse does.
+Bad input raises ``ReplayError`` and is printed as one line on stderr with exit status 1, and so
+is any operating-system error (``PATH: cause``: a full disk, a read-only folder); usage errors
+exit 2 as argparse does.  Ctrl-C prints ``replay: interrupted`` and exits 130, after every
+partial output has been removed (the writers' own cleanup, ``replay.atomic``).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import sys
 
 from replay import __version__
 from replay.cli import derive, importer, ingest, models, query, run, synth, validate
-from replay.errors import ReplayError
+from replay.errors import ReplayError, os_error_message
 
 COMMANDS = (synth, ingest, importer, validate, run, derive, models, query)
 
@@ -33,11 +35,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.run(args) or 0
     except ReplayError as err:
-        print(f"replay: error: {err}", file=sys.stderr)
-        return 1
+        return _failed(str(err).strip().splitlines()[0] if str(err).strip() else "failed")
     except KeyboardInterrupt:
-        print("replay: interrupted", file=sys.stderr)
-        return 130
+        return _failed("interrupted", prefix="replay: ", status=130)
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`); nothing more to say
         return 0
+    except MemoryError:
+        return _failed("out of memory")
+    except OSError as err:
+        return _failed(os_error_message(err))
+
+
+def _failed(message: str, prefix: str = "replay: error: ", status: int = 1) -> int:
+    """Print ``message`` as the one line of a failure."""
+    try:
+        print(f"{prefix}{message}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr is gone too
+    return status
