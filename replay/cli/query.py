@@ -33,6 +33,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--watcher", metavar="GLOB",
                         help="only watchers (schedulers, for conflicts) whose name matches GLOB, "
                              "e.g. 'kubelet/*'")
+    parser.add_argument("--verify", action="store_true",
+                        help="verify every byte of each run's tables against the checksums in "
+                             "its manifest first (by default: sizes, footers and the small "
+                             "tables)")
     parser.add_argument("--var", dest="variables", action="append", default=[],
                         metavar="NAME=VALUE",
                         help="set the DuckDB variable NAME (a string) for your own query; "
@@ -66,11 +70,12 @@ def run(args: argparse.Namespace) -> int:
     if name is None and (args.out or args.format != "table"):
         raise ReplayError("--format and --out need a query NAME or FILE.sql")
     queries = [load_query(name)] if name else [load_query(q) for q in HEADLINE]
-    con = open_runs(runs)
+    con = open_runs(runs, verify=args.verify)
     if name:
         query = queries[0]
+        inputs = [*runs, *([name] if name.endswith(".sql") else [])]
         with duckdb_errors(query.name):
-            write_result(run_query(con, query, variables), args.format, args.out)
+            write_result(run_query(con, query, variables), args.format, args.out, inputs)
         return 0
     for query in queries:
         with duckdb_errors(query.name):
