@@ -12,6 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from replay.limits import MAX_DURATION_MS
 from replay.rng import Stream
 
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
@@ -41,7 +42,9 @@ class Distribution:
 
 
 def _rint(values: np.ndarray) -> np.ndarray:
-    return np.rint(values).astype(np.int64)
+    """Microseconds as integers; a draw from the far tail of a distribution is capped at
+    ``MAX_DURATION_MS`` rather than wrapped around to a negative delay."""
+    return np.rint(np.minimum(values, MAX_DURATION_MS * 1000)).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,9 @@ def parse_distribution(spec: object, where: str) -> Distribution:
             raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
         if value < 0:
             raise ValueError(f"{where}.{key}: must not be negative, got {value}")
+        if value > MAX_DURATION_MS:
+            raise ValueError(f"{where}.{key}: {value} ms is more than the limit of "
+                             f"{MAX_DURATION_MS:.0f} ms (100 years)")
         values[key] = float(value)
     if cls is LogNormal:
         if values["median_ms"] <= 0:
@@ -188,6 +194,9 @@ def _empirical(spec: dict, where: str) -> Empirical:
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 and v >= 0 for v in seq):
             raise ValueError(f"{where}.{key}: expected a non-empty list of numbers >= 0")
+    if max(ms) > MAX_DURATION_MS:
+        raise ValueError(f"{where}.ms: {max(ms)} ms is more than the limit of "
+                         f"{MAX_DURATION_MS:.0f} ms (100 years)")
     if len(ms) != len(weights):
         raise ValueError(f"{where}.weights: {len(weights)} weights for {len(ms)} values")
     if sum(weights) <= 0:
