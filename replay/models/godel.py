@@ -32,6 +32,7 @@ from replay.engine.config import WatcherSpec
 from replay.engine.scheduler import Attempt, Scheduler
 from replay.engine.simulation import Simulation
 from replay.engine.view import View
+from replay.limits import MAX_SCHEDULERS
 from replay.models.base import Param
 from replay.models.whatif import (
     SCHEDULER_PARAMS,
@@ -48,7 +49,8 @@ class GodelModel(WhatIfModel):
     name = "godel"
     description = "Gödel: a dispatcher, scheduler instances that assume, and a binder that re-checks."
     params = SCHEDULER_PARAMS + (
-        Param("schedulers", 3, "number of scheduler instances", minimum=1),
+        Param("schedulers", 3, "number of scheduler instances", minimum=1,
+              maximum=MAX_SCHEDULERS),
         Param("partition", "none", "even: each scheduler prefers its own slice of the nodes",
               choices=("none", "even")),
         Param("dispatch_ms", 0.1, "the dispatcher's time per pod", minimum=0),
