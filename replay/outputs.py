@@ -45,7 +45,8 @@ def _overlap(out: Path, given: Path) -> str | None:
     """How writing ``out`` would touch the input ``given``, or None."""
     out_real, given_real = Path(os.path.realpath(out)), Path(os.path.realpath(given))
     if out_real == given_real or _same_file(out, given):
-        return f"is the input {given}" + ("" if out_real == given_real else " (a link to it)")
+        same_name = os.path.abspath(out) == os.path.abspath(given)
+        return f"is the input {given}" + ("" if same_name else " (a link to it)")
     if given_real.is_relative_to(out_real):
         return f"holds the input {given}"
     if out_real.is_relative_to(given_real):
