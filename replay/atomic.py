@@ -211,12 +211,18 @@ def make_folder(folder: Path) -> None:
 
 
 def _naming(err: OSError, tmp: Path, dest: Path) -> OSError:
-    """``err``, naming ``dest`` instead of the temporary (or nothing) as the path that failed."""
-    if err.filename not in (None, str(tmp)) or (err.filename is None and "'" in str(err)
-                                                 and tmp.name not in str(err)):
+    """``err``, naming ``dest`` (or the path inside it) where it names the temporary (or a path
+    inside it, or nothing) as the path that failed."""
+    filename = os.fsdecode(err.filename) if err.filename is not None else None
+    if filename is not None and filename.startswith(str(tmp) + os.sep):
+        named = str(dest) + filename[len(str(tmp)):]
+    elif filename == str(tmp) or (filename is None and ("'" not in str(err)
+                                                        or tmp.name in str(err))):
+        named = str(dest)
+    else:
         return err
     code = err.errno
-    return OSError(code, os.strerror(code) if code else str(err), str(dest))
+    return OSError(code, os.strerror(code) if code else str(err), named)
 
 
 def _remove(path: Path) -> None:

@@ -92,9 +92,14 @@ def _scanned(sources: list[str], options: Options, workers: int
              ) -> Iterator[tuple[Task, Scanned]]:
     """The scans of all blocks in input order, by workers when the input has more than a few."""
     tasks = _tasks(sources, options)
-    first = list(itertools.islice(tasks, IN_PROCESS_BLOCKS + 1))
+    first, scans = [], 0
+    for task in tasks:  # until more blocks to scan than this process scans alone
+        first.append(task)
+        scans += task.ready is None and not isinstance(task.piece, LongLine)
+        if scans > IN_PROCESS_BLOCKS:
+            break
     tasks = itertools.chain(first, tasks)
-    if len(first) <= IN_PROCESS_BLOCKS or workers < 2:
+    if scans <= IN_PROCESS_BLOCKS or workers < 2:
         yield from ((task, _run(task)) for task in tasks)
         return
     with worker_pool(workers) as pool:
