@@ -196,6 +196,10 @@ def deep(depth: int) -> bytes:
     return GOOD[:-1] + b', "requestObject": ' + b"[" * depth + b"]" * depth + b"}"
 
 
+FULL_AT_FLUSH = ("import errno, os, replay.atomic\n"  # a full disk, found when flushing
+                 "def full(path):\n"
+                 "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+                 "replay.atomic.fsync = full")
 POD_SPEC = {"kind": "Pod", "spec": {"containers": [{"name": "c"}], "priority": 2**40}}
 QUERY = ["query", "run"]
 WATCHERS = '[[watchers]]\nname = "{name}"\nresources = {resources}\n{extra}'
@@ -210,6 +214,10 @@ CASES = [
          setup=read_only("ro"), unprivileged=True),
     Case("synth-disk-full", ("synth", "--pods", "3000", "--out", "full/t.parquet"),
          "full/t.parquet: No space left on device", setup=full_disk("full")),
+    Case("synth-disk-full-keeps-the-old-trace", ("synth", "--pods", "3000", "--out",
+                                                 "full/t.parquet"),
+         "full/t.parquet: No space left on device",
+         setup=both(full_disk("full"), copied("trace.parquet", "full/t.parquet"))),
     Case("synth-infinite-lifetime", ("synth", "--mean-lifetime", "inf", "--out", "t2.parquet"),
          "--mean-lifetime must be a finite number"),
     Case("synth-too-many-rows", ("synth", "--pods", "100000000", "--out", "t2.parquet"),
@@ -302,6 +310,9 @@ CASES = [
          "ro: Permission denied", setup=read_only("ro"), unprivileged=True),
     Case("run-disk-full", ("run", "trace.parquet", "--out", "full/r"),
          "No space left on device", setup=full_disk("full")),
+    Case("run-force-fails-keeps-the-old-run", ("run", "trace.parquet", "--out", "run",
+                                               "--force"),
+         "run/manifest.json: No space left on device", inject=FULL_AT_FLUSH),
     Case("run-concurrent-writer-won",
          ("run", "trace.parquet", "--out", "race"),
          "race: another process wrote it meanwhile",
@@ -385,10 +396,7 @@ CASES = [
          setup=read_only("ro"), unprivileged=True),
     Case("query-disk-full-at-flush", (*QUERY, "conflict_rate", "--format", "csv", "--out",
                                       "out.csv"), "out.csv: No space left on device",
-         inject="import errno, os, replay.atomic\n"
-                "def full(path):\n"
-                "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
-                "replay.atomic.fsync = full"),
+         setup=text("out.csv", "an earlier answer\n"), inject=FULL_AT_FLUSH),
 ]
 
 
