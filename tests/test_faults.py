@@ -442,9 +442,17 @@ def prepare(case: Case, world: Path, root: Path, mounts: list[Path]) -> tuple[Pa
 def execute(case: Case, folder: Path, outcome: Outcome) -> Outcome:
     if outcome.skipped is None:
         env = {**os.environ, "TMPDIR": str(folder / "tmp")}
-        outcome.done = subprocess.run(command(case), cwd=folder, env=env, capture_output=True,
-                                      text=True, errors="replace", timeout=TIMEOUT)
+        try:
+            outcome.done = subprocess.run(command(case), cwd=folder, env=env,
+                                          capture_output=True, text=True, errors="replace",
+                                          timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            outcome.done = subprocess.CompletedProcess(case.args, None, "",
+                                                       f"timed out after {TIMEOUT} s")
         outcome.after = snapshot(folder)
+        for path in [folder, *folder.rglob("*")]:  # so that the folder can be removed
+            if path.is_dir() and not path.is_symlink() and not path.is_mount():
+                path.chmod(0o755)
     return outcome
 
 
@@ -535,10 +543,11 @@ def temporaries(folder: Path) -> list[Path]:
     return sorted(p for p in folder.rglob("*") if p.name.endswith(".replay-tmp"))
 
 
-def replay(*args: str, folder: Path, **kwargs) -> subprocess.Popen:
+def replay(*args: str, folder: Path, inject: str | None = None, **kwargs) -> subprocess.Popen:
     env = {**os.environ, "TMPDIR": str(folder / "tmp")}
     (folder / "tmp").mkdir(exist_ok=True)
-    return subprocess.Popen([PYTHON, "-m", "replay", *args], cwd=folder, env=env,
+    prefix = ["-m", "replay"] if inject is None else ["-c", INJECTED.format(code=inject)]
+    return subprocess.Popen([PYTHON, *prefix, *args], cwd=folder, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, **kwargs)
 
@@ -599,10 +608,11 @@ def medium(tmp_path_factory) -> Path:
     return root / "m.parquet"
 
 
-def interrupted(process: subprocess.Popen, folder: Path, how: int) -> str:
-    """Signal ``process`` (the whole group, for SIGINT) once it has a temporary in ``folder``;
-    its stderr."""
+def interrupted(process: subprocess.Popen, folder: Path, how: int, later: float = 0) -> str:
+    """Signal ``process`` (the whole group, for SIGINT) once it has a temporary in ``folder``
+    (and ``later`` seconds more); its stderr."""
     wait_for(lambda: temporaries(folder), what="the command to start writing")
+    time.sleep(later)
     if how == signal.SIGINT:
         os.killpg(process.pid, how)
     else:
@@ -637,20 +647,30 @@ def medium_run(medium, tmp_path_factory) -> Path:
     return out
 
 
-def test_ctrl_c_of_derive_keeps_the_run(medium_run, tmp_path):
+SLOW_SQL = "SELECT count(*) AS n FROM range(1000000000000)"  # minutes of DuckDB
+
+
+@pytest.mark.parametrize("phase", ["anywhere", "in DuckDB"])
+def test_ctrl_c_of_derive_keeps_the_run(medium_run, tmp_path, phase):
+    """Ctrl-C as soon as derive starts writing, or a second into a derivation that DuckDB would
+    compute for minutes (its SQL replaced)."""
     run = tmp_path / "m"
     shutil.copytree(medium_run, run)
     before = snapshot(run)
-    process = replay("derive", "m", folder=tmp_path)
-    err = interrupted(process, run, signal.SIGINT)
+    slow = f"import replay.analysis.derive as d\nd.derived_sql = lambda name: {SLOW_SQL!r}"
+    process = replay("derive", "m", folder=tmp_path,
+                     inject=slow if phase == "in DuckDB" else None)
+    err = interrupted(process, run, signal.SIGINT, later=1.0 if phase == "in DuckDB" else 0)
     assert process.returncode == 130 and err == "replay: interrupted\n", err
     assert snapshot(run) == before
 
 
-def test_ctrl_c_of_a_query(medium_run, tmp_path):
-    (tmp_path / "slow.sql").write_text("SELECT count(*) AS n FROM range(1000000000000)")
-    process = replay("query", str(medium_run), "slow.sql", "--format", "csv", folder=tmp_path)
-    err = interrupted(process, tmp_path / "tmp", signal.SIGINT)
+@pytest.mark.parametrize("output", [[], ["--format", "csv"], ["--format", "json"]])
+def test_ctrl_c_of_a_query(medium_run, tmp_path, output):
+    """Ctrl-C a second into a query that would run for minutes in DuckDB."""
+    (tmp_path / "slow.sql").write_text(SLOW_SQL)
+    process = replay("query", str(medium_run), "slow.sql", *output, folder=tmp_path)
+    err = interrupted(process, tmp_path / "tmp", signal.SIGINT, later=1.0)
     assert process.returncode == 130 and err == "replay: interrupted\n", err
     assert process.stdout.read() == b"" and temporaries(tmp_path) == []
 

@@ -20,6 +20,7 @@ import duckdb
 
 from replay.atomic import atomic_file, temporary_dir
 from replay.errors import ReplayError
+from replay.interrupts import interruptible
 from replay.outputs import check_output
 
 FORMATS = ("table", "csv", "json", "parquet")
@@ -83,7 +84,7 @@ def _copy(result: duckdb.DuckDBPyRelation, fmt: str, path: os.PathLike) -> None:
     """Write ``result`` with DuckDB's own CSV or Parquet writer, in a connection of its own
     that reads the result as it streams: the query's connection is sandboxed, and writes
     nothing."""
-    writer = duckdb.connect()
+    writer = interruptible(duckdb.connect())
     try:
         writer.execute("SET TimeZone = 'UTC'")
         relation = writer.from_arrow(result.to_arrow_reader())

@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 from replay.analysis.catalog import Query, views_sql
 from replay.engine.rundir import DERIVED_TABLES, TABLES, verify_run
 from replay.errors import ReplayError
+from replay.interrupts import interruptible
 
 RUNS_VARIABLE = "run_dirs"
 PARAMETERS = ("from_ts", "to_ts", "watcher")  # optional in every shipped query
@@ -89,7 +90,7 @@ def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False
     Each run is verified, in full with ``verify``.  ``settings`` are DuckDB settings to make
     before the configuration is locked (``temp_directory``, ``memory_limit``).  Times are shown
     in UTC whatever the machine's time zone, so output is the same everywhere."""
-    con = duckdb.connect()
+    con = interruptible(duckdb.connect())
     con.execute("SET TimeZone = 'UTC'")
     for name, value in (settings or {}).items():
         con.execute(f"SET {name} = ?", [value])
@@ -183,8 +184,6 @@ def duckdb_errors(where: str) -> Iterator[None]:
     """Turn a DuckDB error into a one-line ``ReplayError`` naming ``where`` it happened."""
     try:
         yield
-    except duckdb.InterruptException:
-        raise KeyboardInterrupt from None
     except duckdb.Error as err:
         raise ReplayError(f"{where}: {_first_line(err)}") from None
 

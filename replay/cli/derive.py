@@ -15,8 +15,8 @@ def add_parser(commands) -> None:
         description="Compute the derived tables of each RUN_DIR "
                     f"({', '.join(DERIVED_TABLES)}) from its other tables, with the SQL in "
                     "queries/derived/, and replace them. `replay run` derives them when it writes "
-                    "a run; derive them again after changing a table or that SQL, or for a run "
-                    "written by an older version.")
+                    "a run; derive them again after changing that SQL, or a table (with "
+                    "--accept-edits), or for a run written by an older version.")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
     parser.add_argument("--accept-edits", action="store_true",
                         help="you edited the run's tables on purpose: record their new sizes "

@@ -11,11 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from replay import __version__
+from replay import __version__, interrupts
 from replay.cli import derive, importer, ingest, models, query, run, synth, validate
 from replay.errors import ReplayError, os_error_message
 
 COMMANDS = (synth, ingest, importer, validate, run, derive, models, query)
+# What DuckDB's Python client raises, rather than KeyboardInterrupt, when Ctrl-C stops a query
+# (replay.interrupts)
+DUCKDB_INTERRUPTED = "Query interrupted"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,11 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    interrupts.install()
     try:
         return args.run(args) or 0
     except ReplayError as err:
         return _failed(str(err).strip().splitlines()[0] if str(err).strip() else "failed")
     except KeyboardInterrupt:
+        return _failed("interrupted", prefix="replay: ", status=130)
+    except RuntimeError as err:
+        if str(err) != DUCKDB_INTERRUPTED:
+            raise
         return _failed("interrupted", prefix="replay: ", status=130)
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`); nothing more to say
