@@ -24,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -72,13 +73,15 @@ def snapshot(folder: Path) -> dict[str, str]:
     target, or a directory."""
     found = {}
     for path in sorted(folder.rglob("*")):
-        key = str(path.relative_to(folder))
-        if path.is_symlink():
+        key, mode = str(path.relative_to(folder)), path.lstat().st_mode
+        if stat.S_ISLNK(mode):
             found[key] = "-> " + os.readlink(path)
-        elif path.is_dir():
+        elif stat.S_ISDIR(mode):
             found[key] = "dir"
-        else:
+        elif stat.S_ISREG(mode):
             found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            found[key] = f"special {stat.S_IFMT(mode):o}"
     return found
 
 
@@ -207,7 +210,8 @@ WATCHERS = '[[watchers]]\nname = "{name}"\nresources = {resources}\n{extra}'
 CASES = [
     # synth ---------------------------------------------------------------------------------------
     Case("synth-out-is-a-directory", ("synth", "--out", "run"), "run: is a directory"),
-    Case("synth-out-is-a-device", ("synth", "--out", "/dev/null"), "not a regular file"),
+    Case("synth-out-is-a-pipe", ("synth", "--out", "pipe"), "pipe: is not a regular file",
+         setup=lambda folder: os.mkfifo(folder / "pipe")),
     Case("synth-file-where-a-folder-is-expected", ("synth", "--out", "a.log/t.parquet"),
          "a.log: Not a directory"),
     Case("synth-read-only-folder", ("synth", "--out", "ro/t.parquet"), "ro: Permission denied",
