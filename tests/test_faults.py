@@ -43,7 +43,7 @@ PYTHON = sys.executable
 INJECTED = ("import sys\nfrom replay.cli.main import main\n{code}\n"
             "sys.exit(main(sys.argv[1:]))")
 DROP_CAPABILITIES = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
-TIMEOUT = 60
+TIMEOUT = 300  # a case takes seconds; this only stops one that hangs
 
 
 # --- the inputs every case starts from ----------------------------------------------------------
