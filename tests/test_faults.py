@@ -536,7 +536,7 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def wait_for(condition: Callable[[], object], seconds: float = 30, what: str = "it") -> object:
+def wait_for(condition: Callable[[], object], seconds: float = 120, what: str = "it") -> object:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         found = condition()
