@@ -17,6 +17,7 @@ import gc
 import math
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,15 +28,18 @@ import pyarrow as pa
 
 from replay import models
 from replay.analysis.derive import derive
-from replay.engine.config import RunConfig, load_config
-from replay.engine.rundir import conform_table, sha256_of, write_run
+from replay.engine.config import RunConfig, WatcherSpec, load_config
+from replay.engine.rundir import check_replaceable, conform_table, sha256_of, write_run
 from replay.errors import ReplayError
+from replay.limits import MAX_DELIVERIES, MAX_WATCHERS
+from replay.outputs import check_output
 from replay.progress import progress
 from replay.trace.io import source_of
 from replay.trace.schema import TRACE_VERSION
 from replay.trace.validate import read_trace
 
-__all__ = ["RunResult", "choose_model", "default_out", "load_config", "run_replay"]
+__all__ = ["RunResult", "check_watchers", "choose_model", "default_out", "load_config",
+           "run_replay"]
 
 DEFAULT_WHAT_IF_MODEL = "kube"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt options
@@ -84,10 +88,11 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         trace, model_class = _read(trace_path, config.model)
         model = model_class(config.model_params)
         out = Path(out) if out is not None else default_out(trace_path, model_class.name)
-        if out.exists() and not force:
-            raise ReplayError(f"{out}: already exists; choose another --out or pass --force")
+        check_output(out, [trace_path, config.source], directory=True)
+        check_replaceable(out, force)
         watchers = (list(config.watchers) if config.watchers is not None
                     else model.default_watchers(trace))
+        check_watchers(watchers, trace, str(trace_path), configured=config.watchers is not None)
         bar.update()
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
@@ -108,6 +113,32 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         bar.update()
     return RunResult(out, model_class.name, rows, len(watchers), summary["delay"],
                      summary["conflicts"], rows["attempts"], seconds)
+
+
+def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path: str,
+                   configured: bool = True) -> None:
+    """Refuse watchers that would make the replay wrong or endless: a configured watcher whose
+    resources name nothing the trace holds (``pod`` for ``pods`` would silently receive
+    nothing), more than ``MAX_WATCHERS``, or more than ``MAX_DELIVERIES`` deliveries to
+    watchers of the whole cluster (a node's watchers receive only their node's writes)."""
+    if len(watchers) > MAX_WATCHERS:
+        raise ReplayError(f"{len(watchers):,} watchers, more than the limit of {MAX_WATCHERS:,}")
+    rows = dict(trace.group_by("resource").len().iter_rows())
+    if configured:
+        for watcher in watchers:
+            if not any(resource in rows for resource in watcher.resources):
+                raise ReplayError(
+                    f"watcher {watcher.name!r}: its resources ({', '.join(watcher.resources)}) "
+                    f"name nothing in {trace_path}, which holds "
+                    f"{', '.join(sorted(rows)) or 'no rows'}")
+    cluster_wide = Counter(w.resources for w in watchers if w.node is None)
+    deliveries = sum(count * sum(rows.get(r, 0) for r in resources)
+                     for resources, count in cluster_wide.items())
+    if deliveries > MAX_DELIVERIES:
+        raise ReplayError(
+            f"this replay would make about {deliveries:,} deliveries ({sum(cluster_wide.values()):,} "
+            f"watchers of the whole cluster, {trace.height:,} rows), more than the limit of "
+            f"{MAX_DELIVERIES:,}; use fewer watchers or a shorter trace")
 
 
 @contextlib.contextmanager

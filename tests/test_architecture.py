@@ -16,6 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "replay"
 # Layer of each module or package, lowest first; a module imports only from its own layer or below.
 LAYERS = (
     ("base", ("replay", "replay.errors", "replay.rng", "replay.arrays", "replay.atomic",
+              "replay.outputs", "replay.limits", "replay.workers", "replay.interrupts",
               "replay.progress", "replay.quantity", "replay.times")),
     ("trace", ("replay.trace",)),
     ("engine", ("replay.engine",)),

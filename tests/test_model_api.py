@@ -25,7 +25,7 @@ from replay.engine import api
 MODELS = REPO / "replay" / "models"
 BUILT_IN = sorted(p for p in MODELS.glob("*.py") if p.name not in ("__init__.py", "base.py"))
 ALLOWED_PREFIXES = ("replay.engine.api", "replay.models", "replay.trace", "replay.arrays",
-                    "replay.rng", "replay.errors")
+                    "replay.rng", "replay.errors", "replay.limits")
 
 
 def replay_imports(tree: ast.AST) -> list[str]:

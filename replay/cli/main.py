@@ -1,7 +1,9 @@
 """Entry point of the ``replay`` command: parses arguments, runs a subcommand, reports errors.
 
-Bad input raises ``ReplayError`` (or a ``ValueError`` from argument parsing) and is printed as one
-line on stderr with exit status 1; usage errors exit 2 as argparse does.
+Bad input raises ``ReplayError`` and is printed as one line on stderr with exit status 1, and so
+is any operating-system error (``PATH: cause``: a full disk, a read-only folder); usage errors
+exit 2 as argparse does.  Ctrl-C prints ``replay: interrupted`` and exits 130, after every
+partial output has been removed (the writers' own cleanup, ``replay.atomic``).
 """
 
 from __future__ import annotations
@@ -9,12 +11,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from replay import __version__
+from replay import __version__, interrupts
 from replay.cli import (calibrate, default, derive, importer, ingest, models, query, report, run,
                         synth, validate)
-from replay.errors import ReplayError
+from replay.errors import ReplayError, os_error_message
 
 COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, calibrate, report)
+# What DuckDB's Python client raises, rather than KeyboardInterrupt, when Ctrl-C stops a query
+# (replay.interrupts)
+DUCKDB_INTERRUPTED = "Query interrupted"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,17 +53,33 @@ def is_trace_shortcut(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    interrupts.install()
     try:
         if is_trace_shortcut(parser, argv):
             return default.main(argv)
         args = parser.parse_args(argv)
         return args.run(args) or 0
     except ReplayError as err:
-        print(f"replay: error: {err}", file=sys.stderr)
-        return 1
+        return _failed(str(err).strip().splitlines()[0] if str(err).strip() else "failed")
     except KeyboardInterrupt:
-        print("replay: interrupted", file=sys.stderr)
-        return 130
+        return _failed("interrupted", prefix="replay: ", status=130)
+    except RuntimeError as err:
+        if str(err) != DUCKDB_INTERRUPTED:
+            raise
+        return _failed("interrupted", prefix="replay: ", status=130)
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`); nothing more to say
         return 0
+    except MemoryError:
+        return _failed("out of memory")
+    except OSError as err:
+        return _failed(os_error_message(err))
+
+
+def _failed(message: str, prefix: str = "replay: error: ", status: int = 1) -> int:
+    """Print ``message`` as the one line of a failure."""
+    try:
+        print(f"{prefix}{message}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr is gone too
+    return status

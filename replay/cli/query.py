@@ -35,6 +35,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--watcher", metavar="GLOB",
                         help="only watchers (schedulers, for conflicts) whose name matches GLOB, "
                              "e.g. 'kubelet/*'")
+    parser.add_argument("--verify", action="store_true",
+                        help="verify every byte of each run's tables against the checksums in "
+                             "its manifest first (by default: sizes, footers and the small "
+                             "tables)")
     parser.add_argument("--var", dest="variables", action="append", default=[],
                         metavar="NAME=VALUE",
                         help="set the DuckDB variable NAME (a string) for your own query; "
@@ -68,18 +72,21 @@ def run(args: argparse.Namespace) -> int:
     if name is None and (args.out or args.format != "table"):
         raise ReplayError("--format and --out need a query NAME or FILE.sql")
     if not name:
-        print_headline(runs, variables)
+        print_headline(runs, variables, verify=args.verify)
         return 0
     query = load_query(name)
-    con = open_runs(runs)
+    con = open_runs(runs, verify=args.verify)
+    inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
-        write_result(run_query(con, query, variables), args.format, args.out)
+        write_result(run_query(con, query, variables), args.format, args.out, inputs)
     return 0
 
 
-def print_headline(runs: list[str], variables: dict[str, Any] | None = None) -> None:
-    """The headline answers about ``runs``, one table each."""
-    con = open_runs(runs)
+def print_headline(runs: list[str], variables: dict[str, Any] | None = None,
+                   verify: bool = False) -> None:
+    """The headline answers about ``runs``, one table each (``verify``: every table's checksum
+    first, as ``replay check`` does)."""
+    con = open_runs(runs, verify=verify)
     for query in [load_query(q) for q in HEADLINE]:
         with duckdb_errors(query.name):
             print(f"{query.name}:\n{render_table(run_query(con, query, variables or {}))}")

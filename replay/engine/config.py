@@ -19,6 +19,7 @@ from typing import Any
 from replay.engine.distributions import (Constant, Distribution, Exponential, LogNormal,
                                          parse_distribution)
 from replay.errors import ReplayError
+from replay.limits import INT64_MAX, MAX_WATCHERS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -82,6 +83,7 @@ class RunConfig:
     model_params: Mapping[str, Any] = field(default_factory=dict)
     stages: StageCosts = field(default_factory=lambda: copy.deepcopy(PROFILES["default"]))
     watchers: tuple[WatcherSpec, ...] | None = None  # None: the model picks them
+    source: str | None = None  # the TOML file it was read from, if any (an input of the run)
 
     def costs(self, watcher: WatcherSpec | None = None) -> StageCosts:
         """The stage costs that apply to ``watcher``: its own overrides over the run's."""
@@ -122,9 +124,15 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Sequen
     for item in overrides:
         key, value = parse_override(item)
         params[key] = value
+    if seed is not None and not _is_seed(seed):
+        raise ReplayError(f"--seed: expected an integer from 0 to {INT64_MAX}, got {seed!r}")
     return RunConfig(seed=config.seed if seed is None else seed, profile=config.profile,
                      model=model or config.model, model_params=params, stages=config.stages,
-                     watchers=config.watchers)
+                     watchers=config.watchers, source=str(path) if path is not None else None)
+
+
+def _is_seed(value: Any) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= INT64_MAX
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -158,8 +166,8 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def _build(raw: dict[str, Any]) -> RunConfig:
     _no_unknown(raw, {"seed", "profile", "model", "stages", "watchers"}, "")
     seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed: expected an integer >= 0, got {seed!r}")
+    if not _is_seed(seed):
+        raise ValueError(f"seed: expected an integer from 0 to {INT64_MAX}, got {seed!r}")
     profile = raw.get("profile", "default")
     if profile not in PROFILES:
         raise ValueError(f"profile: expected one of {', '.join(PROFILES)}, got {profile!r}")
@@ -220,6 +228,9 @@ def _watchers(raw: Any) -> tuple[WatcherSpec, ...]:
         replicas = item.get("replicas", 1)
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
             raise ValueError(f"{where}.replicas: expected an integer >= 1")
+        if len(out) + replicas > MAX_WATCHERS:
+            raise ValueError(f"{where}.replicas: {replicas:,} would make more than "
+                             f"{MAX_WATCHERS:,} watchers, the limit")
         stages = _stage_tables(item.get("stages", {}), f"{where}.stages", shared_ok=False)
         names = [name] if replicas == 1 else [f"{name}-{k}" for k in range(replicas)]
         out += [WatcherSpec(n, role, tuple(resources), node, stages) for n in names]

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from replay.limits import MAX_DURATION_MS
 from replay.rng import Keys, Stream
 
 Ints = npt.NDArray[np.int64]
@@ -45,7 +46,9 @@ class Distribution:
 
 
 def _rint(values: npt.NDArray[np.float64]) -> Ints:
-    out: Ints = np.rint(values).astype(np.int64)
+    """Microseconds as integers; a draw from the far tail of a distribution is capped at
+    ``MAX_DURATION_MS`` rather than wrapped around to a negative delay."""
+    out: Ints = np.rint(np.minimum(values, MAX_DURATION_MS * 1000)).astype(np.int64)
     return out
 
 
@@ -236,6 +239,9 @@ def parse_distribution(spec: object, where: str) -> Distribution:
             raise ValueError(f"{where}.{key}: expected a number of milliseconds, got {value!r}")
         if value < 0:
             raise ValueError(f"{where}.{key}: must not be negative, got {value}")
+        if value > MAX_DURATION_MS:
+            raise ValueError(f"{where}.{key}: {value} ms is more than the limit of "
+                             f"{MAX_DURATION_MS:.0f} ms (100 years)")
         values[key] = float(value)
     if cls is LogNormal:
         if values["median_ms"] <= 0:
@@ -255,6 +261,9 @@ def _empirical(spec: dict[str, Any], where: str) -> Empirical:
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 and v >= 0 for v in seq):
             raise ValueError(f"{where}.{key}: expected a non-empty list of numbers >= 0")
+    if max(ms) > MAX_DURATION_MS:
+        raise ValueError(f"{where}.ms: {max(ms)} ms is more than the limit of "
+                         f"{MAX_DURATION_MS:.0f} ms (100 years)")
     if len(ms) != len(weights):
         raise ValueError(f"{where}.weights: {len(weights)} weights for {len(ms)} values")
     if sum(weights) <= 0:

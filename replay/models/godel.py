@@ -20,6 +20,7 @@ import numpy as np
 
 from replay.engine.api import (Assumptions, Attempt, Gathering, Indices, Outcome, Pod, Reason,
                                Scheduler, Simulation, WatcherSpec, Worker, Write, WriteKind)
+from replay.limits import MAX_SCHEDULERS
 from replay.models.base import Param
 from replay.models.whatif import SCHEDULER_PARAMS, WhatIfModel, schedulers_on
 
@@ -30,7 +31,8 @@ class GodelModel(WhatIfModel):
     name = "godel"
     description = "Gödel: a dispatcher, scheduler instances that assume, and a binder that re-checks."
     params = SCHEDULER_PARAMS + (
-        Param("schedulers", 3, "number of scheduler instances", minimum=1),
+        Param("schedulers", 3, "number of scheduler instances", minimum=1,
+              maximum=MAX_SCHEDULERS),
         Param("partition", "none", "even: each scheduler prefers its own slice of the nodes",
               choices=("none", "even")),
         Param("dispatch_ms", 0.1, "the dispatcher's time per pod", minimum=0),

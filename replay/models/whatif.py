@@ -16,6 +16,7 @@ import polars as pl
 
 from replay.engine.api import (POLICIES, Indices, OnAssumed, Pod, RunConfig, RunTables, Scheduler,
                                Simulation, WatcherSpec, Write, WriteKind, node_names)
+from replay.limits import MAX_SCHEDULERS
 from replay.models.base import Model, Param
 
 ASSIGNMENTS = ("round-robin", "scheduler-name")
@@ -26,7 +27,7 @@ SCHEDULER_PARAMS = (
     Param("per_node_ms", 0.002, "cost per node evaluated (Omega's t_task)", minimum=0),
     Param("percentage_of_nodes_to_score", 0,
           "percent of nodes to find feasible before scoring; 0 = adaptive as in Kubernetes "
-          "(50 - nodes/125, at least 5%, at least 100 nodes)", minimum=0),
+          "(50 - nodes/125, at least 5%, at least 100 nodes)", minimum=0, maximum=100),
     Param("policy", "least-allocated", "node scoring", choices=POLICIES),
     Param("backoff_initial_ms", 1000.0, "first retry delay after a failed attempt", minimum=0),
     Param("backoff_max_ms", 10000.0, "longest retry delay", minimum=0),
@@ -77,7 +78,8 @@ def scheduler_params() -> tuple[Param, ...]:
     """The shared scheduler parameters plus ``schedulers`` and ``assign``, for models whose
     schedulers share the workload directly."""
     return SCHEDULER_PARAMS + (
-        Param("schedulers", 1, "number of scheduler instances", minimum=1),
+        Param("schedulers", 1, "number of scheduler instances", minimum=1,
+              maximum=MAX_SCHEDULERS),
         Param("assign", "round-robin", "how pods are shared among the schedulers: in turn, or "
               "by spec.schedulerName (each distinct name to one instance, in sorted order)",
               choices=ASSIGNMENTS),

@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from replay.interrupts import interruptible
 from replay.trace.io import ROW_GROUP_ROWS, TraceWriter
 
 DUCKDB_MEMORY = "256MB"
@@ -113,9 +114,9 @@ class RowSpill:
             yield from _merged(batches, _floors(self._spans), later_copies.combine_chunks())
 
     def _duckdb(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(config={
+        con = interruptible(duckdb.connect(config={
             "memory_limit": DUCKDB_MEMORY, "threads": 2, "temp_directory": str(self._folder),
-            "preserve_insertion_order": False})
+            "preserve_insertion_order": False}))
         con.register("spill", ds.dataset(self._path, format="arrow"))
         return con
 

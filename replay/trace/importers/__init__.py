@@ -9,7 +9,8 @@ An importer is a module (or any object) with:
   required columns and any extra columns worth keeping; ``csvfile.read_csv`` reads an input
   file with one-line errors that name the file, line and column;
 - ``source_args(args) -> dict``: what to record in the trace's ``replay.source_args`` (file names
-  and options, never contents).
+  and options, never contents);
+- ``inputs(args) -> list[str]`` (optional): the files it reads, which ``--out`` must not touch.
 
 ``run_import`` sorts the rows stably by ``ts`` (rows with equal times keep the order ``rows``
 gave), writes the trace atomically and returns the counts for the summary.  Google Borg 2019
@@ -29,6 +30,7 @@ from collections import Counter
 from importlib import metadata
 from types import ModuleType
 
+from replay.outputs import check_output
 from replay.trace.importers import alibaba_gpu_2023
 from replay.trace.io import write_trace
 
@@ -52,6 +54,7 @@ def importers() -> dict[str, object]:
 
 def run_import(importer, args: argparse.Namespace) -> Counter:
     """Write the trace of ``importer`` to ``args.out``; returns rows by (verb, resource)."""
+    check_output(args.out, importer.inputs(args) if hasattr(importer, "inputs") else [])
     frame = importer.rows(args).sort("ts", maintain_order=True)
     write_trace(frame, args.out, source=importer.NAME, source_args=importer.source_args(args))
     counts = frame.group_by("verb", "resource", maintain_order=True).len()

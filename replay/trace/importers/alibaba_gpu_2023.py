@@ -29,6 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from replay.errors import ReplayError
+from replay.limits import INT64_MAX, LAST_TIME
 from replay.times import time_argument
 from replay.trace.importers.csvfile import read_csv
 
@@ -67,11 +68,18 @@ def source_args(args: argparse.Namespace) -> dict:
             "start": args.start.isoformat()}
 
 
+def inputs(args: argparse.Namespace) -> list[str]:
+    """The files the import reads, which its output must not touch."""
+    return [args.pods, args.nodes]
+
+
 def rows(args: argparse.Namespace) -> pl.DataFrame:
     """Node creates, then pod creates and deletes, each in file order (``run_import`` sorts)."""
-    nodes = _checked(read_csv(args.nodes, NODE_COLUMNS), args.nodes)
-    pods = _checked(read_csv(args.pods, POD_COLUMNS), args.pods)
     start_us = int(args.start.timestamp()) * 10**6
+    nodes = _in_range(_checked(read_csv(args.nodes, NODE_COLUMNS), args.nodes), args.nodes,
+                      start_us)
+    pods = _in_range(_checked(read_csv(args.pods, POD_COLUMNS), args.pods), args.pods, start_us)
+    _deleted_after_created(pods, args.pods)
     return pl.concat([_node_creates(nodes, start_us), _pod_writes(pods, start_us)],
                      how="diagonal_relaxed")
 
@@ -88,6 +96,39 @@ def _checked(frame: pl.DataFrame, path: str) -> pl.DataFrame:
             what = "is empty" if column[row] is None else f"is negative ({column[row]})"
             raise ReplayError(f"{path}:{row + 2}: column {name} {what}")
     return frame
+
+
+def _in_range(frame: pl.DataFrame, path: str, start_us: int) -> pl.DataFrame:
+    """``frame``, unless a value would overflow the trace's 64-bit column it is scaled into
+    (memory in MiB times 2^20, GPUs times 1000, seconds times 10^6 after the start, which must
+    also end before year 10000): polars would wrap it around without a word."""
+    last_s = (int(LAST_TIME.timestamp()) * 10**6 - start_us) // 10**6
+    bounds = {"memory_mib": INT64_MAX // MIB, "gpu": INT64_MAX // 1000,
+              **{name: last_s for name in ("creation_time", "deletion_time", "scheduled_time")}}
+    for name, bound in bounds.items():
+        if name in frame.columns:
+            _refuse_first(frame, path, name, frame[name] > bound,
+                          "too large: the trace's 64-bit value would overflow" if "time" not in
+                          name else f"after year {LAST_TIME.year} from --start")
+    if "num_gpu" in frame.columns:
+        share = frame["gpu_milli"]
+        too_many = (share > 0) & (frame["num_gpu"] > INT64_MAX // share.clip(lower_bound=1))
+        _refuse_first(frame, path, "num_gpu", too_many,
+                      "too large: num_gpu x gpu_milli overflows a 64-bit integer")
+    return frame
+
+
+def _deleted_after_created(pods: pl.DataFrame, path: str) -> None:
+    _refuse_first(pods, path, "deletion_time",
+                  pods["deletion_time"] < pods["creation_time"],
+                  "before the pod's creation_time")
+
+
+def _refuse_first(frame: pl.DataFrame, path: str, name: str, bad: pl.Series, what: str) -> None:
+    bad = bad.fill_null(False)
+    if bad.any():
+        row = bad.arg_true()[0]
+        raise ReplayError(f"{path}:{row + 2}: column {name} is {frame[name][row]}: {what}")
 
 
 def _node_creates(nodes: pl.DataFrame, start_us: int) -> pl.DataFrame:
