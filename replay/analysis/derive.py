@@ -47,12 +47,12 @@ def _limit_memory(con: duckdb.DuckDBPyConnection, spill: str) -> None:
     ``spill``.  Its default, 80 % of all memory, ignores what this process and others hold: the
     windows of a 1M-pod what-if run took 12 GB on top of the replay's own."""
     con.execute("SET temp_directory = ?", [spill])
-    available = _available_mib()
+    available = available_mib()
     if available is not None:
         con.execute(f"SET memory_limit = '{max(available * 3 // 4, 1024)}MiB'")
 
 
-def _available_mib() -> int | None:
+def available_mib() -> int | None:
     """MemAvailable from /proc/meminfo (Linux), in MiB; None elsewhere."""
     try:
         with open("/proc/meminfo") as meminfo:
