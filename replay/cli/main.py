@@ -10,10 +10,10 @@ import argparse
 import sys
 
 from replay import __version__
-from replay.cli import derive, importer, ingest, models, query, run, synth, validate
+from replay.cli import derive, importer, ingest, models, query, run, sweep, synth, validate
 from replay.errors import ReplayError
 
-COMMANDS = (synth, ingest, importer, validate, run, derive, models, query)
+COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, sweep)
 
 
 def build_parser() -> argparse.ArgumentParser:
