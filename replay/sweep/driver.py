@@ -99,7 +99,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
         planned = plan(sweep, out, resume)
         outcomes = dict(planned.outcomes)
         write_index(out, index_frame(sweep, outcomes))
-        tasks = [_task(point, out, token) for point in planned.to_run]
+        tasks = [task_of(point, out, token) for point in planned.to_run]
         with progress(len(tasks), "sweep", unit="point") as bar:
             try:
                 with contextlib.closing(executor.run(tasks)) as finished:
@@ -119,7 +119,9 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
                   statuses.count(Status.SKIPPED))
 
 
-def _task(point: Point, out: Path, token: str) -> Task:
+def task_of(point: Point, out: Path, token: str) -> Task:
+    """The point as a task writing into the sweep directory ``out`` (whose lock holds
+    ``token``); its manifest records the sweep's name and the values swept."""
     record = {"sweep": out.name,
               **{k: v for k, v in point.values.items() if k not in RUNS_COLUMNS}}
     return Task(point.name, point.trace_path, point.config, out / point.name, record,
