@@ -211,6 +211,14 @@ def wait_for_done(out: Path, count: int, process: subprocess.Popen) -> pl.DataFr
     raise AssertionError(f"no {count} points done in time")
 
 
+def wait_for_partial(out: Path, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 300
+    while not partial_dirs(out) and time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.05)
+    assert partial_dirs(out), "no point was being written"
+
+
 def children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
@@ -238,6 +246,7 @@ def killed_and_resumed(folder, tmp_path_factory):
 
     first = start_sweep(path, out)
     wait_for_done(out, 1, first)
+    wait_for_partial(out, first)  # the second point is being written
     first.send_signal(signal.SIGTERM)
     _, err = first.communicate(timeout=120)
     seen["terminated"] = (first.returncode, err, partial_dirs(out),
@@ -248,6 +257,7 @@ def killed_and_resumed(folder, tmp_path_factory):
 
     second = start_sweep(path, out, "--resume")
     wait_for_done(out, len(done) + 1, second)
+    wait_for_partial(out, second)
     children = children_of(second.pid)
     second.kill()
     second.communicate(timeout=60)
@@ -257,6 +267,8 @@ def killed_and_resumed(folder, tmp_path_factory):
     seen["orphans"] = [c for c in children if Path(f"/proc/{c}").exists()]
     index = pl.read_parquet(out / "sweep.parquet")
     seen["killed_done"] = index.filter(pl.col("status") == "done")
+    seen["killed_dirs"] = sorted(p.name for p in out.iterdir() if p.is_dir()
+                                 and not p.name.startswith("."))
 
     third = subprocess.run([sys.executable, "-m", "replay", "sweep", str(path), "--out", str(out),
                             "--resume"], capture_output=True, text=True, cwd=REPO)
@@ -277,7 +289,9 @@ def test_an_interrupted_sweep_exits_130_and_leaves_no_partial_run(killed_and_res
 
 
 def test_a_killed_sweep_resumes_without_rerunning_finished_points(killed_and_resumed):
-    assert killed_and_resumed["orphans"] == []  # its replays died with it
+    assert killed_and_resumed["orphans"] == []
+    # its replay died with it, not finishing a point the index would not know
+    assert killed_and_resumed["killed_dirs"] == killed_and_resumed["killed_done"]["point"].to_list()
     code, output, partial, index = killed_and_resumed["resumed"]
     assert code == 0, output
     assert index["status"].to_list() == ["done"] * 3 and partial == []

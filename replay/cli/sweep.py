@@ -69,8 +69,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_plan(sweep, out, args)
         return 0
-    signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: no partial run is left
-    report = run_sweep(sweep, out, _executor(args), resume=args.resume)
+    before = signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: no partial run
+    try:
+        report = run_sweep(sweep, out, _executor(args), resume=args.resume)
+    finally:
+        signal.signal(signal.SIGTERM, before)
     print(f"sweep {out}: {report.points} points, {report.done} done, {report.failed} failed"
           + (f", {report.skipped} not run" if report.skipped else "")
           + f" ({report.ran} ran now); index {out / 'sweep.parquet'}")

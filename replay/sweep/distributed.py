@@ -100,7 +100,8 @@ def _connect(address: str | None, jobs: int | None) -> Any:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"  # no reports to the internet, from any process
     sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it with sys.exit
     try:
-        ray.init(address=address, num_cpus=jobs if address is None else None,
+        own = address is None and "RAY_ADDRESS" not in os.environ  # else Ray joins a cluster
+        ray.init(address=address, num_cpus=jobs if own else None,
                  include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     except (ConnectionError, RuntimeError, ValueError) as err:
         where = f"the Ray cluster at {address}" if address else "a local Ray instance"

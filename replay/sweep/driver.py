@@ -24,7 +24,14 @@ from replay import models
 from replay.engine.rundir import read_manifest, sha256_of
 from replay.errors import ReplayError
 from replay.progress import progress
-from replay.sweep.index import Outcome, Status, index_frame, read_index, write_index
+from replay.sweep.index import (
+    Outcome,
+    Status,
+    index_frame,
+    index_path,
+    read_index,
+    write_index,
+)
 from replay.sweep.point import Task, remove_partial
 from replay.sweep.spec import Point, Sweep
 
@@ -96,6 +103,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
     with _locked(out) as token:
         for point in sweep.points:
             remove_partial(out / point.name)
+        remove_partial(index_path(out))  # an index being written when the sweep was killed
         planned = plan(sweep, out, resume)
         outcomes = dict(planned.outcomes)
         write_index(out, index_frame(sweep, outcomes))

@@ -65,7 +65,10 @@ def describe_exception(err: BaseException) -> str:
 
 
 def remove_partial(out: Path) -> None:
-    """Remove what an interrupted or killed replay into ``out`` may have left: the temporary
-    directory it was writing (``replay.atomic.atomic_dir`` names it ``.NAME.*.tmp``)."""
+    """Remove what an interrupted or killed writer of ``out`` may have left: the temporary
+    directory or file it was writing (``replay.atomic`` names them ``.NAME.*.tmp``)."""
     for leftover in out.parent.glob(f".{out.name}.*.tmp"):
-        shutil.rmtree(leftover, ignore_errors=True)
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)

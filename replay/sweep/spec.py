@@ -9,6 +9,7 @@ Everything is checked before anything runs, with one-line errors naming the file
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -288,9 +289,7 @@ def _point(spec: _Spec, facts: _TraceFacts, trace_label: str, labels: dict[str, 
         config = config_from_table(spec.base, keys)
     except ValueError as err:
         raise ValueError(f"{err} ({where})") from None
-    config = RunConfig(seed=seed, profile=config.profile, model=model_name,
-                       model_params=config.model_params, stages=config.stages,
-                       watchers=config.watchers)
+    config = dataclasses.replace(config, seed=seed, model=model_name)
     model = _load_model(model_name, f"trace {facts.given!r}")
     _check_params(model, config, combination, where)
     values = {column_of(key): float(value) if columns[column_of(key)] == pl.Float64 else value
