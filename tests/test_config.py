@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from replay.engine.config import config_from_table, load_config, parse_override, read_config_table
+from replay.engine.config import config_from_table, load_config, parse_override, read_toml
 from replay.engine.distributions import Constant, Exponential, LogNormal
 from replay.errors import ReplayError
 
@@ -96,7 +96,7 @@ def test_bad_overrides(item):
 
 
 def test_dotted_keys_change_one_parameter_of_the_resolved_configuration(tmp_path):
-    table = read_config_table(write(tmp_path, """
+    table = read_toml(write(tmp_path, """
 [model]
 name = "godel"
 schedulers = 2

@@ -117,7 +117,7 @@ def load_config(path: str | os.PathLike | None = None, *, overrides: list[str] =
     where = str(path) if path is not None else "command line"
     raw: dict[str, Any] = {}
     if path is not None:
-        raw = read_config_table(path)
+        raw = read_toml(path)
     try:
         config = _build(raw)
     except ValueError as err:
@@ -147,19 +147,19 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def read_config_table(path: str | os.PathLike) -> dict[str, Any]:
-    """The TOML table of the config file at ``path``, not yet checked (``config_from_table``
-    checks it)."""
+def read_toml(path: str | os.PathLike, kind: str = "config file") -> dict[str, Any]:
+    """The TOML table of the ``kind`` of file at ``path`` (a run config, a sweep file), not yet
+    checked (``config_from_table`` checks a run config's)."""
     path = Path(path)
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError:
-        raise ReplayError(f"{path}: no such config file") from None
+        raise ReplayError(f"{path}: no such {kind}") from None
     except tomllib.TOMLDecodeError as err:
         raise ReplayError(f"{path}: not valid TOML: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise ReplayError(f"{path}: cannot read the config ({err})") from None
+        raise ReplayError(f"{path}: cannot read the {kind} ({err})") from None
 
 
 def config_from_table(table: Mapping[str, Any],

@@ -24,15 +24,10 @@ import pyarrow.parquet as pq
 
 from replay import models
 from replay.api import choose_model
-from replay.engine.config import RunConfig, config_from_table, read_config_table
+from replay.engine.config import RunConfig, config_from_table, read_toml
 from replay.errors import ReplayError
 from replay.sweep.memory import estimate_bytes
 from replay.trace.validate import read_trace
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
 
 FILE_KEYS = ("trace", "traces", "config", "seeds", "matrix", "exclude")
 MODEL = "model"  # the matrix key that chooses the model
@@ -74,23 +69,11 @@ def load_sweep(path: str | os.PathLike) -> Sweep:
     model and memory estimate.  Reads each trace once (to check it, to pick a model where
     none is given, and to count the watchers a point's model would give it)."""
     path = Path(path)
-    raw = _read(path)
+    raw = read_toml(path, "sweep file")
     try:
         return _expand(path, raw)
     except ValueError as err:
         raise ReplayError(f"{path}: {err}") from None
-
-
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except FileNotFoundError:
-        raise ReplayError(f"{path}: no such sweep file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise ReplayError(f"{path}: not valid TOML: {err}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ReplayError(f"{path}: cannot read the sweep file ({err})") from None
 
 
 @dataclass(frozen=True)
@@ -130,7 +113,7 @@ def _parse(path: Path, raw: dict[str, Any]) -> _Spec:
     if "config" in raw:
         if not isinstance(raw["config"], str):
             raise ValueError("config: expected the path of a run config file")
-        base = read_config_table(path.parent / raw["config"])
+        base = read_toml(path.parent / raw["config"])
     matrix = _matrix(raw.get("matrix", {}))
     seeds = _seeds(raw, base)
     exclude = _exclude(raw.get("exclude", []), matrix, traces)
