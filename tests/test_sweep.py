@@ -144,6 +144,8 @@ def test_dry_run_prints_the_points_and_runs_nothing(cli, folder, tmp_path):
         assert f"tiny-omega-schedulers_{schedulers}-p99_ms_20-seed_1" in result.out
     assert "3 points, 3 to run" in result.out and not (tmp_path / "out").exists()
     assert cli("sweep", sweep_file(folder, KILLED), "--address", "auto").code == 1
+    missing = cli("sweep", tmp_path / "missing.toml")
+    assert missing.code == 1 and "missing.toml: no such sweep file" in missing.err
 
 
 def test_points_run_together_only_as_far_as_memory_allows(tmp_path):
