@@ -193,6 +193,28 @@ def test_a_failed_point_does_not_stop_the_sweep_and_resume_runs_it_again(folder,
     assert pl.read_parquet(out / "sweep.parquet")["status"].to_list() == ["done", "done"]
 
 
+def differences(a: Path, b: Path) -> list[str]:
+    """What differs between two run directories, for a failure's message."""
+    found = []
+    for name in sorted(p.name for p in a.iterdir()):
+        if (a / name).read_bytes() == (b / name).read_bytes():
+            continue
+        if not name.endswith(".parquet"):
+            found.append(f"{a.name}/{name} differs")
+            continue
+        x, y = pl.read_parquet(a / name), pl.read_parquet(b / name)
+        if x.shape != y.shape:
+            found.append(f"{a.name}/{name}: shapes {x.shape} and {y.shape}")
+        elif x.equals(y):
+            found.append(f"{a.name}/{name}: the same rows in different bytes")
+        else:
+            same = pl.select(pl.all_horizontal([x[c].eq_missing(y[c]) for c in x.columns])).to_series()
+            row = same.arg_min()
+            found.append(f"{a.name}/{name}: {int((~same).sum())} rows differ, the first "
+                         f"{x.row(row)} and {y.row(row)}")
+    return found
+
+
 def start_sweep(path: Path, out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "replay", "sweep", str(path), "--out", str(out),
                              "--jobs", "1", *extra],
@@ -321,8 +343,8 @@ def test_a_point_is_exactly_replay_run_with_its_config_and_seed(cli, killed_and_
     assert result.code == 0, result.err
     tables = sorted(p.name for p in point.glob("*.parquet"))
     assert len(tables) == 6 and tables == sorted(p.name for p in alone.glob("*.parquet"))
-    for table in tables:
-        assert (point / table).read_bytes() == (alone / table).read_bytes(), table
+    assert all((point / t).read_bytes() == (alone / t).read_bytes() for t in tables), (
+        differences(point, alone))
     recorded = json.loads((point / "manifest.json").read_text())
     assert recorded["config"] == json.loads((alone / "manifest.json").read_text())["config"]
     assert recorded["sweep"] == {"sweep": "study", "model_schedulers": 2,

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from test_sweep import differences
 
 from replay.sweep import RayExecutor, load_sweep
 from replay.sweep.distributed import run_on_worker
@@ -65,28 +66,6 @@ def test_local_and_ray_give_the_same_rows_and_tables(cli, tmp_path):
     for point in rows[0]["point"]:  # manifests too
         assert run_files(local / point) == run_files(ray / point), differences(local / point,
                                                                                ray / point)
-
-
-def differences(a: Path, b: Path) -> list[str]:
-    """What differs between two run directories, for a failure's message."""
-    found = []
-    for name in sorted(p.name for p in a.iterdir()):
-        if (a / name).read_bytes() == (b / name).read_bytes():
-            continue
-        if not name.endswith(".parquet"):
-            found.append(f"{a.name}/{name} differs")
-            continue
-        x, y = pl.read_parquet(a / name), pl.read_parquet(b / name)
-        if x.shape != y.shape:
-            found.append(f"{a.name}/{name}: shapes {x.shape} and {y.shape}")
-        elif x.equals(y):
-            found.append(f"{a.name}/{name}: the same rows in different bytes")
-        else:
-            same = pl.select(pl.all_horizontal([x[c].eq_missing(y[c]) for c in x.columns])).to_series()
-            row = same.arg_min()
-            found.append(f"{a.name}/{name}: {int((~same).sum())} rows differ, the first "
-                         f"{x.row(row)} and {y.row(row)}")
-    return found
 
 
 def test_a_worker_that_does_not_see_the_sweep_returns_its_tables(tmp_path):
