@@ -21,7 +21,7 @@ LAYERS = (
     ("engine", ("replay.engine",)),
     ("models", ("replay.models",)),
     ("analysis", ("replay.analysis", "replay.queries")),
-    ("application", ("replay.api", "replay.sweep")),
+    ("application", ("replay.api", "replay.calibrate", "replay.sweep")),
     ("cli", ("replay.cli", "replay.__main__")),
 )
 

@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.engine.scheduler import Scheduler, nodes_to_find
+from replay.engine.selection import NodeSelector, nodes_to_find
+from replay.engine.view import Snapshot
 
 
 def test_nodes_to_find_follows_kubernetes():
@@ -18,16 +19,10 @@ def test_nodes_to_find_follows_kubernetes():
     assert nodes_to_find(1500, 100) == 1500
 
 
-class FakeView:
-    def __init__(self, alloc, free, present):
-        self.alloc, self.free, self.present = alloc, free, present
-
-
-def chooser(view, percentage, policy, start, preferred=None):
-    scheduler = Scheduler.__new__(Scheduler)  # only the selection state, no simulation
-    scheduler.view, scheduler.preferred, scheduler.next_start = view, preferred, start
-    scheduler.settings = {"percentage_of_nodes_to_score": percentage, "policy": policy}
-    return scheduler
+def chooser(percentage, policy, start, preferred=None):
+    selector = NodeSelector(policy, percentage, np.random.default_rng(0), preferred)
+    selector.next_start = start
+    return selector
 
 
 def reference(view, order, wanted, start, request, policy):
@@ -58,14 +53,13 @@ def test_choose_matches_the_reference(data, nodes, percentage, policy):
     alloc = rng.integers(1, 10, size=(3, nodes)) * 1000
     free = (alloc * rng.random((3, nodes))).astype(np.int64)
     present = rng.random(nodes) > 0.1
-    view = FakeView(alloc, free, present)
+    view = Snapshot(alloc, free, present, np.zeros(nodes, dtype=np.int64))
     request = tuple(int(x) for x in rng.integers(0, 4000, size=3))
     start = data.draw(st.integers(0, 10 * nodes))
     preferred = None
     if data.draw(st.booleans()):
         preferred = np.sort(rng.choice(nodes, size=max(1, nodes // 3), replace=False))
-    scheduler = chooser(view, percentage, policy, start, preferred)
-    got = scheduler.choose(request)
+    got = chooser(percentage, policy, start, preferred).choose(view, request)
     if preferred is None:
         want = reference(view, list(range(nodes)), nodes_to_find(nodes, percentage),
                          start % nodes, request, policy)

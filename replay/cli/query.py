@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 from pathlib import Path
 
 from replay.analysis.catalog import HEADLINE, load_query, shipped
@@ -65,14 +66,19 @@ def run(args: argparse.Namespace) -> int:
                  **parse_variables(args.variables)}
     if name is None and (args.out or args.format != "table"):
         raise ReplayError("--format and --out need a query NAME or FILE.sql")
-    queries = [load_query(name)] if name else [load_query(q) for q in HEADLINE]
-    con = open_runs(runs)
-    if name:
-        query = queries[0]
-        with duckdb_errors(query.name):
-            write_result(run_query(con, query, variables), args.format, args.out)
+    if not name:
+        print_headline(runs, variables)
         return 0
-    for query in queries:
-        with duckdb_errors(query.name):
-            print(f"{query.name}:\n{render_table(run_query(con, query, variables))}")
+    query = load_query(name)
+    con = open_runs(runs)
+    with duckdb_errors(query.name):
+        write_result(run_query(con, query, variables), args.format, args.out)
     return 0
+
+
+def print_headline(runs: list[str], variables: dict[str, Any] | None = None) -> None:
+    """The headline answers about ``runs``, one table each."""
+    con = open_runs(runs)
+    for query in [load_query(q) for q in HEADLINE]:
+        with duckdb_errors(query.name):
+            print(f"{query.name}:\n{render_table(run_query(con, query, variables or {}))}")

@@ -10,23 +10,19 @@ from __future__ import annotations
 
 import copy
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from replay.engine.distributions import (
-    Constant,
-    Distribution,
-    Exponential,
-    LogNormal,
-    parse_distribution,
-)
+from replay.engine.distributions import (Constant, Distribution, Exponential, LogNormal,
+                                         parse_distribution)
 from replay.errors import ReplayError
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
+else:  # Python 3.10
     import tomli as tomllib
 
 # Stage name -> its parameters, in pipeline order.  The first two are single queues shared by all
@@ -68,7 +64,7 @@ class WatcherSpec:
     node: str | None = None
     stages: StageCosts = field(default_factory=dict)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role,
                                "resources": list(self.resources)}
         if self.node is not None:
@@ -96,7 +92,7 @@ class RunConfig:
             merged[stage].update(params)
         return merged
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The resolved configuration, as recorded in a run's manifest."""
         out: dict[str, Any] = {"seed": self.seed, "profile": self.profile,
                                "model": {"name": self.model, **self.model_params},
@@ -106,11 +102,11 @@ class RunConfig:
         return out
 
 
-def _describe_stages(stages: StageCosts) -> dict:
+def _describe_stages(stages: StageCosts) -> dict[str, Any]:
     return {s: {p: d.describe() for p, d in params.items()} for s, params in stages.items()}
 
 
-def load_config(path: str | os.PathLike | None = None, *, overrides: list[str] = (),
+def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Sequence[str] = (),
                 seed: int | None = None, model: str | None = None) -> RunConfig:
     """The configuration from ``path`` (or the default profile), with ``-p KEY=VALUE`` model
     parameter ``overrides``, ``seed`` and ``model`` from the command line on top."""
@@ -147,7 +143,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def read_toml(path: str | os.PathLike, kind: str = "config file") -> dict[str, Any]:
+def read_toml(path: str | os.PathLike[str], kind: str = "config file") -> dict[str, Any]:
     """The TOML table of the ``kind`` of file at ``path`` (a run config, a sweep file), not yet
     checked (``config_from_table`` checks a run config's)."""
     path = Path(path)
@@ -172,13 +168,13 @@ def config_from_table(table: Mapping[str, Any],
     and ``profile`` takes effect before the other keys.  ``table`` is not modified.  Raises
     ``ValueError`` naming the key, with the same messages as a config file's errors.
     """
-    table = copy.deepcopy(dict(table))
+    raw = copy.deepcopy(dict(table))
     keys = dict(keys or {})
     if "profile" in keys:
-        table["profile"] = keys.pop("profile")
+        raw["profile"] = keys.pop("profile")
     for key, value in keys.items():
-        _set_key(table, key, value)
-    return _build(table)
+        _set_key(raw, key, value)
+    return _build(raw)
 
 
 def _set_key(table: dict[str, Any], key: str, value: Any) -> None:
@@ -282,7 +278,7 @@ def _watchers(raw: Any) -> tuple[WatcherSpec, ...]:
     return tuple(out)
 
 
-def _no_unknown(table: dict, allowed: set[str], where: str) -> None:
+def _no_unknown(table: dict[str, Any], allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
         prefix = f"{where}." if where else ""

@@ -32,8 +32,8 @@ import numpy as np
 
 from replay.arrays import Segments, lindley
 from replay.engine.config import STAGES, RunConfig, WatcherSpec
-from replay.engine.distributions import Constant, Distribution
-from replay.rng import Stream, name_hash
+from replay.engine.distributions import Constant, Distribution, Ints
+from replay.rng import Keys, Stream, UInts, name_hash
 
 STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts")
@@ -59,7 +59,7 @@ class _Cost:
     dist: Distribution
     stream: Stream
 
-    def draw(self, counters: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
+    def draw(self, counters: UInts, keys: Keys | None = None) -> Ints:
         return self.dist.sample_us(self.stream, counters, keys)
 
     def draw_shared(self, writes: int) -> np.ndarray:
@@ -77,12 +77,12 @@ class _Cost:
                                                        None if keys is None else keys(part)))
 
 
-class _Ahead:
+class _DrawsAhead:
     """Draws of one watcher's stage parameter, made in growing blocks for ``Pipeline.step``."""
 
     __slots__ = ("cost", "key", "buffer", "next", "start")
 
-    def __init__(self, cost: _Cost, key: np.uint64):
+    def __init__(self, cost: _Cost, key: Keys):
         self.cost, self.key = cost, key
         self.buffer: list[int] = []
         self.next = 0  # index into buffer
@@ -98,6 +98,9 @@ class _Ahead:
         value = self.buffer[self.next]
         self.next += 1
         return value
+
+
+_NOT_YET = _DrawsAhead(_Cost(Constant(0.0), Stream(0)), np.uint64(0))  # a watcher with no draws yet
 
 
 class SharedTimes(NamedTuple):
@@ -130,7 +133,7 @@ class Resume(NamedTuple):
 class Pipeline:
     """The pipeline for a fixed list of watchers; ``scan`` and ``step`` share these costs."""
 
-    PER_WATCHER = (("watcher_queue", "service"), ("network", "latency"), ("handler", "service"))
+    _PER_WATCHER = (("watcher_queue", "service"), ("network", "latency"), ("handler", "service"))
 
     def __init__(self, config: RunConfig, watchers: list[WatcherSpec]):
         self.watchers = watchers
@@ -138,7 +141,7 @@ class Pipeline:
         streams = {(stage, param): Stream.of(config.seed, stage, param)
                    for stage, params in STAGES.items() for param in params}
         # Each watcher's key in each per-watcher stream
-        self.keys = {key: streams[key].watcher_keys(hashes) for key in self.PER_WATCHER}
+        self.keys = {key: streams[key].watcher_keys(hashes) for key in self._PER_WATCHER}
 
         def cost(stage: str, param: str, watcher: WatcherSpec | None = None) -> _Cost:
             return _Cost(config.costs(watcher)[stage][param], streams[stage, param])
@@ -149,9 +152,9 @@ class Pipeline:
         self.cacher_per_watcher = cost("cacher_queue", "per_watcher")
         # Per watcher stage costs: (stage, param) -> the run's, and those of the watchers with
         # stages of their own (made only for them: a run may have 20,000 kubelets)
-        self.common = {key: cost(*key) for key in self.PER_WATCHER}
+        self.common = {key: cost(*key) for key in self._PER_WATCHER}
         special = [i for i, w in enumerate(watchers) if w.stages]
-        self.own = {key: {i: cost(*key, watchers[i]) for i in special} for key in self.PER_WATCHER}
+        self.own = {key: {i: cost(*key, watchers[i]) for i in special} for key in self._PER_WATCHER}
         # ... and the watchers that share each cost, to draw for all of them in one call
         self.sharing: dict[tuple[str, str], dict[_Cost, list[int]]] = {}
         for key, costs in self.own.items():
@@ -160,7 +163,7 @@ class Pipeline:
                 groups.setdefault(own, []).append(index)
             self.sharing[key] = groups
         self._hop_stream = Stream.of(config.seed, "direct", "latency")
-        self._hops: dict[int, _Ahead] = {}
+        self._hops: dict[int, _DrawsAhead] = {}
         self._reset_step_state()
 
     # -- whole arrays ------------------------------------------------------------------------
@@ -196,7 +199,7 @@ class Pipeline:
         commit, cached, dispatched = shared
         segments = Segments(delivery_watcher, resume.done if resume else 0)
         queue_cost, net_cost, handler_cost = (
-            self._draw_own(key, segments) for key in self.PER_WATCHER)
+            self._draw_own(key, segments) for key in self._PER_WATCHER)
         from_cacher = dispatched[delivery_write]
         sent = segments.lindley(from_cacher, queue_cost, last=resume.sent if resume else None)
         received = net_cost
@@ -239,20 +242,22 @@ class Pipeline:
     def _reset_step_state(self) -> None:
         self._rv = 0
         self._cached = self._dispatched = np.iinfo(np.int64).min
-        self._block, self._drawn = -1, []  # the shared stages' draws for the current block
+        self._block = -1
+        self._drawn: list[list[int]] = []  # the shared stages' draws for the current block
         self._last = [[np.iinfo(np.int64).min] * 3 for _ in self.watchers]  # sent, recv, applied
         # Each watcher's draws ahead, made when it receives its first write
-        self._ahead: dict[tuple[str, str], list[_Ahead | None]] = {
-            key: [None] * len(self.watchers) for key in self.PER_WATCHER}
+        self._ahead: dict[tuple[str, str], list[_DrawsAhead]] = {
+            key: [_NOT_YET] * len(self.watchers) for key in self._PER_WATCHER}
 
     def _own_cost(self, key: tuple[str, str], watcher: int) -> _Cost:
         return self.own[key].get(watcher, self.common[key])
 
     def _start_drawing(self, watcher: int) -> None:
         for key, ahead in self._ahead.items():
-            ahead[watcher] = _Ahead(self._own_cost(key, watcher), self.keys[key][watcher])
+            ahead[watcher] = _DrawsAhead(self._own_cost(key, watcher), self.keys[key][watcher])
 
-    def step(self, commit: int, targets: list[int]) -> tuple[int, int, int, list[tuple]]:
+    def step(self, commit: int,
+             targets: list[int]) -> tuple[int, int, int, list[tuple[int, int, int, int, int]]]:
         """Commit the next write (rv = previous + 1) at ``commit`` to the watchers ``targets``.
 
         Returns ``(rv, cached, dispatched, deliveries)`` with one ``(watcher, sent, received,
@@ -269,10 +274,10 @@ class Pipeline:
         self._dispatched = dispatched = (max(cached, self._dispatched) + cacher
                                          + per_watcher * len(targets))
         out = []
-        queue, network, handler = (self._ahead[key] for key in self.PER_WATCHER)
+        queue, network, handler = (self._ahead[key] for key in self._PER_WATCHER)
         last_of = self._last
         for w in targets:
-            if queue[w] is None:
+            if queue[w] is _NOT_YET:
                 self._start_drawing(w)
             last = last_of[w]
             sent = max(dispatched, last[0]) + queue[w].take()
@@ -297,8 +302,8 @@ class Pipeline:
         ahead = self._hops.get(watcher)
         if ahead is None:
             cost = _Cost(self._own_cost(("network", "latency"), watcher).dist, self._hop_stream)
-            ahead = self._hops[watcher] = _Ahead(cost, self._hop_stream.watcher_keys(
-                np.uint64(name_hash(self.watchers[watcher].name))))
+            key = self._hop_stream.watcher_keys(np.uint64(name_hash(self.watchers[watcher].name)))
+            ahead = self._hops[watcher] = _DrawsAhead(cost, key)
         return ahead.take()
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 
 from replay import __version__
 from replay.atomic import atomic_dir, atomic_file
+from replay.engine.cluster import Outcome
 from replay.errors import ReplayError
 
 TS = pa.timestamp("us", tz="UTC")
@@ -61,7 +62,7 @@ TABLES: dict[str, pa.Schema] = {
 }
 # Computed from the tables above by queries/derived/NAME.sql, with the same conventions.
 DERIVED_TABLES = ("capacity_windows",)
-OUTCOMES = ("bound", "conflict", "unschedulable", "error")
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
 @dataclass
@@ -74,7 +75,7 @@ class RunTables:
     pods: pa.Table | pl.DataFrame
     watchers: pa.Table | pl.DataFrame
 
-    def items(self):
+    def items(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         return ((name, getattr(self, name)) for name in TABLES)
 
 
@@ -103,7 +104,8 @@ def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
 def _is_string_like(kind: pa.DataType) -> bool:
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)
+                or pa.types.is_string_view(kind))
 
 
 class TableFile:
@@ -119,7 +121,7 @@ class TableFile:
         self.path = path
         self._thread = ThreadPoolExecutor(max_workers=1)
         self._writer: pq.ParquetWriter | None = None
-        self._done: list[Future] = []
+        self._done: list[Future[None]] = []
 
     def add(self, part: pa.Table) -> None:
         self._done.append(self._thread.submit(self._write, part))
@@ -152,7 +154,7 @@ class TableFile:
             self._writer.close()
 
 
-def sha256_of(path: str | os.PathLike) -> str:
+def sha256_of(path: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -160,7 +162,7 @@ def sha256_of(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def write_run(dest: str | os.PathLike,
+def write_run(dest: str | os.PathLike[str],
               tables: RunTables | Iterable[tuple[str, pa.Table | pl.DataFrame]],
               manifest: Mapping[str, Any], *, force: bool = False,
               derive: Callable[[Path], dict[str, int]] | None = None) -> dict[str, int]:
@@ -196,17 +198,18 @@ def write_run(dest: str | os.PathLike,
     return rows
 
 
-def write_manifest(run_dir: str | os.PathLike, document: Mapping[str, Any]) -> None:
+def write_manifest(run_dir: str | os.PathLike[str], document: Mapping[str, Any]) -> None:
     """Write (or replace, atomically) the run directory's ``manifest.json``."""
     with atomic_file(Path(run_dir) / "manifest.json") as tmp:
         tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
-def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:
+def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(run_dir) / "manifest.json"
     try:
-        return json.loads(path.read_text())
+        document: dict[str, Any] = json.loads(path.read_text())
     except FileNotFoundError:
         raise ReplayError(f"{run_dir}: not a run directory (no manifest.json)") from None
     except (OSError, json.JSONDecodeError) as err:
         raise ReplayError(f"{path}: unreadable manifest ({err})") from None
+    return document

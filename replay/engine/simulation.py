@@ -2,257 +2,336 @@
 
 It owns time (``core.Environment``), the truth (``cluster.Truth``), the watch pipeline
 (``Pipeline.step``, the same definitions the observe model scans with), randomness (named
-streams) and the run's tables.  A model plugs in by creating views for its watchers, asking to
-be told about the writes it reacts to (``react``), setting timers (``env.at``) and committing
-writes (``commit``); see ``replay.models.whatif`` and docs/models.md.
+streams) and the run's tables.  A model plugs in through the public methods of ``Simulation``
+(docs/models.md is their reference; ``replay.engine.api`` gathers everything a model imports):
+it creates views for its watchers, asks to be told about the writes it reacts to (``react``),
+sets timers (``at``, ``after``) and commits writes (``commit``).
 
 Every write commits at the simulation's current time, so commits are in time order and get
 resource versions 1, 2, ... in that order.  Each watcher whose filter matches a write is sent it
-through the pipeline; the delivery is appended to the watcher's view inbox (applied lazily) and,
-if the model reacts to it, an event is scheduled at its applied time.
+through the pipeline; the delivery is handed to the watcher's view (applied lazily) and, if the
+model reacts to it, a timer is set at its applied time.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from replay.engine.cluster import (
-    NODE_DELETE,
-    NODE_OTHER,
-    NODE_SET,
-    OTHER,
-    POD_BIND,
-    POD_CREATE,
-    POD_DELETE,
-    SHAPE,
-    Attempt,
-    Pod,
-    Truth,
-    Write,
-)
+from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome, Pod, Reason,
+                                   Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.core import Environment
+from replay.engine.core import Environment, Timer
 from replay.engine.pipeline import Pipeline
 from replay.engine.rundir import RunTables
 from replay.engine.view import View
 from replay.engine.watchers import watchers_table
-from replay.engine.workload import NEVER, Workload
+from replay.engine.workload import Workload
 from replay.progress import progress
 from replay.rng import stream
 
 TS = pl.Datetime("us", "UTC")
-NODE_KINDS = (NODE_SET, NODE_DELETE, NODE_OTHER)
+Handler = Callable[[Write], None]
+Wants = Callable[[Write], bool]
 
 
 class Simulation:
+    """One what-if replay.  Its public methods are the model API; the rest is the engine's."""
+
     def __init__(self, trace: pl.DataFrame, config: RunConfig, watchers: list[WatcherSpec],
                  instant: frozenset[str] = frozenset()):
         """``instant`` names watchers that see every write at its commit, outside the pipeline
         (the oracle's)."""
-        self.trace, self.config, self.watchers = trace, config, watchers
-        self.workload = Workload.of(trace)
-        self.truth = Truth(self.workload.node_names)
-        start = int(self.workload.ts[0]) if len(self.workload.ts) else 0
-        self.env = Environment(start)
-        self.index = {w.name: i for i, w in enumerate(watchers)}
-        self.instant = [w.name in instant for w in watchers]
+        self._trace, self._config, self._watchers = trace, config, watchers
+        self._workload = Workload.of(trace)
+        self._truth = Truth(self._workload.node_names)
+        start = int(self._workload.ts[0]) if len(self._workload.ts) else 0
+        self._env = Environment(start)
+        self._index = {w.name: i for i, w in enumerate(watchers)}
+        self._instant = [w.name in instant for w in watchers]
         piped = [i for i, w in enumerate(watchers) if w.name not in instant]
-        self.pipeline = Pipeline(config, [watchers[i] for i in piped])
-        self.piped_of = {i: k for k, i in enumerate(piped)}
-        self.watcher_of_piped = piped
-        self.all_piped = len(piped) == len(watchers)
+        self._pipeline = Pipeline(config, [watchers[i] for i in piped])
+        self._piped_index = {i: k for k, i in enumerate(piped)}
+        self._watcher_of_piped = piped
+        self._all_piped = len(piped) == len(watchers)
         self._filters(watchers)
-        self.views: dict[int, View] = {}
-        self.reactions: dict[int, tuple[frozenset[int], Callable[[Write], bool] | None,
-                                        Callable[[Write], None]]] = {}
-        self.pods: list[Pod] = []
-        self.pod_of_incarnation: dict[int, Pod] = {}
-        self.attempts: list[Attempt] = []
-        self.listeners: list[Callable[[Write], None]] = []
+        self._views: dict[int, View] = {}
+        self._reactions: dict[int, tuple[frozenset[WriteKind], Wants | None, Handler]] = {}
+        self._pods: list[Pod] = []
+        self._pod_of_incarnation: dict[int, Pod] = {}
+        self._attempts: list[Attempt] = []
+        self._listeners: list[Handler] = []
         self._resources = trace["resource"].to_numpy()
         self._log = _Log()
 
-    # -- what a model uses --------------------------------------------------------------------
-    def view(self, watcher: str) -> View:
-        """The cache of ``watcher`` (made on first use): only watchers with a view keep one."""
-        index = self.index[watcher]
-        if index not in self.views:
-            self.views[index] = View(len(self.truth.nodes), self._alloc_of)
-        return self.views[index]
+    # -- time -----------------------------------------------------------------------------------
+    @property
+    def now(self) -> int:
+        """The simulated time, µs since the epoch."""
+        return self._env.now
 
-    def react(self, watcher: str, kinds: set[int], handler: Callable[[Write], None],
-              wants: Callable[[Write], bool] | None = None) -> None:
-        """Call ``handler(write)`` when ``watcher`` has applied a write of one of ``kinds`` (and,
-        with ``wants``, for which ``wants(write)``, asked when the write commits); its view is
-        synced first."""
-        self.reactions[self.index[watcher]] = (frozenset(kinds), wants, handler)
+    def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Run ``callback(*args)`` at ``time`` (not before now); ``cancel()`` the timer to stop it."""
+        return self._env.at(time, callback, *args)
 
-    def on_commit(self, listener: Callable[[Write], None]) -> None:
-        """Call ``listener(write)`` as each write commits, after the truth has applied it (for
-        what the API server itself does on a write, such as assigning a pod to a scheduler)."""
-        self.listeners.append(listener)
+    def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Run ``callback(*args)`` ``delay`` µs from now; ``cancel()`` the timer to stop it."""
+        return self._env.at(self._env.now + delay, callback, *args)
 
     def random(self, name: str) -> np.random.Generator:
         """A generator of the model's own, named, derived from the run's seed."""
-        return stream(self.config.seed, "model", name)
+        return stream(self._config.seed, "model", name)
 
-    def new_attempt(self, pod: Pod, scheduler: str, enqueued: int, started: int, node: int,
-                    lag_us: int) -> Attempt:
-        pod.attempts += 1
-        if pod.first_attempt < 0:
-            pod.first_attempt = started
-        attempt = Attempt(len(self.attempts) + 1, pod, scheduler, enqueued, started, node=node,
-                          view_lag_us=lag_us)
-        self.attempts.append(attempt)
-        return attempt
+    # -- watchers -------------------------------------------------------------------------------
+    def view(self, watcher: str) -> View:
+        """The cache of ``watcher`` (made on first use): only watchers with a view keep one."""
+        index = self._index[watcher]
+        if index not in self._views:
+            self._views[index] = View(len(self._truth.nodes), self._clock)
+        return self._views[index]
 
-    def settle(self, attempt: Attempt, outcome: str, reason: str | None = None) -> None:
-        attempt.outcome, attempt.reason = outcome, reason
+    def react(self, watcher: str, kinds: Collection[WriteKind], handler: Handler,
+              wants: Wants | None = None) -> None:
+        """Call ``handler(write)`` when ``watcher`` has applied a write of one of ``kinds`` (and,
+        with ``wants``, for which ``wants(write)``, asked when the write commits); its view has
+        applied every delivery due by then."""
+        self._reactions[self._index[watcher]] = (frozenset(kinds), wants, handler)
 
-    def commit(self, kind: int, pod: Pod | None, component: str, node: int = -1,
-               attempt: Attempt | None = None, row: int = -1, code: int = 0,
-               alloc: tuple[int, int, int] | None = None, by_model: bool = True) -> Write:
+    def on_commit(self, listener: Handler) -> None:
+        """Call ``listener(write)`` as each write commits, after the truth has applied it (for
+        what the API server itself does on a write, such as assigning a pod to a scheduler)."""
+        self._listeners.append(listener)
+
+    def kubelets(self) -> list[tuple[str, int]]:
+        """(watcher name, node index) of every kubelet watcher bound to a node of the trace."""
+        index = self._truth.node_index
+        return [(w.name, index[w.node]) for w in self._watchers
+                if w.role == "kubelet" and w.node is not None and w.node in index]
+
+    def message(self, watcher: str, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Send ``watcher`` a message straight from a peer (no API server, no watch): it arrives
+        after one network hop, drawn like ``watcher``'s network stage from a stream of its own."""
+        index = self._index[watcher]
+        delay = 0 if self._instant[index] else self._pipeline.hop(self._piped_index[index])
+        return self.after(delay, callback, *args)
+
+    # -- the cluster ----------------------------------------------------------------------------
+    @property
+    def node_count(self) -> int:
+        return len(self._truth.nodes)
+
+    def allocatable(self, node: int) -> Request:
+        """The node's allocatable (cpu_milli, memory_bytes, gpu_milli) in the truth now."""
+        a = self._truth.nodes[node].alloc
+        return a[0], a[1], a[2]
+
+    def node_version(self, node: int) -> int | None:
+        """The node's change count in the truth (Omega's sequence number); None if the node
+        does not exist now."""
+        truth = self._truth.nodes[node]
+        return truth.changes if truth.present else None
+
+    def fits(self, placements: list[tuple[Pod, int]]) -> bool:
+        """Whether the truth has room now for all these (pod, node) placements at once."""
+        return self._truth.fits(placements)
+
+    def gang_size(self, group: str) -> int:
+        """How many pods of the workload belong to gang ``group``."""
+        return self._workload.group_size.get(group, 1)
+
+    def scheduler_names(self) -> list[str]:
+        """The distinct ``spec.schedulerName`` values of the workload's pods, sorted."""
+        return sorted({n for n in self._workload.scheduler_name if n is not None})
+
+    # -- writes and attempts --------------------------------------------------------------------
+    def commit(self, kind: WriteKind, pod: Pod | None, component: str, node: int = NO_NODE,
+               attempt: Attempt | None = None) -> Write:
         """Commit a write now: apply it to the truth, log it and send it to its watchers.
 
         The attempt's ``committed`` time is its first write's (a Gödel scheduler's assume patch,
         not the binder's binding that follows it)."""
-        now = self.env.now
+        return self._commit(kind, pod, component, node, attempt)
+
+    def assign(self, pod: Pod, instance: int) -> None:
+        """Record that ``pod`` is assigned to scheduler instance ``instance`` (``pod.instance``:
+        its spec.schedulerName, or Gödel's dispatcher annotation)."""
+        pod.instance = instance
+
+    def replacement(self, pod: Pod, suffix: str) -> Pod:
+        """A new pod like ``pod`` (a controller's replacement for a failed one), to be created
+        with ``commit(WriteKind.POD_CREATE, ...)``."""
+        new = Pod(len(self._pods), pod.namespace, f"{pod.name}-{suffix}", pod.request,
+                  created=self.now, run_us=pod.run_us, scheduler_name=pod.scheduler_name,
+                  group=pod.group, priority=pod.priority)
+        self._pods.append(new)
+        return new
+
+    def new_attempt(self, pod: Pod, scheduler: str, enqueued: int, node: int, view_lag_us: int,
+                    seen_version: int = 0) -> Attempt:
+        """A scheduling attempt of ``pod`` by ``scheduler`` starting now, choosing ``node``
+        (NO_NODE: none fits) on a view ``view_lag_us`` behind; ``seen_version`` is the node's
+        change count in that view."""
+        now = self.now
+        pod.attempts += 1
+        if pod.first_attempt < 0:
+            pod.first_attempt = now
+        attempt = Attempt(len(self._attempts) + 1, pod, scheduler, enqueued, now, node,
+                          view_lag_us, seen_version)
+        self._attempts.append(attempt)
+        return attempt
+
+    def attempt(self, attempt_id: int) -> Attempt:
+        """The attempt with this id (a write's ``attempt``)."""
+        return self._attempts[attempt_id - 1]
+
+    def mark_decided(self, attempt: Attempt) -> None:
+        """The scheduler has decided ``attempt`` now."""
+        attempt.decided = self.now
+
+    def mark_forgotten(self, attempt: Attempt, at: int) -> None:
+        """The scheduler dropped its assumption of ``attempt`` at ``at`` (ForgetPod)."""
+        attempt.forgotten = at
+
+    def settle(self, attempt: Attempt, outcome: Outcome, reason: Reason | None = None) -> None:
+        """``attempt`` ended with ``outcome``; one that ends without a committed write ends now
+        (its ``committed`` time)."""
+        attempt.outcome, attempt.reason = outcome, reason
+        if attempt.committed == NEVER and outcome != Outcome.BOUND:
+            attempt.committed = self.now
+
+    # -- the engine: committing, feeding the workload -------------------------------------------
+    def _commit(self, kind: WriteKind, pod: Pod | None, component: str, node: int = NO_NODE,
+                attempt: Attempt | None = None, row: int = -1, code: int = 0,
+                alloc: Request | None = None, by_model: bool = True) -> Write:
+        now = self._env.now
         rv = self._log.rv + 1
-        code = code or (201 if SHAPE[kind][0] == "create" else 200)
-        write = Write(rv, now, kind, pod, node, component, attempt.id if attempt else 0, row, code)
-        self.truth.apply(write, alloc)
-        for listener in self.listeners:
+        code = code or (201 if kind.api_call[0] == "create" else 200)
+        write = Write(rv, now, kind, pod, node, component, attempt.id if attempt else 0, row, code,
+                      alloc)
+        self._truth.apply(write)
+        for listener in self._listeners:
             listener(write)
         self._log.event(write, by_model)
         if attempt is not None and attempt.committed < 0:
             attempt.committed = now
-        if kind == POD_BIND and pod.run_us != NEVER:
-            self.env.at(now + pod.run_us, self._end_of_run, pod)
+        if kind == WriteKind.POD_BIND and pod is not None and pod.run_us != NEVER:
+            self._env.at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
         return write
 
-    # -- the workload -------------------------------------------------------------------------
     def _feed(self, i: int) -> None:
         """Commit workload write ``i`` and schedule the next one at its recorded time."""
-        w = self.workload
-        kind, row = int(w.kind[i]), int(w.row[i])
-        if kind == POD_CREATE:
-            self.commit(POD_CREATE, self._new_pod(int(w.pod[i])), "workload", row=row,
-                        by_model=False)
-        elif kind == POD_DELETE:
-            pod = self.pod_of_incarnation.get(int(w.pod[i]))
+        w = self._workload
+        kind, row = WriteKind(int(w.kind[i])), int(w.row[i])
+        if kind == WriteKind.POD_CREATE:
+            self._commit(kind, self._new_pod(int(w.pod[i])), "workload", row=row, by_model=False)
+        elif kind == WriteKind.POD_DELETE:
+            pod = self._pod_of_incarnation.get(int(w.pod[i]))
             if pod is not None and pod.deleted < 0:
-                self.commit(POD_DELETE, pod, "workload", row=row, by_model=False)
+                self._commit(kind, pod, "workload", row=row, by_model=False)
         else:
-            alloc = tuple(int(v) for v in w.alloc[i]) if kind == NODE_SET else None
-            self.commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
-                        by_model=False)
+            a = w.alloc[i]
+            alloc = (int(a[0]), int(a[1]), int(a[2])) if kind == WriteKind.NODE_SET else None
+            self._commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
+                         by_model=False)
         if i + 1 < len(w.row):
-            self.env.at(int(w.ts[i + 1]), self._feed, i + 1)
+            self._env.at(int(w.ts[i + 1]), self._feed, i + 1)
 
     def _new_pod(self, incarnation: int) -> Pod:
-        w = self.workload
-        pod = Pod(len(self.pods), w.namespace[incarnation], w.name[incarnation],
-                  tuple(int(v) for v in w.request[incarnation]), created=self.env.now,
+        w = self._workload
+        r = w.request[incarnation]
+        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation],
+                  (int(r[0]), int(r[1]), int(r[2])), created=self.now,
                   run_us=int(w.run_us[incarnation]), scheduler_name=w.scheduler_name[incarnation],
                   group=w.group[incarnation], priority=int(w.priority[incarnation]))
-        self.pods.append(pod)
-        self.pod_of_incarnation[incarnation] = pod
+        self._pods.append(pod)
+        self._pod_of_incarnation[incarnation] = pod
         return pod
-
-    def replacement(self, pod: Pod, suffix: str) -> Pod:
-        """A new pod like ``pod`` (a controller's replacement for a failed one), created now."""
-        new = Pod(len(self.pods), pod.namespace, f"{pod.name}-{suffix}", pod.request,
-                  created=self.env.now, run_us=pod.run_us, scheduler_name=pod.scheduler_name,
-                  group=pod.group, priority=pod.priority, origin="model")
-        self.pods.append(new)
-        return new
 
     def _end_of_run(self, pod: Pod) -> None:
         if pod.deleted < 0:
-            self.commit(POD_DELETE, pod, "workload", by_model=False)
+            self._commit(WriteKind.POD_DELETE, pod, "workload", by_model=False)
 
     # -- watch --------------------------------------------------------------------------------
     def _filters(self, watchers: list[WatcherSpec]) -> None:
-        self.by_resource: dict[str, list[int]] = {}
-        self.by_node: dict[tuple[int, str], list[int]] = {}
-        node_index = self.truth.node_index
+        self._by_resource: dict[str, list[int]] = {}
+        self._by_node: dict[tuple[int, str], list[int]] = {}
+        node_index = self._truth.node_index
         for i, w in enumerate(watchers):
             for resource in w.resources:
                 if w.node is None:
-                    self.by_resource.setdefault(resource, []).append(i)
+                    self._by_resource.setdefault(resource, []).append(i)
                 elif w.node in node_index:
-                    self.by_node.setdefault((node_index[w.node], resource), []).append(i)
+                    self._by_node.setdefault((node_index[w.node], resource), []).append(i)
 
     def _send(self, write: Write) -> None:
         """Send a committed write to every watcher whose filter matches it."""
         kind = write.kind
-        if kind == OTHER:
-            resource, node = self._resources[write.row], -1
+        if kind == WriteKind.OTHER:
+            resource, node = str(self._resources[write.row]), NO_NODE
         elif kind in NODE_KINDS:
             resource, node = "nodes", write.node
         else:
-            resource, node = "pods", write.pod.node
-        targets = self.by_resource.get(resource, [])
+            resource, node = "pods", write.pod.node  # type: ignore[union-attr]
+        targets = self._by_resource.get(resource, [])
         if node >= 0:
-            targets = targets + self.by_node.get((node, resource), [])
-        if self.all_piped:  # pipeline watcher i is watcher i
-            _, cached, dispatched, deliveries = self.pipeline.step(write.commit, targets)
+            targets = targets + self._by_node.get((node, resource), [])
+        if self._all_piped:  # pipeline watcher i is watcher i
+            _, cached, dispatched, deliveries = self._pipeline.step(write.commit, targets)
         else:
-            piped = [self.piped_of[t] for t in targets if not self.instant[t]]
-            _, cached, dispatched, deliveries = self.pipeline.step(write.commit, piped)
+            piped = [self._piped_index[t] for t in targets if not self._instant[t]]
+            _, cached, dispatched, deliveries = self._pipeline.step(write.commit, piped)
             now = write.commit
-            deliveries = [(self.watcher_of_piped[w], *times) for w, *times in deliveries] + [
-                (t, now, now, now, now) for t in targets if self.instant[t]]
+            deliveries = [(self._watcher_of_piped[w], sent, received, dequeued, applied)
+                          for w, sent, received, dequeued, applied in deliveries] + [
+                (t, now, now, now, now) for t in targets if self._instant[t]]
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
-        views, reactions = self.views, self.reactions
-        record, rv, at = log.deliveries.extend, write.rv, self.env.at
+        views, reactions = self._views, self._reactions
+        record, rv, at = log.deliveries.extend, write.rv, self._env.at
         for watcher, sent, received, dequeued, applied in deliveries:
             record((rv, watcher, sent, received, dequeued, applied))
             view = views.get(watcher)
             if view is not None:
-                view.inbox.append((applied, write))
+                view._deliver(applied, write)
             reaction = reactions.get(watcher)
             if reaction is not None and kind in reaction[0] and (
                     reaction[1] is None or reaction[1](write)):
                 at(applied, self._react, watcher, write)
 
     def _react(self, watcher: int, write: Write) -> None:
-        view = self.views.get(watcher)
-        if view is not None:
-            view.sync(self.env.now)
-        self.reactions[watcher][2](write)
+        self._reactions[watcher][2](write)
 
-    def _alloc_of(self, write: Write) -> tuple[int, int, int]:
-        return tuple(self.truth.nodes[write.node].alloc) if write.kind == NODE_SET else (0, 0, 0)
+    def _clock(self) -> int:
+        return self._env.now
 
     # -- running and the tables ---------------------------------------------------------------
-    def run(self) -> RunTables:
-        w = self.workload
+    def replay(self) -> RunTables:
+        """Run the workload to its end (and every timer it set), then build the tables."""
+        w = self._workload
         if len(w.row):
-            self.env.at(int(w.ts[0]), self._feed, 0)
+            self._env.at(int(w.ts[0]), self._feed, 0)
         end = int(w.ts[-1]) if len(w.ts) else 0
-        with progress(max(end - self.env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
-            start, done = self.env.now, [0]
+        with progress(max(end - self._env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
+            start, done = self._env.now, [0]
 
             def tick(now: int) -> None:
                 seconds = min(now, end) - start
                 bar.update(max(seconds // 1_000_000 - done[0], 0))
                 done[0] = max(done[0], seconds // 1_000_000)
 
-            self.env.run(on_step=tick)
-        for view in self.views.values():  # deliveries still in flight at the end
-            view.sync(self.env.now)
+            self._env.run(on_step=tick)
+        for view in self._views.values():  # deliveries still in flight at the end
+            view._catch_up()
         return RunTables(events=self._events_table(), deliveries=self._log.deliveries_table(
-            self.watchers), attempts=self._attempts_table(), pods=self._pods_table(),
-            watchers=watchers_table(self.watchers))
+            self._watchers), attempts=self._attempts_table(), pods=self._pods_table(),
+            watchers=watchers_table(self._watchers))
 
     def _events_table(self) -> pl.DataFrame:
         """Writes replayed from the trace keep their recorded columns; the others are described
@@ -262,22 +341,23 @@ class Simulation:
         row = np.frombuffer(log.row, dtype=np.int64)
         pod = _index(np.frombuffer(log.pod, dtype=np.int64))
         node = np.frombuffer(log.node, dtype=np.int64)
-        names = pl.Series(self.workload.node_names, dtype=pl.String)
-        requests = np.array([p.request for p in self.pods], dtype=np.int64).reshape(-1, 3)
-        creates = (kind == POD_CREATE).to_numpy()
-        places = np.isin(kind.to_numpy(), (POD_BIND, *NODE_KINDS))
+        names = pl.Series(self._workload.node_names, dtype=pl.String)
+        requests = np.array([p.request for p in self._pods], dtype=np.int64).reshape(-1, 3)
+        creates = (kind == WriteKind.POD_CREATE).to_numpy()
+        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, *NODE_KINDS])
         described = pl.DataFrame({
-            **{c: kind.replace_strict({k: v[i] for k, v in SHAPE.items()}, return_dtype=pl.String)
+            **{c: kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
+                                  return_dtype=pl.String)
                for i, c in enumerate(("verb", "resource", "subresource"))},
-            "namespace": pl.Series([p.namespace for p in self.pods], dtype=pl.String).gather(pod),
-            "name": pl.Series([p.name for p in self.pods], dtype=pl.String).gather(pod),
+            "namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String).gather(pod),
+            "name": pl.Series([p.name for p in self._pods], dtype=pl.String).gather(pod),
             "node": names.gather(_index(np.where(places, node, -1))),
             **{c: pl.Series(requests[:, i]).gather(_index(np.where(creates, pod.fill_null(-1), -1)))
                for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli"))},
             "code": np.frombuffer(log.code, dtype=np.int64).astype(np.int32),
             "component": pl.Series(log.component, dtype=pl.String),
         })
-        recorded = self.trace.select(described.columns)[np.maximum(row, 0)]
+        recorded = self._trace.select(described.columns)[np.maximum(row, 0)]
         from_trace = pl.Series(row >= 0)
         return pl.DataFrame({
             "rv": np.arange(1, len(row) + 1, dtype=np.int64),
@@ -291,8 +371,8 @@ class Simulation:
         )
 
     def _attempts_table(self) -> pl.DataFrame:
-        nodes = self.workload.node_names
-        a = self.attempts
+        nodes = self._workload.node_names
+        a = self._attempts
 
         return pl.DataFrame({
             "attempt_id": pl.Series([x.id for x in a], dtype=pl.Int64),
@@ -303,15 +383,17 @@ class Simulation:
             "decided_ts": _times([x.decided for x in a]),
             "committed_ts": _times([x.committed for x in a]),
             "node": pl.Series([nodes[x.node] if x.node >= 0 else None for x in a], dtype=pl.String),
-            "outcome": pl.Series([x.outcome or "pending" for x in a], dtype=pl.String),
-            "reason": pl.Series([x.reason for x in a], dtype=pl.String),
+            "outcome": pl.Series([x.outcome.value if x.outcome else "pending" for x in a],
+                                 dtype=pl.String),
+            "reason": pl.Series([x.reason.value if x.reason else None for x in a],
+                                dtype=pl.String),
             "view_lag_ms": pl.Series([x.view_lag_us / 1000 for x in a], dtype=pl.Float64),
             "forgotten_ts": _times([x.forgotten for x in a]),
         })
 
     def _pods_table(self) -> pl.DataFrame:
-        nodes = self.workload.node_names
-        p = self.pods
+        nodes = self._workload.node_names
+        p = self._pods
 
         requests = np.array([x.request for x in p], dtype=np.int64).reshape(-1, 3)
         return pl.DataFrame({
@@ -347,7 +429,7 @@ def _times(values: list[int]) -> pl.Series:
 class _Log:
     """The events and deliveries of a replay, kept in compact typed arrays until the end."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rv = 0
         self.commit, self.row, self.pod, self.node = (array("q") for _ in range(4))
         self.code, self.attempt = array("q"), array("q")

@@ -8,6 +8,8 @@ it).  ``WatcherSpec.receives`` states the same rule for one write.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import polars as pl
 
@@ -72,7 +74,7 @@ def match(watchers: list[WatcherSpec], resource: pl.Series,
 
 
 def _node_bound(watchers: list[WatcherSpec], node: np.ndarray,
-                wants) -> tuple[np.ndarray, np.ndarray]:
+                wants: Callable[[tuple[str, ...]], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The deliveries to node-bound watchers, in write order: each write concerning a node goes
     to every watcher bound to that node that watches the write's resource."""
     bound = np.array([i for i, w in enumerate(watchers) if w.node is not None], dtype=np.int32)

@@ -15,8 +15,7 @@ from typing import Any, ClassVar
 import polars as pl
 import pyarrow as pa
 
-from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.rundir import RunTables
+from replay.engine.api import RunConfig, RunTables, WatcherSpec
 from replay.errors import ReplayError
 
 

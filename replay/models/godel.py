@@ -18,28 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from replay.engine.cluster import (
-    POD_ASSUME,
-    POD_BIND,
-    POD_CREATE,
-    POD_DELETE,
-    POD_DISPATCH,
-    POD_REJECT,
-    Pod,
-    Write,
-)
-from replay.engine.config import WatcherSpec
-from replay.engine.scheduler import Attempt, Scheduler
-from replay.engine.simulation import Simulation
-from replay.engine.view import View
+from replay.engine.api import (Assumptions, Attempt, Gathering, Indices, Outcome, Pod, Reason,
+                               Scheduler, Simulation, WatcherSpec, Worker, Write, WriteKind)
 from replay.models.base import Param
-from replay.models.whatif import (
-    SCHEDULER_PARAMS,
-    WhatIfModel,
-    Worker,
-    react_as_scheduler,
-    schedulers_on,
-)
+from replay.models.whatif import SCHEDULER_PARAMS, WhatIfModel, schedulers_on
 
 DISPATCHER, BINDER = "godel-dispatcher", "godel-binder"
 
@@ -69,128 +51,103 @@ class GodelModel(WhatIfModel):
 
     def start(self, sim: Simulation) -> None:
         self.sim = sim
-        s = self.settings
-        self.commit_us = round(s["commit_ms"] * 1000)
         names = self.scheduler_names()
-        self.schedulers = schedulers_on(sim, names, s, self.assume, gangs=True,
-                                        preferred=self._partitions(sim, len(names)))
+        self.schedulers = schedulers_on(
+            sim, names, self.settings, self.assume, gangs=True,
+            preferred=self._partitions(sim, len(names)),
+            assume_ttl_us=round(self.settings["scheduler_assume_ttl_ms"] * 1000))
         for i, scheduler in enumerate(self.schedulers):
-            react_as_scheduler(sim, scheduler, POD_DISPATCH, owner=i, requeue_kind=POD_REJECT)
+            scheduler.queue_on(WriteKind.POD_DISPATCH, instance=i, requeue=WriteKind.POD_REJECT)
         self._start_dispatcher(sim)
         self._start_binder(sim)
 
-    def _partitions(self, sim: Simulation, count: int) -> list[np.ndarray] | None:
+    def _partitions(self, sim: Simulation, count: int) -> list[Indices] | None:
         if self.settings["partition"] == "none":
             return None
-        return np.array_split(np.arange(len(sim.truth.nodes)), count)
+        return np.array_split(np.arange(sim.node_count), count)
 
     # -- dispatcher -------------------------------------------------------------------------------
     def _start_dispatcher(self, sim: Simulation) -> None:
         self.load = [0] * len(self.schedulers)
         self.counted: dict[Pod, int] = {}  # dispatched pods not yet seen bound or deleted
-        self.gang_owner: dict[str, int] = {}
+        self.gang_instance: dict[str, int] = {}
         worker = Worker(sim, round(self.settings["dispatch_ms"] * 1000), self._dispatch)
 
         def handle(write: Write) -> None:
-            if write.kind == POD_CREATE:
+            assert write.pod is not None
+            if write.kind == WriteKind.POD_CREATE:
                 worker.submit(write.pod)
             elif write.pod in self.counted:
                 self.load[self.counted.pop(write.pod)] -= 1
 
-        sim.react(DISPATCHER, {POD_CREATE, POD_BIND, POD_DELETE}, handle)
+        sim.react(DISPATCHER, {WriteKind.POD_CREATE, WriteKind.POD_BIND, WriteKind.POD_DELETE},
+                  handle)
 
     def _dispatch(self, pod: Pod) -> None:
         if not pod.pending:
             return
-        owner = self.gang_owner.get(pod.group) if pod.group is not None else None
-        if owner is None:
-            owner = min(range(len(self.load)), key=lambda i: (self.load[i], i))
+        instance = self.gang_instance.get(pod.group) if pod.group is not None else None
+        if instance is None:
+            instance = min(range(len(self.load)), key=lambda i: (self.load[i], i))
             if pod.group is not None:
-                self.gang_owner[pod.group] = owner
-        self.load[owner] += 1
-        self.counted[pod] = owner
-        self.sim.env.after(self.commit_us, self._patch_dispatched, pod, owner)
+                self.gang_instance[pod.group] = instance
+        self.load[instance] += 1
+        self.counted[pod] = instance
+        self.sim.after(self.commit_us(), self._patch_dispatched, pod, instance)
 
-    def _patch_dispatched(self, pod: Pod, owner: int) -> None:
+    def _patch_dispatched(self, pod: Pod, instance: int) -> None:
         if pod.pending:
-            pod.owner = owner
-            self.sim.commit(POD_DISPATCH, pod, DISPATCHER)
+            self.sim.assign(pod, instance)
+            self.sim.commit(WriteKind.POD_DISPATCH, pod, DISPATCHER)
 
     # -- schedulers -------------------------------------------------------------------------------
     def assume(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
         """The scheduler's commit: patch each pod to ``assumed`` on its node."""
-        self.sim.env.after(self.commit_us, self._patch_assumed, scheduler, attempts)
-        ttl = round(self.settings["scheduler_assume_ttl_ms"] * 1000)
-        self.sim.env.after(ttl, _expire, self.sim, scheduler.view, scheduler.in_flight, attempts)
+        self.sim.after(self.commit_us(), self._patch_assumed, scheduler, attempts)
 
     def _patch_assumed(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
-        for attempt in attempts:
-            if attempt.pod.pending:
-                self.sim.commit(POD_ASSUME, attempt.pod, "godel-scheduler", node=attempt.node,
-                                attempt=attempt)
-            else:
-                attempt.committed = self.sim.env.now
-                scheduler.failed(attempt, "error", "pod_deleted", retry=False)
+        for attempt in scheduler.drop_deleted(attempts):
+            self.sim.commit(WriteKind.POD_ASSUME, attempt.pod, "godel-scheduler", node=attempt.node,
+                            attempt=attempt)
 
     # -- binder -----------------------------------------------------------------------------------
     def _start_binder(self, sim: Simulation) -> None:
         self.binder_view = sim.view(BINDER)
-        self.binder_assumed: dict[Pod, Attempt] = {}  # until confirmed, rejected or expired
-        self.binder_view.on_forget = lambda pod, now: self.binder_assumed.pop(pod, None)
-        self.binder_gangs: dict[str, list[Attempt]] = {}
-        worker = Worker(sim, round(self.settings["binder_ms"] * 1000), self._check)
-        sim.react(BINDER, {POD_ASSUME}, lambda w: worker.submit(sim.attempts[w.attempt - 1]))
+        self.binder_assumed = Assumptions(sim, self.binder_view,
+                                          round(self.settings["binder_assume_ttl_ms"] * 1000))
+        self.binder_gangs: Gathering[Attempt] = Gathering(sim.gang_size)
+        worker: Worker[Attempt] = Worker(sim, round(self.settings["binder_ms"] * 1000), self._check)
+        sim.react(BINDER, {WriteKind.POD_ASSUME}, lambda w: worker.submit(sim.attempt(w.attempt)))
 
     def _check(self, attempt: Attempt) -> None:
         """Re-check an assumed placement (a whole gang at once) on the binder's own view."""
-        members = self._gang(attempt)
+        members = self.binder_gangs.add(attempt.pod.group, attempt)
         if members is None:
             return
         view = self.binder_view
-        view.sync(self.sim.env.now)
         live = [a for a in members if a.pod.pending]
-        held = []
-        for a in live:
-            if view.fits(a.node, a.pod.request):
-                view.free[:, a.node] -= a.pod.request
-                held.append(a)
-        for a in held:
-            view.free[:, a.node] += a.pod.request
-        if len(held) == len(live):
+        with view.holding() as hold:  # each member sees the room the others take
+            fitted = 0
             for a in live:
-                view.assume(a.pod, a.node)
-                self.binder_assumed[a.pod] = a
-            ttl = round(self.settings["binder_assume_ttl_ms"] * 1000)
-            self.sim.env.after(ttl, _expire, self.sim, view, self.binder_assumed, live)
-        self.sim.env.after(self.commit_us, self._decide, live, len(held) == len(live))
-
-    def _gang(self, attempt: Attempt) -> list[Attempt] | None:
-        group = attempt.pod.group
-        size = self.sim.workload.group_size.get(group, 1) if group is not None else 1
-        if size <= 1:
-            return [attempt]
-        waiting = self.binder_gangs.setdefault(group, [])
-        waiting.append(attempt)
-        if len(waiting) < size:
-            return None
-        return self.binder_gangs.pop(group)
+                if view.fits(a.node, a.pod.request):
+                    hold(a.node, a.pod.request)
+                    fitted += 1
+        fits = fitted == len(live)
+        if fits:
+            for a in live:
+                self.binder_assumed.assume(a)
+        self.sim.after(self.commit_us(), self._decide, live, fits)
 
     def _decide(self, attempts: list[Attempt], fits: bool) -> None:
         for attempt in attempts:
             pod = attempt.pod
             if not pod.pending:
-                self.binder_view.forget(pod, self.sim.env.now)
-                self.sim.settle(attempt, "error", "pod_deleted")
+                self.binder_assumed.forget(attempt)
+                self.sim.settle(attempt, Outcome.ERROR, Reason.POD_DELETED)
             elif fits:
-                self.sim.commit(POD_BIND, pod, BINDER, node=attempt.node, attempt=attempt)
-                self.sim.settle(attempt, "bound")
+                self.sim.commit(WriteKind.POD_BIND, pod, BINDER, node=attempt.node,
+                                attempt=attempt)
+                self.sim.settle(attempt, Outcome.BOUND)
             else:
-                self.sim.commit(POD_REJECT, pod, BINDER, attempt=attempt)
-                self.sim.settle(attempt, "conflict", "binder_reject")
-
-
-def _expire(sim: Simulation, view: View, holding: dict, attempts: list[Attempt]) -> None:
-    """Forget assumptions still unconfirmed when their time to live is up."""
-    for attempt in attempts:
-        if holding.get(attempt.pod) is attempt:
-            view.forget(attempt.pod, sim.env.now)
+                self.sim.commit(WriteKind.POD_REJECT, pod, BINDER, attempt=attempt)
+                self.sim.settle(attempt, Outcome.CONFLICT, Reason.BINDER_REJECT)

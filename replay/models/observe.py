@@ -21,10 +21,8 @@ import polars as pl
 import pyarrow as pa
 
 from replay.arrays import stable_sort
-from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
-from replay.engine.rundir import OUTCOMES, RunTables
-from replay.engine.watchers import match, node_index, watchers_table
+from replay.engine.api import (OUTCOMES, STAGE_COLUMNS, Pipeline, Resume, RunConfig, RunTables,
+                               WatcherSpec, match, node_index, view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks
 
@@ -37,7 +35,7 @@ ROLE_OF_COMPONENT = {
 TS = pa.timestamp("us", tz="UTC")
 EVENT_COLUMNS = ("verb", "resource", "subresource", "namespace", "name", "node", "cpu_milli",
                  "memory_bytes", "gpu_milli", "code", "component")
-NEVER = np.iinfo(np.int64).max
+LATEST = np.iinfo(np.int64).max  # later than any time: the start of a running minimum
 PART = 1 << 20  # deliveries scanned, and then written as a row group, at a time
 
 
@@ -175,7 +173,7 @@ class _Replay:
         history, masks, ts = self.history, self.masks, self.ts
         incarnation = history.incarnation[self.attempt_rows]
         tried = np.bincount(incarnation, minlength=history.incarnations)
-        first_try = np.full(history.incarnations, NEVER)
+        first_try = np.full(history.incarnations, LATEST)
         np.minimum.at(first_try, incarnation, self.decided)
         create = self.create
         binding = history.first(masks.ok_binding)

@@ -9,17 +9,13 @@ complete minimal model.
 
 from __future__ import annotations
 
-from collections import deque
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import polars as pl
 
-from replay.engine.cluster import POD_CREATE, Pod, Truth, Write
-from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.rundir import RunTables
-from replay.engine.scheduler import GIVES_BACK, POLICIES, Attempt, Scheduler
-from replay.engine.simulation import Simulation
-from replay.engine.workload import node_names
+from replay.engine.api import (POLICIES, Indices, OnAssumed, Pod, RunConfig, RunTables, Scheduler,
+                               Simulation, WatcherSpec, Write, WriteKind, node_names)
 from replay.models.base import Model, Param
 
 ASSIGNMENTS = ("round-robin", "scheduler-name")
@@ -65,7 +61,16 @@ class WhatIfModel(Model):
                watchers: list[WatcherSpec]) -> RunTables:
         sim = Simulation(trace, config, watchers, instant=self.instant)
         self.start(sim)
-        return sim.run()
+        return sim.replay()
+
+    def scheduler_components(self, prefix: str) -> list[WatcherSpec]:
+        """``schedulers`` scheduler watchers named ``PREFIX-0``, ``PREFIX-1``, ..."""
+        return [WatcherSpec(f"{prefix}-{i}", "scheduler", ("pods", "nodes"))
+                for i in range(self.settings["schedulers"])]
+
+    def commit_us(self) -> int:
+        """``commit_ms`` in µs: the time from a component's write request to its commit."""
+        return int(round(self.settings["commit_ms"] * 1000))
 
 
 def scheduler_params() -> tuple[Param, ...]:
@@ -80,92 +85,50 @@ def scheduler_params() -> tuple[Param, ...]:
 
 
 class Assigner:
-    """Gives each new pod to one of ``count`` schedulers, as it is created (as if its
+    """Gives each new pod to one of ``count`` schedulers as it is created (as if its
     ``spec.schedulerName`` named that instance)."""
 
     def __init__(self, sim: Simulation, count: int, how: str):
-        self.count, self.how = count, how
+        self.sim, self.count, self.how = sim, count, how
         self.turn = 0
-        names = sorted({n for n in sim.workload.scheduler_name if n is not None})
-        self.by_name = {n: i % count for i, n in enumerate(names)}
+        self.by_name = {n: i % count for i, n in enumerate(sim.scheduler_names())}
         self.by_group: dict[str, int] = {}
         sim.on_commit(self.assign)
 
     def assign(self, write: Write) -> None:
-        if write.kind == POD_CREATE:
-            write.pod.owner = self.owner_of(write.pod)
+        if write.kind == WriteKind.POD_CREATE and write.pod is not None:
+            self.sim.assign(write.pod, self.instance_of(write.pod))
 
-    def owner_of(self, pod: Pod) -> int:
+    def instance_of(self, pod: Pod) -> int:
         if pod.group is not None and pod.group in self.by_group:  # a gang stays together
             return self.by_group[pod.group]
         if self.how == "scheduler-name" and pod.scheduler_name in self.by_name:
-            owner = self.by_name[pod.scheduler_name]
+            instance = self.by_name[pod.scheduler_name]
         else:
-            owner = self.turn % self.count
+            instance = self.turn % self.count
             self.turn += 1
         if pod.group is not None:
-            self.by_group[pod.group] = owner
-        return owner
+            self.by_group[pod.group] = instance
+        return instance
 
 
-def schedulers_on(sim: Simulation, names: list[str], settings: dict, commit, gangs: bool,
-                  preferred: list | None = None) -> list[Scheduler]:
+def independent_schedulers(sim: Simulation, names: list[str], settings: Mapping[str, Any],
+                           on_assumed: OnAssumed, gangs: bool) -> list[Scheduler]:
+    """Schedulers that share the workload directly, as independent kube-schedulers or Omega's
+    schedulers do: each new pod is assigned to one (``assign``) and enters its queue when that
+    scheduler's watch delivers the pod's create."""
+    Assigner(sim, len(names), settings["assign"])
+    schedulers = schedulers_on(sim, names, settings, on_assumed, gangs=gangs)
+    for i, scheduler in enumerate(schedulers):
+        scheduler.queue_on(WriteKind.POD_CREATE, instance=i)
+    return schedulers
+
+
+def schedulers_on(sim: Simulation, names: list[str], settings: Mapping[str, Any],
+                  on_assumed: OnAssumed, gangs: bool, preferred: list[Indices] | None = None,
+                  assume_ttl_us: int | None = None) -> list[Scheduler]:
     """One ``Scheduler`` per watcher name, each with its view."""
-    return [Scheduler(sim, name, sim.view(name), settings, commit, gangs=gangs,
-                      preferred=None if preferred is None else preferred[i])
+    return [Scheduler(sim, name, settings, on_assumed, gangs=gangs,
+                      preferred=None if preferred is None else preferred[i],
+                      assume_ttl_us=assume_ttl_us)
             for i, name in enumerate(names)]
-
-
-def fits_together(truth: Truth, attempts: list[Attempt]) -> bool:
-    """Whether the truth has room for all these placements at once (a gang's all or nothing)."""
-    need: dict[int, list[int]] = {}
-    for attempt in attempts:
-        total = need.setdefault(attempt.node, [0, 0, 0])
-        for i in range(3):
-            total[i] += attempt.pod.request[i]
-    return all(truth.nodes[node].fits(tuple(total)) for node, total in need.items())
-
-
-def react_as_scheduler(sim: Simulation, scheduler: Scheduler, queue_kind: int,
-                       owner: int | None = None, requeue_kind: int | None = None) -> None:
-    """Make ``scheduler`` react to the writes of ``queue_kind`` that put a pod in its queue, to
-    those of ``requeue_kind`` that send one back after its backoff (both only for pods of
-    ``owner``, if given), and, while pods wait unschedulable, to those that give capacity back."""
-    def mine(write: Write) -> bool:
-        return (write.kind == queue_kind or write.kind == requeue_kind) and (
-            owner is None or write.pod.owner == owner)
-
-    def wants(write: Write) -> bool:
-        return mine(write) or (write.kind in GIVES_BACK and scheduler.wants_capacity_news())
-
-    def handle(write: Write) -> None:
-        if mine(write):
-            scheduler.enqueue(write.pod, backoff=write.kind == requeue_kind)
-        if write.kind in GIVES_BACK:
-            scheduler.capacity_news()
-
-    kinds = {queue_kind, *GIVES_BACK} | ({requeue_kind} if requeue_kind is not None else set())
-    sim.react(scheduler.name, kinds, handle, wants)
-
-
-class Worker:
-    """A component that handles items one at a time, ``service_us`` each, first come first
-    served (a dispatcher's or a binder's loop)."""
-
-    def __init__(self, sim: Simulation, service_us: int, handle):
-        self.env, self.service_us, self.handle = sim.env, service_us, handle
-        self.queue: deque = deque()
-        self.busy = False
-
-    def submit(self, item) -> None:
-        self.queue.append(item)
-        if not self.busy:
-            self.busy = True
-            self.env.after(self.service_us, self._done)
-
-    def _done(self) -> None:
-        self.handle(self.queue.popleft())
-        if self.queue:
-            self.env.after(self.service_us, self._done)
-        else:
-            self.busy = False

@@ -1,0 +1,52 @@
+"""The engine's API for models: everything a model imports from ``replay.engine``.
+
+A model (built-in or a plugin) imports only from here, from ``replay.models.base`` and
+``replay.models.whatif``, and from the layers below the engine (``replay.trace``, ``replay.rng``,
+``replay.arrays``); ``tests/test_model_api.py`` checks that the built-in models do.  The classes'
+public methods and attributes (no leading underscore) are the API; docs/models.md is its
+reference.  Records (``Pod``, ``Attempt``, ``Write``) are read, never assigned, by models: the
+engine is their only writer, so it may later keep them as columns without changing a model.
+
+What-if models (discrete events, one write at a time):
+
+- ``Simulation``: time and timers (``now``, ``at``, ``after`` returning a cancellable ``Timer``),
+  watchers' ``View``s, reactions to applied writes, commits, attempts, messages between peers;
+- ``Scheduler``: the scheduling loop every what-if model shares (queue, backoff, attempts, node
+  selection, assume/forget); ``Assumptions``: assume/forget with a time to live, for a component
+  that is not a scheduler (Gödel's binder); ``Worker``: a one-at-a-time work loop;
+  ``Gathering``: gangs gathered until complete;
+- records and enums: ``Pod``, ``Attempt``, ``Write``, ``WriteKind``, ``Outcome``, ``Reason``,
+  ``Request``, ``NEVER``, ``NO_NODE``.
+
+Vectorised models (the whole trace at once, like ``observe``): ``Pipeline`` (``scan``,
+``shared_stages``, ``watcher_stages``), ``Resume``, ``STAGE_COLUMNS``, ``match``, ``node_index``,
+``watchers_table``, ``view_lag_us``, ``OUTCOMES``.
+
+Every model: ``RunConfig``, ``WatcherSpec``, ``RunTables``.
+"""
+
+from __future__ import annotations
+
+from replay.engine.assumed import Assumptions
+from replay.engine.cluster import (NEVER, NO_NODE, Attempt, Outcome, Pod, Reason, Request, Write,
+                                   WriteKind)
+from replay.engine.config import RunConfig, WatcherSpec
+from replay.engine.core import Timer
+from replay.engine.gangs import Gathering
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
+from replay.engine.rundir import OUTCOMES, RunTables
+from replay.engine.scheduler import GIVES_BACK, OnAssumed, Scheduler
+from replay.engine.selection import POLICIES, Indices, NodeSelector
+from replay.engine.simulation import Simulation
+from replay.engine.view import Snapshot, View
+from replay.engine.watchers import match, node_index, watchers_table
+from replay.engine.worker import Worker
+from replay.engine.workload import node_names
+
+__all__ = [
+    "GIVES_BACK", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "STAGE_COLUMNS", "Assumptions",
+    "Attempt", "Gathering", "Indices", "NodeSelector", "OnAssumed", "Outcome", "Pipeline", "Pod", "Reason", "Request",
+    "Resume", "RunConfig", "RunTables", "Scheduler", "Simulation", "Snapshot", "Timer", "View",
+    "WatcherSpec", "Worker", "Write", "WriteKind", "match", "node_index", "node_names",
+    "view_lag_us", "watchers_table",
+]
