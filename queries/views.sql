@@ -22,24 +22,47 @@ SET asof_loop_join_threshold = 0;
 -- The run directories: runs, and one view per table (docs/run-directory.md describes the columns)
 ---------------------------------------------------------------------------------------------------
 
+-- manifests: one row per run: run, then the entries of its manifest.json as columns (an entry
+-- another run's manifest has and this one's lacks is null).  The entry sweep is always there:
+-- for a point of `replay sweep`, the sweep's directory name (sweep.sweep) and the values it swept.
+CREATE OR REPLACE VIEW manifests AS
+SELECT parse_path(filename)[-2] AS run, * EXCLUDE (filename)
+FROM (
+    FROM read_json([rtrim(dir, '/') || '/manifest.json' FOR dir IN getvariable('run_dirs')],
+                   filename = true, union_by_name = true)
+    UNION ALL BY NAME
+    SELECT NULL AS filename, {'sweep': NULL::VARCHAR} AS sweep  -- the entry, if no run has it
+)
+WHERE filename IS NOT NULL;
+
 -- runs: one row per run: run, model, seed, profile, trace (the trace's path), then one column per
--- model parameter of any of the runs (null for a run whose model lacks it).  The parameters come
--- from the resolved configuration in manifest.json, which always names the model.
+-- model parameter of any of the runs (null for a run whose model lacks it), then sweep_points'
+-- columns but run.  The parameters come from the resolved configuration in manifest.json, which
+-- always names the model.
 CREATE OR REPLACE VIEW runs AS
 SELECT * EXCLUDE (name)
 FROM (
-    SELECT parse_path(filename)[-2] AS run,
+    SELECT run,
            model.name AS model,
            seed,
            config.profile AS profile,
            trace.path AS trace,
-           unnest(config.model)
-    FROM read_json([rtrim(dir, '/') || '/manifest.json' FOR dir IN getvariable('run_dirs')],
-                   filename = true, union_by_name = true)
+           unnest(config.model),
+           unnest(sweep)
+    FROM manifests
 );
 
+-- sweep_points: one row per run: run, sweep (the directory of the sweep the run is a point of;
+-- null for a run `replay sweep` did not make), then one column per key a sweep swept other than
+-- the model and the seed, named as in its sweep.parquet (model_schedulers,
+-- stages_network_latency_p99_ms: dots made underscores), null where a run did not sweep it;
+-- and swept, the same as one struct (for ordering points by what they swept).
+CREATE OR REPLACE VIEW sweep_points AS
+SELECT run, sweep_name AS sweep, * EXCLUDE (run, sweep_name, sweep, swept), swept
+FROM (SELECT run, sweep.sweep AS sweep_name, unnest(sweep), sweep AS swept FROM manifests);
+
 -- run_table('events') and so on: a table of every run, each row preceded by its run's name, model
--- and model parameters.
+-- and model parameters, and for a sweep's point, the values the sweep set (runs' columns).
 CREATE OR REPLACE MACRO run_table(table_name) AS TABLE
 SELECT runs.* EXCLUDE (seed, profile, trace), rows.* EXCLUDE (filename)
 FROM read_parquet([rtrim(dir, '/') || '/' || table_name || '.parquet'

@@ -18,9 +18,10 @@ import math
 import os
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -80,8 +81,12 @@ def default_out(trace_path: str | os.PathLike, model: str) -> Path:
 
 
 def run_replay(trace_path: str | os.PathLike, config: RunConfig,
-               out: str | os.PathLike | None = None, force: bool = False) -> RunResult:
-    """Replay the trace at ``trace_path`` under ``config`` and write the run directory."""
+               out: str | os.PathLike | None = None, force: bool = False,
+               manifest_extra: Mapping[str, Any] | None = None) -> RunResult:
+    """Replay the trace at ``trace_path`` under ``config`` and write the run directory.
+
+    ``manifest_extra`` adds top-level entries to its manifest (``replay sweep`` records there
+    what each point swept, for the ``runs`` view); the tables do not depend on it."""
     seconds = {"replay": -time.perf_counter()}
     with progress(4, "replay", unit="step") as bar, _reusing_freed_memory() as release_memory:
         bar.set_postfix_str("reading the trace")
@@ -95,7 +100,8 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         check_watchers(watchers, trace, str(trace_path), configured=config.watchers is not None)
         bar.update()
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
-        manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
+        manifest = {**_manifest(trace_path, config, model_class, model.settings, len(watchers)),
+                    **(manifest_extra or {})}
         summary: dict = {}
         tables = _summarised(model.tables(trace, config, watchers), summary)
         del trace, model  # the tables hold them until the last is written, and no longer

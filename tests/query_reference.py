@@ -506,3 +506,24 @@ def stale_capacity_durations(tables, windows: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={
         "watcher_role": pl.String, "kind": pl.String, "duration_from_ms": pl.Float64,
         "duration_to_ms": pl.Float64, "windows": pl.Int64, "share": pl.Float64}, orient="row")
+
+
+def sweep_summary(tables, windows: pl.DataFrame) -> dict:
+    """sweep_summary's numbers for one run, from the references above: every attempt, the
+    end-to-end delay per role, the capacity windows of the watchers of role scheduler."""
+    attempts = tables["attempts"]
+    conflicts = int((attempts["outcome"] == "conflict").sum())
+    bound = int((attempts["outcome"] == "bound").sum())
+    delays = per_component_delay(tables).filter(pl.col("component") == "end_to_end")
+    schedulers = tables["watchers"].filter(pl.col("role") == "scheduler")["watcher"]
+    capacity = stale_capacity_summary(tables, windows).filter(pl.col("watcher").is_in(schedulers.to_list()))
+    return {
+        "attempts": attempts.height, "conflicts": conflicts,
+        "conflict_fraction": conflicts / bound if bound else None,
+        "end_to_end_p50_ms": {r: round(v, 3) for r, v in delays.select("watcher_role", "p50_ms").rows()},
+        "end_to_end_p99_ms": {r: round(v, 3) for r, v in delays.select("watcher_role", "p99_ms").rows()},
+        "schedulers": schedulers.len(),
+        "blind_core_seconds": float(capacity["blind_core_seconds"].sum()),
+        "wasted_core_seconds": float(capacity["wasted_core_seconds"].sum()),
+        "phantom_windows": int(capacity["phantom_windows"].sum()),
+    }

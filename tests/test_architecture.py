@@ -22,7 +22,7 @@ LAYERS = (
     ("engine", ("replay.engine",)),
     ("models", ("replay.models",)),
     ("analysis", ("replay.analysis", "replay.queries")),
-    ("application", ("replay.api", "replay.calibrate", "replay.report")),
+    ("application", ("replay.api", "replay.calibrate", "replay.report", "replay.sweep")),
     ("cli", ("replay.cli", "replay.__main__")),
 )
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from replay.engine.config import load_config, parse_override
+from replay.engine.config import config_from_table, load_config, parse_override, read_toml
 from replay.engine.distributions import Constant, Exponential, LogNormal
 from replay.errors import ReplayError
 
@@ -91,3 +93,35 @@ def test_override_values_are_toml(item, expected):
 def test_bad_overrides(item):
     with pytest.raises(ReplayError):
         parse_override(item)
+
+
+def test_dotted_keys_change_one_parameter_of_the_resolved_configuration(tmp_path):
+    table = read_toml(write(tmp_path, """
+[model]
+name = "godel"
+schedulers = 2
+[stages.handler]
+service = { dist = "constant", ms = 0.3 }
+"""))
+    config = config_from_table(table, {"stages.network.latency.p99_ms": 20,
+                                       "stages.handler.service.ms": 0.5,
+                                       "model.schedulers": 4, "model.name": "omega"})
+    assert config.stages["network"]["latency"] == LogNormal(0.5, 20.0)  # the profile's median
+    assert config.stages["handler"]["service"] == Constant(0.5)
+    assert config.model == "omega" and config.model_params == {"schedulers": 4}
+    assert table["model"]["schedulers"] == 2 and "network" not in table["stages"]
+    zero = config_from_table({}, {"profile": "zero", "stages.network.latency.ms": 1})
+    assert zero.stages["network"]["latency"] == Constant(1.0)
+
+
+@pytest.mark.parametrize(("keys", "message"), [
+    ({"stages.network.latency.p99_ms": 0.1}, "stages.network.latency.p99_ms: 0.1 is below median_ms 0.5"),
+    ({"stages.netwrk.latency.p99_ms": 1}, "stages.netwrk: unknown stage"),
+    ({"stages.network.latency.mean_ms": 1}, "stages.network.latency.mean_ms: unknown key for a lognormal"),
+    ({"seed.x": 1}, "seed: not a table, so seed.x cannot be set"),
+    ({"model..x": 1}, "'model..x': not a key"),
+    ({"colour": "red"}, "colour: unknown key"),
+])
+def test_a_bad_dotted_key_is_named(keys, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        config_from_table({"seed": 3}, keys)

@@ -20,7 +20,7 @@ from conftest import REPO
 QUERIES = ("per_component_delay", "per_component_delay_timeline", "delay_cdf", "conflict_rate",
            "conflict_rate_by_lag", "stale_capacity_windows", "phantom_capacity_windows",
            "stale_capacity_summary", "stale_capacity_by_role", "stale_capacity_timeline",
-           "stale_capacity_by_node", "stale_capacity_durations", "reaction_lag")
+           "stale_capacity_by_node", "stale_capacity_durations", "reaction_lag", "sweep_summary")
 
 
 @pytest.fixture(scope="module")
@@ -120,7 +120,7 @@ con.execute(open({str(queries_dir() / 'views.sql')!r}).read())
 rows = con.sql(open({str(queries_dir() / 'conflict_rate.sql')!r}).read()).fetchall()
 con.execute("SET VARIABLE run_dirs = ?", [[{str(runs[0])!r}]])
 derived = con.sql(open({str(queries_dir() / 'derived' / 'capacity_windows.sql')!r}).read())
-stored = con.sql("SELECT * EXCLUDE (run, model) FROM capacity_windows")
+stored = con.sql("SELECT * EXCLUDE (run, model, sweep) FROM capacity_windows")
 assert derived.fetchall() == stored.fetchall()
 assert 'replay' not in sys.modules
 print(len(rows))

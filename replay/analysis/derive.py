@@ -65,13 +65,13 @@ def _memory_settings(spill: Path) -> dict[str, str]:
     ``spill``.  Its default, 80 % of all memory, ignores what this process and others hold: the
     windows of a 1M-pod what-if run took 12 GB on top of the replay's own."""
     settings = {"temp_directory": str(spill)}
-    available = _available_mib()
+    available = available_mib()
     if available is not None:
         settings["memory_limit"] = f"{max(available * 3 // 4, 1024)}MiB"
     return settings
 
 
-def _available_mib() -> int | None:
+def available_mib() -> int | None:
     """MemAvailable from /proc/meminfo (Linux), in MiB; None elsewhere."""
     try:
         with open("/proc/meminfo") as meminfo:

@@ -37,6 +37,7 @@ from replay.errors import ReplayError
 from replay.interrupts import interruptible
 
 RUNS_VARIABLE = "run_dirs"
+SWEEP_INDEX = "sweep.parquet"  # in a sweep's directory (replay sweep): one row per point
 PARAMETERS = ("from_ts", "to_ts", "watcher")  # optional in every shipped query
 _GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
@@ -133,9 +134,10 @@ def check_statements(query: Query) -> None:
 
 def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool = True, *,
              verify: bool = False) -> None:
-    """Point the views at these run directories: they read them when a query runs, so one
-    connection serves one set of runs after another (inside the directories it was opened on:
-    the sandbox allows no other)."""
+    """Point the views at these run directories (a sweep's directory stands for its finished
+    points): they read them when a query runs, so one connection serves one set of runs after
+    another (inside the directories it was opened on: the sandbox allows no other)."""
+    run_dirs = [run for path in run_dirs for run in points_of(path)]
     for path in run_dirs:
         check_run_dir(path, derived, full=verify)
     names = Counter(Path(p).resolve().name for p in run_dirs)
@@ -144,6 +146,22 @@ def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool 
         raise ReplayError(f"two run directories are named {twice[0]!r}: a run is known by its "
                           f"directory's name, so give them different names")
     con.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [[str(Path(p)) for p in run_dirs]])
+
+
+def points_of(path: str) -> list[str]:
+    """``path`` itself, or for a sweep's directory, the run directory of each point its index
+    records as done, in the index's order."""
+    index = Path(path) / SWEEP_INDEX
+    if (Path(path) / "manifest.json").exists() or not index.is_file():
+        return [path]
+    try:
+        points = pq.read_table(index, columns=["point", "status"]).to_pylist()
+    except (OSError, pa.ArrowInvalid, KeyError) as err:
+        raise ReplayError(f"{index}: not a sweep's index ({err})") from None
+    done = [str(Path(path) / p["point"]) for p in points if p["status"] == "done"]
+    if not done:
+        raise ReplayError(f"{path}: a sweep with no finished point yet")
+    return done
 
 
 def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> None:

@@ -13,10 +13,10 @@ import sys
 
 from replay import __version__, interrupts
 from replay.cli import (calibrate, default, derive, importer, ingest, models, query, report, run,
-                        synth, validate)
+                        sweep, synth, validate)
 from replay.errors import ReplayError, os_error_message
 
-COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, calibrate, report)
+COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, calibrate, report, sweep)
 # What DuckDB's Python client raises, rather than KeyboardInterrupt, when Ctrl-C stops a query
 # (replay.interrupts)
 DUCKDB_INTERRUPTED = "Query interrupted"

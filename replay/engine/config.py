@@ -115,7 +115,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, overrides: Sequen
     where = str(path) if path is not None else "command line"
     raw: dict[str, Any] = {}
     if path is not None:
-        raw = _read_toml(Path(path))
+        raw = read_toml(path)
     try:
         config = _build(raw)
     except ValueError as err:
@@ -151,16 +151,63 @@ def parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def read_toml(path: str | os.PathLike[str], kind: str = "config file") -> dict[str, Any]:
+    """The TOML table of the ``kind`` of file at ``path`` (a run config, a sweep file), not yet
+    checked (``config_from_table`` checks a run config's)."""
+    path = Path(path)
     try:
         with path.open("rb") as handle:
             return tomllib.load(handle)
     except FileNotFoundError:
-        raise ReplayError(f"{path}: no such config file") from None
+        raise ReplayError(f"{path}: no such {kind}") from None
     except tomllib.TOMLDecodeError as err:
         raise ReplayError(f"{path}: not valid TOML: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise ReplayError(f"{path}: cannot read the config ({err})") from None
+        raise ReplayError(f"{path}: cannot read the {kind} ({err})") from None
+
+
+def config_from_table(table: Mapping[str, Any],
+                      keys: Mapping[str, Any] | None = None) -> RunConfig:
+    """The configuration a file holding ``table`` describes, with each dotted key of ``keys``
+    set as if the file said it: ``model.schedulers``, ``stages.network.latency.p99_ms``.
+
+    A key inside a stage's distribution that the table does not give changes the profile's
+    distribution (``stages.network.latency.p99_ms = 20`` keeps the default lognormal's median),
+    and ``profile`` takes effect before the other keys.  ``table`` is not modified.  Raises
+    ``ValueError`` naming the key, with the same messages as a config file's errors.
+    """
+    raw = copy.deepcopy(dict(table))
+    keys = dict(keys or {})
+    if "profile" in keys:
+        raw["profile"] = keys.pop("profile")
+    for key, value in keys.items():
+        _set_key(raw, key, value)
+    return _build(raw)
+
+
+def _set_key(table: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    if not all(parts):
+        raise ValueError(f"{key!r}: not a key (names joined by dots)")
+    if parts[0] == "stages" and len(parts) > 3:
+        _own_distribution(table, parts[1], parts[2])
+    here = table
+    for depth, part in enumerate(parts[:-1]):
+        here = here.setdefault(part, {})
+        if not isinstance(here, dict):
+            raise ValueError(f"{'.'.join(parts[:depth + 1])}: not a table, so {key} cannot be set")
+    here[parts[-1]] = value
+
+
+def _own_distribution(table: dict[str, Any], stage: str, param: str) -> None:
+    """Copy the profile's distribution of ``stage.param`` into ``table`` unless it gives one,
+    so that a key inside it changes one of the distribution's parameters.  Anything invalid on
+    the way is left for ``_build`` to name."""
+    profile, stages = table.get("profile", "default"), table.setdefault("stages", {})
+    if profile not in PROFILES or stage not in STAGES or param not in STAGES[stage]:
+        return
+    if isinstance(stages, dict) and isinstance(stages.setdefault(stage, {}), dict):
+        stages[stage].setdefault(param, PROFILES[profile][stage][param].describe())
 
 
 def _build(raw: dict[str, Any]) -> RunConfig:

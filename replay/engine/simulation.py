@@ -456,6 +456,10 @@ class _Log:
         rv = fields[:, 0].copy()
         at = rv - 1
         watcher = pa.array(fields[:, 1].astype(np.int32))
+        # each role once in its dictionary: Parquet writes a dictionary with repeated values
+        # differently from one process to the next (the same rows, other bytes)
+        roles = sorted({w.role for w in watchers})
+        role_of = np.array([roles.index(w.role) for w in watchers], dtype=np.int8)
         ts = pa.timestamp("us", tz="UTC")
         per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
                                                                      self.dispatched)]
@@ -463,7 +467,7 @@ class _Log:
         return pa.table({
             "rv": pa.array(rv),
             "watcher": pa.DictionaryArray.from_arrays(watcher, [w.name for w in watchers]),
-            "role": pa.DictionaryArray.from_arrays(watcher, [w.role for w in watchers]),
+            "role": pa.DictionaryArray.from_arrays(pa.array(role_of[fields[:, 1]]), roles),
             **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts"), per_write + own)},
