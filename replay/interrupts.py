@@ -23,6 +23,7 @@ Connection = TypeVar("Connection")
 
 _connections: weakref.WeakSet = weakref.WeakSet()
 _installed = False
+_received = threading.Event()  # a SIGINT has arrived since ``install``
 
 
 def install() -> None:
@@ -33,9 +34,21 @@ def install() -> None:
     receive, send = socket.socketpair()
     send.setblocking(False)
     signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, _on_sigint)
     threading.Thread(target=_relay, args=(receive, send), name="replay-interrupts",
                      daemon=True).start()
     _installed = True
+
+
+def received() -> bool:
+    """Whether Ctrl-C has arrived since ``install``: whatever was raised then was raised by it
+    (a native library can turn the ``KeyboardInterrupt`` into an exception of its own)."""
+    return _received.is_set()
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _received.set()
+    signal.default_int_handler(signum, frame)
 
 
 def interruptible(connection: Connection) -> Connection:

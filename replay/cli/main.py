@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+import polars as pl
+
 from replay import __version__, interrupts
 from replay.cli import (calibrate, default, derive, importer, ingest, models, query, report, run,
                         sweep, synth, validate)
@@ -53,6 +55,7 @@ def is_trace_shortcut(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
+    _load_numpy_interfaces()
     interrupts.install()
     try:
         if is_trace_shortcut(parser, argv):
@@ -74,6 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         return _failed("out of memory")
     except OSError as err:
         return _failed(os_error_message(err))
+    except BaseException as err:  # Ctrl-C inside a native library surfaces as its own exception
+        if isinstance(err, SystemExit) or not interrupts.received():
+            raise
+        return _failed("interrupted", prefix="replay: ", status=130)
+
+
+def _load_numpy_interfaces() -> None:
+    """Load polars' NumPy interface now.  Loaded lazily, on a first ``to_numpy``, it runs Python
+    code inside a Rust call, where a Ctrl-C panics the Rust side and prints its backtrace."""
+    pl.Series([0]).to_numpy()
 
 
 def _failed(message: str, prefix: str = "replay: error: ", status: int = 1) -> int:
