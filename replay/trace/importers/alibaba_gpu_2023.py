@@ -22,7 +22,7 @@ keep what ``gpu_milli`` alone cannot say.  Pods are in namespace ``default``, wr
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -30,14 +30,9 @@ import polars as pl
 
 from replay.errors import ReplayError
 from replay.limits import INT64_MAX, LAST_TIME
-from replay.times import time_argument
+from replay.trace.importers.base import Imported, Importer
 from replay.trace.importers.csvfile import read_csv
 
-NAME = "alibaba-gpu-2023"
-HELP = "import Alibaba's 2023 GPU cluster trace (openb_pod_list, openb_node_list)"
-DESCRIPTION = ("Import Alibaba's cluster-trace-gpu-v2023: node creates at the trace start, a pod "
-               "create at each creation_time and a pod delete at each deletion_time, with the "
-               "recorded scheduled_time kept in the extra column scheduled_ts.")
 START = datetime(2023, 1, 1, tzinfo=timezone.utc)
 MIB = 2**20
 NAMESPACE = "default"
@@ -52,36 +47,43 @@ NOT_NULL = {"sn", "name", "cpu_milli", "memory_mib", "gpu", "num_gpu", "gpu_mill
             "creation_time", "deletion_time"}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pods", required=True, metavar="CSV",
-                        help="openb_pod_list_*.csv (name, cpu_milli, memory_mib, num_gpu, "
-                             "gpu_milli, gpu_spec, creation_time, deletion_time, scheduled_time)")
-    parser.add_argument("--nodes", required=True, metavar="CSV",
-                        help="openb_node_list_*.csv (sn, cpu_milli, memory_mib, gpu, model)")
-    parser.add_argument("--start", type=time_argument, default=START,
-                        help="the time of second 0 of the trace, ISO 8601 (UTC if no offset; "
-                             "default 2023-01-01T00:00:00Z)")
+@dataclass(frozen=True)
+class AlibabaOptions:
+    pods: Path = field(metadata={
+        "metavar": "CSV", "help": "openb_pod_list_*.csv (name, cpu_milli, memory_mib, num_gpu, "
+        "gpu_milli, gpu_spec, creation_time, deletion_time, scheduled_time)"})
+    nodes: Path = field(metadata={
+        "metavar": "CSV", "help": "openb_node_list_*.csv (sn, cpu_milli, memory_mib, gpu, model)"})
+    start: datetime = field(default=START, metadata={
+        "help": "the time of second 0 of the trace, ISO 8601 (UTC if no offset)"})
 
 
-def source_args(args: argparse.Namespace) -> dict:
-    return {"pods": Path(args.pods).name, "nodes": Path(args.nodes).name,
-            "start": args.start.isoformat()}
+class AlibabaGpu2023(Importer[AlibabaOptions]):
+    name = "alibaba-gpu-2023"
+    help = "import Alibaba's 2023 GPU cluster trace (openb_pod_list, openb_node_list)"
+    description = ("Import Alibaba's cluster-trace-gpu-v2023: node creates at the trace start, a "
+                   "pod create at each creation_time and a pod delete at each deletion_time, with "
+                   "the recorded scheduled_time kept in the extra column scheduled_ts.")
+    options = AlibabaOptions
 
+    def inputs(self, options: AlibabaOptions) -> list[Path]:
+        return [options.pods, options.nodes]
 
-def inputs(args: argparse.Namespace) -> list[str]:
-    """The files the import reads, which its output must not touch."""
-    return [args.pods, args.nodes]
+    def source_args(self, options: AlibabaOptions) -> dict[str, str]:
+        return {"pods": options.pods.name, "nodes": options.nodes.name,
+                "start": options.start.isoformat()}
 
-
-def rows(args: argparse.Namespace) -> pl.DataFrame:
-    """Node creates, then pod creates and deletes, each in file order (``run_import`` sorts)."""
-    start_us = int(args.start.timestamp()) * 10**6
-    nodes = _in_range(_checked(read_csv(args.nodes, NODE_COLUMNS), args.nodes), args.nodes,
-                      start_us)
-    pods = _in_range(_checked(read_csv(args.pods, POD_COLUMNS), args.pods), args.pods, start_us)
-    _deleted_after_created(pods, args.pods)
-    return pl.concat([_node_creates(nodes, start_us), _pod_writes(pods, start_us)],
-                     how="diagonal_relaxed")
+    def rows(self, options: AlibabaOptions) -> Imported:
+        """Node creates, then pod creates and deletes, each in file order (``run_import``
+        sorts)."""
+        start_us = int(options.start.timestamp()) * 10**6
+        pods_csv, nodes_csv = str(options.pods), str(options.nodes)
+        nodes = _in_range(_checked(read_csv(nodes_csv, NODE_COLUMNS), nodes_csv), nodes_csv,
+                          start_us)
+        pods = _in_range(_checked(read_csv(pods_csv, POD_COLUMNS), pods_csv), pods_csv, start_us)
+        _deleted_after_created(pods, pods_csv)
+        return Imported(pl.concat([_node_creates(nodes, start_us), _pod_writes(pods, start_us)],
+                                  how="diagonal_relaxed"), [])
 
 
 def _checked(frame: pl.DataFrame, path: str) -> pl.DataFrame:
