@@ -12,6 +12,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
+from replay.atomic import TEMPORARY_SUFFIX
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
 from replay.engine.distributions import LogNormal
@@ -256,7 +258,7 @@ def children_of(pid: int) -> list[int]:
 
 
 def partial_dirs(out: Path) -> list[str]:
-    return sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp"))
+    return sorted(p.name for p in out.iterdir() if p.name.endswith(TEMPORARY_SUFFIX))
 
 
 @pytest.fixture(scope="module")

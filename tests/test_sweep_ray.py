@@ -19,6 +19,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+
+from replay.atomic import TEMPORARY_SUFFIX
 from test_sweep import differences
 
 from replay.sweep import RayExecutor, load_sweep
@@ -111,7 +113,7 @@ def test_an_interrupt_cancels_the_tasks_and_resume_completes(tmp_path):
     time.sleep(5)  # a task not cancelled would go on writing
     assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == sorted(
         [*done, "sweep.parquet"])
-    assert not list(out.glob(".*.tmp"))
+    assert not list(out.glob(f".*{TEMPORARY_SUFFIX}"))
     resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, cwd=REPO)
     assert resumed.returncode == 0, resumed.stderr
     assert f"({4 - len(done)} ran now)" in resumed.stdout

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import io
-import shutil
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from replay.atomic import sweep as sweep_temporaries
 from replay.api import run_replay
 from replay.engine.config import RunConfig
 from replay.errors import ReplayError
@@ -65,10 +65,6 @@ def describe_exception(err: BaseException) -> str:
 
 
 def remove_partial(out: Path) -> None:
-    """Remove what an interrupted or killed writer of ``out`` may have left: the temporary
-    directory or file it was writing (``replay.atomic`` names them ``.NAME.*.tmp``)."""
-    for leftover in out.parent.glob(f".{out.name}.*.tmp"):
-        if leftover.is_dir():
-            shutil.rmtree(leftover, ignore_errors=True)
-        else:
-            leftover.unlink(missing_ok=True)
+    """Remove what an interrupted or killed writer of ``out`` may have left next to it: the
+    temporaries of processes that no longer run (``replay.atomic.sweep``; a live writer's stay)."""
+    sweep_temporaries(out.parent)
