@@ -124,8 +124,9 @@ def test_an_importer_plugin_gets_typed_options_and_returns_warnings(cli, tmp_pat
     assert "replay: warning: 3 nodes and no pods" in result.err
     assert cli("validate", tmp_path / "t.parquet").code == 0
     assert cli("import", "tiny", "--nodes", "x", "--out", tmp_path / "u.parquet").code == 2
-    (tmp_path / "tiny_importer.py").write_text(
-        PLUGIN.replace(', "code": 201', "").replace(",\n                                 pl.col(\"code\").cast(pl.Int32)", ""))
+    without_code = (PLUGIN.replace(', "code": 201', "")
+                    .replace(',\n                                 pl.col("code").cast(pl.Int32)', ""))
+    (tmp_path / "tiny_importer.py").write_text(without_code)
     sys.modules.pop("tiny_importer", None)
     bad = cli("import", "tiny", "--nodes", "2", "--out", tmp_path / "v.parquet")
     assert bad.code == 1 and "importer 'tiny': " in bad.err and "'code'" in bad.err
