@@ -14,6 +14,7 @@ import polars as pl
 import pytest
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
+from replay.atomic import TEMPORARY_SUFFIX
 from replay.engine.distributions import LogNormal
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
 from replay.sweep.point import Task
@@ -256,7 +257,7 @@ def children_of(pid: int) -> list[int]:
 
 
 def partial_dirs(out: Path) -> list[str]:
-    return sorted(p.name for p in out.iterdir() if p.name.endswith(".tmp"))
+    return sorted(p.name for p in out.iterdir() if p.name.endswith(TEMPORARY_SUFFIX))
 
 
 @pytest.fixture(scope="module")
