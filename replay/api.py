@@ -33,6 +33,7 @@ from replay.engine.config import RunConfig, WatcherSpec, load_config
 from replay.engine.rundir import check_replaceable, conform_table, sha256_of, write_run
 from replay.errors import ReplayError
 from replay.limits import MAX_DELIVERIES, MAX_WATCHERS
+from replay.models.base import Model
 from replay.outputs import check_output
 from replay.progress import progress
 from replay.trace.io import source_of
@@ -64,7 +65,7 @@ def has_bindings(trace: pl.DataFrame) -> bool:
                         .any()).item()
 
 
-def choose_model(name: str | None, trace: pl.DataFrame, trace_path: str) -> type[models.Model]:
+def choose_model(name: str | None, trace: pl.DataFrame, trace_path: str) -> type[Model]:
     """The model to run: ``name``, else ``observe`` when the trace records bindings (it replays
     them), else the default what-if model, which makes its own."""
     if name is None:
@@ -148,7 +149,7 @@ def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path:
 
 
 @contextlib.contextmanager
-def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
+def _reusing_freed_memory() -> Iterator[Callable[[], object]]:
     """Keep the memory that numpy frees for its next arrays while a replay runs; give it back to
     the system afterwards, or when the function this yields is called.
 
@@ -179,7 +180,7 @@ def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
 
 
 def _read(trace_path: str | os.PathLike,
-          name: str | None) -> tuple[pl.DataFrame, type[models.Model]]:
+          name: str | None) -> tuple[pl.DataFrame, type[Model]]:
     """The trace (only the columns the model reads) and the model to run it through.  Without a
     name the guess is ``observe``, right for any trace with bindings."""
     guess = models.load(name or "observe")
@@ -190,7 +191,7 @@ def _read(trace_path: str | os.PathLike,
     return trace, model_class
 
 
-def _columns(model_class: type[models.Model]) -> list[str] | None:
+def _columns(model_class: type[Model]) -> list[str] | None:
     columns = model_class.trace_columns
     return list(columns) if columns is not None else None
 

@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import weakref
+from types import FrameType
 from typing import TypeVar
 
 Connection = TypeVar("Connection")
@@ -46,7 +47,7 @@ def received() -> bool:
     return _received.is_set()
 
 
-def _on_sigint(signum: int, frame: object) -> None:
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
     _received.set()
     signal.default_int_handler(signum, frame)
 

@@ -16,6 +16,7 @@ import pytest
 from replay.atomic import TEMPORARY_SUFFIX
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
+from replay.atomic import TEMPORARY_SUFFIX
 from replay.engine.distributions import LogNormal
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
 from replay.sweep.point import Task

@@ -17,6 +17,7 @@ from replay.engine.distributions import Histogram
 
 if TYPE_CHECKING:
     from replay.calibrate import Calibration, Result
+    from replay.calibrate.series import Series
 
 QUANTILES = np.array([0.5, 0.99])
 LATENCY_NOTE = ("A measured duration includes its queueing: it is the stage's latency, and its "
@@ -75,7 +76,7 @@ def _first_results(calibration: Calibration) -> list[tuple[Mapping, Result]]:
 
 
 def _stage_keys(result: Result) -> list[str]:
-    mapping, histogram = result.mapping, result.series.histogram()
+    mapping, histogram = result.mapping, _found(result).histogram()
     lines = _comment(_provenance(result)) + _comment(f"{mapping.why}.")
     if mapping.use is Use.LATENCY:
         lines += _comment(LATENCY_NOTE)
@@ -100,7 +101,7 @@ def _model_table(calibration: Calibration) -> list[str]:
         names = [result.mapping.target, *dict(result.mapping.also)]
         if live and not all(n in calibration.model_params for n in names):
             continue
-        series = result.series
+        series = _found(result)
         how = ("exact, from _sum and _count" if series.sum is not None and series.count
                else "from the buckets' midpoints")
         lines += _comment(_provenance(result)) + _comment(f"{result.mapping.why}.")
@@ -111,16 +112,23 @@ def _model_table(calibration: Calibration) -> list[str]:
     return lines
 
 
+def _found(result: Result) -> Series:
+    """The series of a result that found some: the only results described with figures."""
+    assert result.series is not None
+    return result.series
+
+
 def _provenance(result: Result) -> str:
-    return (f"{result.selector}: {_count(result.series.observations)} observations, "
+    return (f"{result.selector}: {_count(_found(result).observations)} observations, "
             f"{result.interval}")
 
 
 def _figures(result: Result, interval: bool = True) -> str:
-    p50, p99 = result.series.histogram().quantiles_ms(QUANTILES)
+    series = _found(result)
+    p50, p99 = series.histogram().quantiles_ms(QUANTILES)
     when = f", {result.interval}" if interval else ""
-    return (f"{_count(result.series.observations)} observations{when}; mean "
-            f"{_ms(result.series.mean_ms())}, p50 {_ms(p50)}, p99 {_ms(p99)}")
+    return (f"{_count(series.observations)} observations{when}; mean "
+            f"{_ms(series.mean_ms())}, p50 {_ms(p50)}, p99 {_ms(p99)}")
 
 
 def _ms(value: float) -> str:

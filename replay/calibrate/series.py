@@ -117,9 +117,14 @@ def merged(series: list[Series]) -> Series:
     counts = [s.count for s in series]
     shared = tuple(sorted(set.intersection(*(set(s.labels) for s in series))))
     return Series(series[0].family, shared, series[0].le, tuple(float(v) for v in cumulative),
-                  None if None in sums else float(sum(sums)),
-                  None if None in counts else float(sum(counts)),
+                  _total(sums), _total(counts),
                   "; ".join(dict.fromkeys(s.interval for s in series)))
+
+
+def _total(values: list[float | None]) -> float | None:
+    """The sum of ``values``; None when one of them is unknown."""
+    known = [v for v in values if v is not None]
+    return float(sum(known)) if len(known) == len(values) else None
 
 
 def selector_of(family: str, series: list[Series]) -> str:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -212,7 +213,8 @@ def _result_item(name: str, item: object, family: str | None, kind: SourceKind,
     return full[: -len(part)], labels, part, metric.get("le"), value, reset
 
 
-def _point(name: str, point: object, times: list[float] | None) -> tuple[float, float]:
+def _point(name: str, point: Any, times: list[float] | None) -> tuple[float, float]:
+    """``point``, a value of the JSON answer, as a sample; one clear line when it is not one."""
     try:
         at, value = float(point[0]), float(point[1])
     except (TypeError, ValueError, IndexError, KeyError):

@@ -201,8 +201,9 @@ def _one(frame: pl.DataFrame, column: str, **equal: Any) -> Any:
     return found[0][column] if found else None
 
 
-def _columns(rows: Sequence[dict], *names: str) -> list[list]:
-    return [[row[name] for row in rows] for name in names]
+def _columns(rows: Sequence[dict], x: str, y: str) -> tuple[list, list]:
+    """The x and y values of a line: two columns of ``rows``."""
+    return [row[x] for row in rows], [row[y] for row in rows]
 
 
 # --- 3. Delay over time --------------------------------------------------------------------------
@@ -391,7 +392,7 @@ def _against(ctx: Context, parameter: str, swept: list[str],
         lines.setdefault(run.model + (f" ({others})" if others else ""), []).append(run)
     x_axis = (Axis(parameter) if numeric
               else category_axis(parameter, list(dict.fromkeys(at(r) for r in runs))))
-    panels = []
+    panels: list[Panel] = []
     for metric, title in PARAMETER_METRICS:
         series = tuple(
             Series(name, tuple(at(r) for r in members),

@@ -12,10 +12,14 @@ import datetime as dt
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from replay.atomic import atomic_dir
 from replay.errors import ReplayError
-from replay.report.figures import BarMode, Dash, Figure, Mark, Panel, Scale
+from replay.report.figures import BarMode, Dash, Figure, Heatmap, Mark, Panel, Scale
+
+if TYPE_CHECKING:
+    from matplotlib.artist import Artist
 
 FORMATS = ("png", "svg")
 DPI = 150
@@ -68,7 +72,7 @@ def draw(figure: Figure):
     meshes = []
     for panel, ax in zip(figure.panels, cells):
         if panel.heatmap is not None:
-            meshes.append(_heatmap(panel, ax, heat_range))
+            meshes.append(_heatmap(panel.heatmap, ax, heat_range))
         else:
             _series(panel, ax, figure.bar_mode)
         ax.set_title(panel.title, fontsize=10)
@@ -77,9 +81,10 @@ def draw(figure: Figure):
     for ax in cells[len(figure.panels):]:
         ax.set_visible(False)
     if meshes:
-        canvas.colorbar(meshes[-1], ax=cells[:len(figure.panels)],
-                        label=figure.panels[0].heatmap.label)
-    handles = {}
+        first = figure.panels[0].heatmap
+        assert first is not None  # a figure of heat maps has only heat maps (sections._heatmap)
+        canvas.colorbar(meshes[-1], ax=cells[:len(figure.panels)], label=first.label)
+    handles: dict[str, Artist] = {}
     for ax in cells:
         for handle, name in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(name, handle)
@@ -146,10 +151,9 @@ def _heat_range(figure: Figure) -> tuple[float, float]:
     return (min(found, default=0.0), max(found, default=1.0) or 1.0)
 
 
-def _heatmap(panel: Panel, ax, heat_range: tuple[float, float]):
+def _heatmap(heat: Heatmap, ax, heat_range: tuple[float, float]):
     import matplotlib.dates as mdates
 
-    heat = panel.heatmap
     times = [_naive_utc(x) for x in heat.x]
     step = times[1] - times[0] if len(times) > 1 else dt.timedelta(minutes=1)
     edges = times + [times[-1] + step] if times else []

@@ -19,7 +19,7 @@ import signal
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ class RayExecutor:
     def __init__(self, address: str | None, jobs: int | None):
         self.address, self.jobs = address, jobs
 
-    def run(self, tasks: list[Task]) -> Iterator[Outcome]:
+    def run(self, tasks: list[Task]) -> Generator[Outcome, None, None]:
         ray = _connect(self.address, self.jobs)
         try:
             yield from self._run(ray, tasks)
@@ -57,7 +57,8 @@ class RayExecutor:
             print(f"replay: warning: some points need about {most / 2**30:.1f} GiB, more than "
                   f"the largest Ray node offers ({largest / 2**30:.1f} GiB); they ask for all "
                   "of it", file=sys.stderr)
-        waiting, pending = deque(tasks), {}
+        waiting = deque(tasks)
+        pending: dict[Any, Task] = {}  # by the Ray object reference of its outcome
         try:
             while waiting or pending:
                 while waiting and (self.jobs is None or len(pending) < self.jobs):

@@ -15,7 +15,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -40,8 +40,8 @@ RUNS_COLUMNS = ("run", "model", "seed", "profile", "trace")  # the runs view has
 
 
 class Executor(Protocol):
-    def run(self, tasks: list[Task]) -> Iterator[Outcome]:
-        """Run the tasks; yield each outcome as its point finishes.  Closing the iterator stops
+    def run(self, tasks: list[Task]) -> Generator[Outcome, None, None]:
+        """Run the tasks; yield each outcome as its point finishes.  Closing the generator stops
         what still runs and removes partial run directories."""
         ...  # pragma: no cover
 

@@ -38,8 +38,9 @@ class Outcome:
     peak_memory_bytes: int | None = None
 
 
-OUTCOME_SCHEMA = {"status": pl.String, "error": pl.String, "wall_seconds": pl.Float64,
-                  "peak_memory_bytes": pl.Int64}
+OUTCOME_SCHEMA: dict[str, pl.DataType] = {
+    "status": pl.String(), "error": pl.String(), "wall_seconds": pl.Float64(),
+    "peak_memory_bytes": pl.Int64()}
 
 
 def index_path(out: Path) -> Path:
@@ -48,8 +49,9 @@ def index_path(out: Path) -> Path:
 
 def index_frame(sweep: Sweep, outcomes: Mapping[str, Outcome]) -> pl.DataFrame:
     """The index: every point of ``sweep`` in its order; a point without an outcome is skipped."""
-    schema = {"point": pl.String, "trace": pl.String, "model": pl.String, **sweep.columns,
-              "seed": pl.Int64, **OUTCOME_SCHEMA}
+    schema: dict[str, pl.DataType] = {
+        "point": pl.String(), "trace": pl.String(), "model": pl.String(), **sweep.columns,
+        "seed": pl.Int64(), **OUTCOME_SCHEMA}
     rows = []
     for point in sweep.points:
         outcome = outcomes.get(point.name, Outcome(point.name, Status.SKIPPED))

@@ -18,10 +18,11 @@ import multiprocessing
 import os
 import signal
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from typing import cast
 
 from replay.sweep.index import Outcome, Status
 from replay.sweep.point import Task, remove_partial, run_point
@@ -44,11 +45,12 @@ class LocalExecutor:
     def __init__(self, jobs: int, memory_bytes: int | None):
         self.jobs, self.memory_bytes = max(1, jobs), memory_bytes
 
-    def run(self, tasks: Iterable[Task]) -> Iterator[Outcome]:
+    def run(self, tasks: Iterable[Task]) -> Generator[Outcome, None, None]:
         """Outcomes as points finish.  Closing the iterator (or an interrupt while it waits)
         stops the points still running and removes their partial run directories."""
         context = multiprocessing.get_context("spawn")
-        waiting, running = deque(tasks), {}
+        waiting = deque(tasks)
+        running: dict[Connection, _Running] = {}
         try:
             while waiting or running:
                 while waiting and self._fits(waiting[0], running.values()):
@@ -56,7 +58,8 @@ class LocalExecutor:
                     receiver, sender = context.Pipe(duplex=False)
                     running[receiver] = _Running(task, _start(context, task, sender))
                     sender.close()
-                for receiver in wait(list(running)):
+                # wait returns some of the connections it is given
+                for receiver in cast("list[Connection]", wait(list(running))):
                     yield _collect(receiver, running.pop(receiver))
         finally:
             _stop(running.values())

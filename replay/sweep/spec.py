@@ -26,13 +26,15 @@ from replay import models
 from replay.api import choose_model
 from replay.engine.config import RunConfig, config_from_table, read_toml
 from replay.errors import ReplayError
+from replay.models.base import Model
 from replay.sweep.memory import estimate_bytes
 from replay.trace.validate import read_trace
 
 FILE_KEYS = ("trace", "traces", "config", "seeds", "matrix", "exclude")
 MODEL = "model"  # the matrix key that chooses the model
 MODEL_PARAM = "model."  # prefix of the keys that set a model parameter
-SCALARS = {str: pl.String, int: pl.Int64, float: pl.Float64, bool: pl.Boolean}
+SCALARS: dict[type, pl.DataType] = {str: pl.String(), int: pl.Int64(), float: pl.Float64(),
+                                    bool: pl.Boolean()}
 NAME_CHARACTERS = re.compile(r"[^A-Za-z0-9._+-]")
 MAX_NAME = 200  # a directory name; most file systems allow 255 bytes
 
@@ -221,7 +223,7 @@ def _columns(matrix: dict[str, list[Any]]) -> dict[str, pl.DataType]:
                                            "error", "wall_seconds", "peak_memory_bytes"):
             raise ValueError(f"matrix.{key}: its column name {column!r} is taken")
         kinds = {type(v) for v in values}
-        columns[column] = pl.Float64 if kinds == {int, float} else SCALARS[kinds.pop()]
+        columns[column] = pl.Float64() if kinds == {int, float} else SCALARS[kinds.pop()]
     return columns
 
 
@@ -249,7 +251,7 @@ class _TraceFacts:
     def model(self, name: str | None) -> str:
         return choose_model(name, self.frame, self.given).name if name is None else name
 
-    def watchers(self, model: type[models.Model], config: RunConfig) -> int:
+    def watchers(self, model: type[Model], config: RunConfig) -> int:
         """Watchers that see every write (a kubelet sees its node's only): what a point's
         memory grows with."""
         if config.watchers is not None:
@@ -290,7 +292,7 @@ def _base_model(base: dict[str, Any]) -> str | None:
     return table.get("name") if isinstance(table, dict) else None
 
 
-def _check_params(model: type[models.Model], config: RunConfig, combination: dict[str, Any],
+def _check_params(model: type[Model], config: RunConfig, combination: dict[str, Any],
                   where: str) -> None:
     declared = {p.name for p in model.params}
     for key in combination:
@@ -304,7 +306,7 @@ def _check_params(model: type[models.Model], config: RunConfig, combination: dic
         raise ValueError(f"{err} ({where})") from None
 
 
-def _load_model(name: str, where: str) -> type[models.Model]:
+def _load_model(name: str, where: str) -> type[Model]:
     try:
         return models.load(name)
     except ReplayError as err:

@@ -174,7 +174,7 @@ class SynthSpec:
         if (LAST_TIME - self.start).total_seconds() < span_s:
             raise ValueError(f"a trace starting at {self.start.isoformat()} would end after "
                              f"{LAST_TIME.year}, which no tool reading it could show")
-        rows = self.nodes + 3 * self.pods
+        rows: float = self.nodes + 3 * self.pods
         if self.heartbeat_interval > 0:
             rows += self.nodes * (span_s / self.heartbeat_interval + 1)
         if rows > MAX_SYNTH_ROWS:

@@ -165,7 +165,9 @@ def _decode(raw: msgspec.Raw, decoder: msgspec.json.Decoder, key: str):
 
 
 def pod_requests(spec: Spec, key: str) -> Amounts:
-    """The pod's effective request (see the module docstring); ``key`` locates errors."""
+    """The pod's effective request (see the module docstring); ``key`` locates errors.  ``spec``
+    has containers (a pod without them has no row: ``_pod_columns``)."""
+    assert spec.containers is not None
     apps = _zero()
     for i, container in enumerate(spec.containers):
         apps = _plus(apps, _requests(container, f"{key}.spec.containers[{i}]"))

@@ -19,14 +19,15 @@ any number of fractional digits, rounded to the nearest microsecond).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Union, cast, get_args
 
 import msgspec
 
 ZonedTime = Annotated[datetime, msgspec.Meta(tz=True)]
 NO_BODY = msgspec.Raw()
 
-API_VERSIONS = ("audit.k8s.io/v1", "audit.k8s.io/v1beta1")
+ApiVersion = Literal["audit.k8s.io/v1", "audit.k8s.io/v1beta1"]
+API_VERSIONS: tuple[str, ...] = get_args(ApiVersion)
 STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
 COMPLETE = "ResponseComplete"
 TOO_DEEP = "JSON nested too deeply to decode (no audit event is)"
@@ -67,7 +68,7 @@ class Stage(msgspec.Struct, gc=False, tag_field="stage"):
 
     verb: str
     kind: Literal["Event"] | None = None
-    api_version: Literal[API_VERSIONS] | None = msgspec.field(default=None, name="apiVersion")
+    api_version: ApiVersion | None = msgspec.field(default=None, name="apiVersion")
 
 
 class Received(Stage, tag="RequestReceived"):
@@ -99,7 +100,9 @@ class Event(Stage, tag=COMPLETE):
 
 
 TIME_KEYS = ("requestReceivedTimestamp", "stageTimestamp", "timestamp")
-STAGE_TYPES = {cls: cls.__struct_config__.tag for cls in (Received, Started, Panicked, Event)}
+# the stage of each event class (its msgspec tag, a str as each class declares it)
+STAGE_TYPES: dict[type, str] = {cls: cast(str, cls.__struct_config__.tag)
+                                for cls in (Received, Started, Panicked, Event)}
 _head = msgspec.json.Decoder(Head)
 _event = msgspec.json.Decoder(Event)
 _stages = msgspec.json.Decoder(Union[tuple(STAGE_TYPES)])

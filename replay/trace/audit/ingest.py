@@ -58,7 +58,7 @@ def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = Fal
     make_folder(out.parent)
     with temporary_dir(out.parent, out.name) as folder:
         spill = RowSpill(folder)
-        summary, records = Summary(), Counter()
+        summary, records = Summary(), Counter[int]()
         with progress(None, "ingest", "lines") as bar:
             for task, scanned in _scanned(sources, options, workers):
                 _take(task, scanned, records, summary, spill)

@@ -141,7 +141,8 @@ def _pending_bound(spans: list[tuple[int, int, int]]) -> int:
 
     After each batch, at most the batches read so far whose last ts is past the floor.
     """
-    pending, bound, late = 0, 0, []
+    pending, bound = 0, 0
+    late: list[tuple[int, int]] = []  # (last ts, size) of the batches past the floor
     for (_, last, size), floor in zip(spans, _floors(spans)):
         heapq.heappush(late, (last, size))
         pending += size

@@ -29,7 +29,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast, overload
 
 import numpy as np
 
@@ -146,11 +146,12 @@ def read_blocks(source: str) -> Iterator[Block | Range | LongLine]:
             yield from _ranges(source, stream)
 
 
-def _open(source: str) -> BinaryIO:
+def _open(source: str) -> io.BufferedReader:
     if source == STDIN:
         return io.BufferedReader(io.FileIO(sys.stdin.fileno(), closefd=False), PEEK)
     try:
-        return open(source, "rb", buffering=PEEK)
+        # a buffered binary read (typeshed types open() with a computed buffer size as BinaryIO)
+        return cast(io.BufferedReader, open(source, "rb", buffering=PEEK))
     except IsADirectoryError:
         raise ReplayError(f"{source}: is a directory, not an audit log") from None
     except OSError as err:
@@ -176,6 +177,14 @@ def _ranges(source: str, stream: BinaryIO) -> Iterator[Range | LongLine]:
             yield Range(source, start, line_start)
         yield LongLine(source)
         start = _line_end(file, at, size)
+
+
+@overload
+def _line_end(file: int, at: int, size: int) -> int: ...
+
+
+@overload
+def _line_end(file: int, at: int, size: int, limit: int | None) -> int | None: ...
 
 
 def _line_end(file: int, at: int, size: int, limit: int | None = None) -> int | None:
@@ -206,7 +215,7 @@ def _line_start(file: int, start: int, at: int) -> int:
     return start
 
 
-def _blocks(source: str, stream: BinaryIO) -> Iterator[Block | LongLine]:
+def _blocks(source: str, stream: io.BufferedReader) -> Iterator[Block | LongLine]:
     gzipped = stream.peek(2)[:2] == GZIP_MAGIC
     data = _decompressed(source, stream) if gzipped else _raw(source, stream)
     line, rest, skipping = 1, b"", False

@@ -240,10 +240,10 @@ def _irregular(event: Event) -> tuple[int, int | None, Target]:
     status = event.response_status
     if status is None or status.code is None:
         raise Skip("no responseStatus.code")
-    if stage_time is None and legacy_time is None:
+    ts = stage_time if stage_time is not None else legacy_time
+    if ts is None:
         raise BadEvent("no stageTimestamp (nor the older timestamp)")
-    return (stage_time if stage_time is not None else legacy_time,
-            received if received is not None else legacy_time, _target(event))
+    return ts, received if received is not None else legacy_time, _target(event)
 
 
 def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[int],

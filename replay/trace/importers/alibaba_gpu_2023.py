@@ -37,12 +37,13 @@ START = datetime(2023, 1, 1, tzinfo=timezone.utc)
 MIB = 2**20
 NAMESPACE = "default"
 
-NODE_COLUMNS = {"sn": pl.String, "cpu_milli": pl.Int64, "memory_mib": pl.Int64, "gpu": pl.Int64,
-                "model": pl.String}
-POD_COLUMNS = {"name": pl.String, "cpu_milli": pl.Int64, "memory_mib": pl.Int64,
-               "num_gpu": pl.Int64, "gpu_milli": pl.Int64, "gpu_spec": pl.String,
-               "creation_time": pl.Int64, "deletion_time": pl.Int64,
-               "scheduled_time": pl.Int64}
+NODE_COLUMNS: dict[str, pl.DataType] = {
+    "sn": pl.String(), "cpu_milli": pl.Int64(), "memory_mib": pl.Int64(), "gpu": pl.Int64(),
+    "model": pl.String()}
+POD_COLUMNS: dict[str, pl.DataType] = {
+    "name": pl.String(), "cpu_milli": pl.Int64(), "memory_mib": pl.Int64(), "num_gpu": pl.Int64(),
+    "gpu_milli": pl.Int64(), "gpu_spec": pl.String(), "creation_time": pl.Int64(),
+    "deletion_time": pl.Int64(), "scheduled_time": pl.Int64()}
 NOT_NULL = {"sn", "name", "cpu_milli", "memory_mib", "gpu", "num_gpu", "gpu_milli",
             "creation_time", "deletion_time"}
 
