@@ -63,7 +63,7 @@ latency = { dist = "constant", ms = 2.0 }
     ("[[watchers]]\nname = \"a\"\nrole = \"king\"", "watchers[0].role: expected one of"),
     ("[[watchers]]\nrole = \"observer\"", "watchers[0].name: required"),
     ("[[watchers]]\nname = \"a\"\n[watchers.stages.cacher_queue]\nservice = { dist = \"constant\", ms = 1 }",
-     "watchers[0].stages.cacher_queue: this stage is one queue shared by all watchers"),
+     "watchers[0].stages.cacher_queue: this stage is one queue per resource shared by all watchers"),
     ("[[watchers]]\nname = \"a\"\n[[watchers]]\nname = \"a\"", "the name 'a' is used twice"),
     ("seed = [", "not valid TOML"),
 ])
