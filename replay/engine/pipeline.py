@@ -770,21 +770,39 @@ class Pipeline(Generic[Payload]):
     def shared_stages(self, commit: np.ndarray, resource: np.ndarray,
                       matches: np.ndarray) -> SharedTimes:
         """The watch caches' stages of writes rv = 1..n committed at ``commit``, of resources
-        ``resource``; ``matches``: how many watches each write goes to."""
-        cached, dispatched = np.empty_like(commit), np.empty_like(commit)
-        for code, costs in enumerate(self.shared_costs):
-            rows = (slice(None) if len(self.shared_costs) == 1 else np.flatnonzero(resource == code))
-            if isinstance(rows, np.ndarray) and len(rows) == 0:
-                continue
-            counters = (np.arange(1, len(commit) + 1, dtype=np.uint64) if isinstance(rows, slice)
-                        else (rows + 1).astype(np.uint64))
-            latency, service, cacher, per_watcher = (
-                cost.draw_parts(len(counters), _slicer(counters)) for cost in costs)
-            latency += commit[rows]
-            cached[rows] = lindley(latency, service)
-            per_watcher *= matches[rows]
-            per_watcher += cacher
-            dispatched[rows] = lindley(cached[rows], per_watcher)
+        ``resource``; ``matches``: how many watches each write goes to.
+
+        Each resource's queues are Lindley recursions over its own writes.  The busiest resource
+        is computed in place over all writes, the others' made neutral (an arrival before any and
+        no service leave a Lindley recursion as it was); the rest are gathered."""
+        n = len(commit)
+        counters = np.arange(1, n + 1, dtype=np.uint64)
+        drawn: dict[tuple[_Cost, ...], list[np.ndarray]] = {}
+        for costs in dict.fromkeys(self.shared_costs):
+            drawn[costs] = [cost.draw_parts(n, _slicer(counters)) for cost in costs]
+        latency, service, cacher, per_watcher = (
+            drawn[self.shared_costs[0]] if len(drawn) == 1 else
+            [np.choose(resource, [drawn[c][k] for c in self.shared_costs]) for k in range(4)])
+        per_watcher *= matches
+        per_watcher += cacher  # the dispatch cost
+        latency += commit  # the arrival at the watch cache
+        counts = np.bincount(resource, minlength=len(self.shared_costs))
+        busiest = int(np.argmax(counts)) if n else 0
+        if counts[busiest] == n:
+            cached = lindley(latency, service)
+            return SharedTimes(commit, cached, lindley(cached, per_watcher))
+        smaller = [np.flatnonzero(resource == code) for code in np.flatnonzero(counts).tolist()
+                   if code != busiest]
+        own = [(rows, latency[rows], service[rows], per_watcher[rows]) for rows in smaller]
+        others = np.concatenate(smaller)
+        latency[others], service[others], per_watcher[others] = EARLIEST, 0, 0
+        cached = lindley(latency, service)
+        arrival = cached.copy()
+        arrival[others] = EARLIEST
+        dispatched = lindley(arrival, per_watcher)
+        for rows, arrive, serve, cost in own:
+            cached[rows] = lindley(arrive, serve)
+            dispatched[rows] = lindley(cached[rows], cost)
         return SharedTimes(commit, cached, dispatched)
 
     def _draw_stream(self, key: tuple[str, str], segments: Segments) -> np.ndarray:
@@ -999,7 +1017,7 @@ class Scan:
             resume = Resume.after({"sent_ts": sent, **times}, stream, resume) if (
                 more and len(stream)) else None
             out = {"commit_ts": commit[write], "cached_ts": cached[write],
-                   "dispatched_ts": dispatched[write], "sent_ts": sent.copy(), **times,
+                   "dispatched_ts": dispatched[write], "sent_ts": sent, **times,
                    "source": np.zeros(len(write), dtype=np.int8),
                    "coalesced": np.zeros(len(write), dtype=bool)}
             if len(fixed) and len(stream):
@@ -1015,6 +1033,8 @@ class Scan:
             return
         values = self.fixed[s]
         mine = slice(first - int(self.starts[s]), last - int(self.starts[s]))
+        if out["sent_ts"].base is self.sent:  # a view of the server side: not to be changed
+            out["sent_ts"] = out["sent_ts"].copy()
         for column, array in values.items():
             out[column][first - lo:last - lo] = array[mine]
 

@@ -33,7 +33,7 @@ from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source
 from replay.engine.rundir import RunTables
 from replay.engine.view import View
 from replay.engine.watchcache import capacities
-from replay.engine.watchers import watchers_table
+from replay.engine.watchers import Streams, watchers_table
 from replay.engine.workload import Workload
 from replay.progress import progress
 from replay.rng import stream
@@ -58,9 +58,12 @@ class Simulation:
         self._index = {w.name: i for i, w in enumerate(watchers)}
         self._instant = [w.name in instant for w in watchers]
         piped = [i for i, w in enumerate(watchers) if w.name not in instant]
+        streams = Streams([watchers[i] for i in piped],
+                          ["pods", "nodes", *trace["resource"].unique()])
         self._pipeline: Pipeline[Write] = Pipeline(
-            config, [watchers[i] for i in piped], ["pods", "nodes", *trace["resource"].unique()],
-            capacities(trace["resource"], trace["ts"].dt.epoch("us").to_numpy()))
+            config, [watchers[i] for i in piped], streams.resources, capacities(
+                streams.resources, streams.codes(trace["resource"]),
+                trace["ts"].dt.epoch("us").to_numpy()))
         self._identify_objects(trace)
         self._wakeup: Timer | None = None
         self._piped_index = {i: k for k, i in enumerate(piped)}
@@ -281,9 +284,7 @@ class Simulation:
         object (a client queue's key), and whether it deletes the object."""
         code = self._pipeline.resource_code
         self._pods_code, self._nodes_code = code("pods"), code("nodes")
-        self._row_code = trace["resource"].replace_strict(
-            self._pipeline.streams.resources, range(len(self._pipeline.streams.resources)),
-            return_dtype=pl.Int64).to_numpy()
+        self._row_code = self._pipeline.streams.codes(trace["resource"])
         self._row_deletes = trace.select((pl.col("verb") == "delete")
                                          & pl.col("subresource").is_null()).to_series() \
             .fill_null(False).to_numpy()

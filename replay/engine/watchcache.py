@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import polars as pl
 
 EVENT_FRESH_US = 75_000_000  # DefaultEventFreshDuration: defaultBookmarkFrequency (1 min) + 15 s
 LOWER_CAPACITY = 100  # defaultLowerBoundCapacity
@@ -53,11 +52,11 @@ def capacity_for(times_us: np.ndarray) -> int:
     return capacity
 
 
-def capacities(resource: pl.Series, times_us: np.ndarray) -> dict[str, int]:
-    """``capacity_for`` of each resource's writes (``resource`` and ``times_us`` per write)."""
-    names = resource.unique().sort().to_list()
-    codes = resource.replace_strict(names, range(len(names)), return_dtype=pl.Int64).to_numpy()
-    return {str(name): capacity_for(times_us[codes == code]) for code, name in enumerate(names)}
+def capacities(resources: list[str], codes: np.ndarray, times_us: np.ndarray) -> dict[str, int]:
+    """``capacity_for`` of each resource's writes: ``codes`` per write index ``resources``."""
+    if len(resources) == 1:
+        return {resources[0]: capacity_for(times_us)}
+    return {name: capacity_for(times_us[codes == code]) for code, name in enumerate(resources)}
 
 
 def channel_size(capacity: int, resource: str, node_bound: bool) -> int:

@@ -43,8 +43,8 @@ class Streams:
 
     def codes(self, names: pl.Series) -> np.ndarray:
         """The code of each resource name (names not in ``resources`` are an error)."""
-        return names.replace_strict(self.resources, range(len(self.resources)),
-                                    return_dtype=pl.Int64).to_numpy()
+        codes: np.ndarray = names.cast(pl.Enum(self.resources)).to_physical().to_numpy()
+        return codes.astype(np.int64)
 
 
 def receives(watcher: WatcherSpec, resource: str, node: str | None) -> bool:

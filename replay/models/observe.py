@@ -22,8 +22,8 @@ import pyarrow as pa
 
 from replay.arrays import stable_sort
 from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunConfig, RunTables,
-                               Scan, WatcherSpec, capacities, match, node_index, view_lag_us,
-                               watchers_table)
+                               Scan, Streams, WatcherSpec, capacities, match, node_index,
+                               view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks
 
@@ -129,10 +129,10 @@ class _Replay:
         if len(committed) < self.trace.height:
             resource = resource.gather(committed)
         commit_ts = self.ts[committed]
-        pipeline: Pipeline[None] = Pipeline(self.config, self.watchers,
-                                            resource.unique().to_list(),
-                                            capacities(resource, commit_ts))
-        codes = pipeline.streams.codes(resource)
+        streams = Streams(self.watchers, resource.unique().to_list())
+        codes = streams.codes(resource)
+        pipeline: Pipeline[None] = Pipeline(self.config, self.watchers, streams.resources,
+                                            capacities(streams.resources, codes, commit_ts))
         write, stream = match(pipeline.streams, codes, self._targets()[committed])
         self.scan = Scan(pipeline, commit_ts, write, stream, codes,
                          lambda: self._keys(committed), lambda: self._deletes(committed), PART)
