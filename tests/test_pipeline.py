@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.arrays import lindley, segmented_cummax, segmented_lindley
-from replay.engine.config import PROFILES, RunConfig, WatcherSpec
+from replay.engine.config import PROFILES, ClientQueue, RunConfig, WatcherSpec
 from replay.engine.distributions import Constant, Empirical, Exponential, LogNormal, Uniform
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, view_lag_us
 
@@ -206,32 +206,37 @@ def test_another_watcher_does_not_change_my_draws():
     assert alone == [r for r in crowd if r[0] == 0]
 
 
-def client_queue_wait_ms(service, rate_per_s=100.0, n=200_000, seed=5):
-    """Mean wait in the client queue of one watcher whose only cost is its handler."""
+def client_queue_wait_ms(service, queue=ClientQueue.FIFO, rate_per_s=100.0, n=200_000, seed=5):
+    """Mean wait in the client queue of one watcher whose only cost is its handler (each event
+    of another object: every client queue is then the same queue)."""
     gaps = np.random.default_rng(seed).exponential(1e6 / rate_per_s, n)
     commit = np.cumsum(np.rint(gaps)).astype(np.int64)
     config = zero_config(seed, handler__service=service)
-    times = Pipeline(config, [observer("a")]).scan(
+    times = Pipeline(config, [observer("a", client_queue=queue)]).scan(
         commit, np.arange(n), np.zeros(n, dtype=np.int64))
     return float(np.mean(times["dequeued_ts"] - times["received_ts"])) / 1000
 
 
+@pytest.mark.parametrize("queue", list(ClientQueue))
 @pytest.mark.parametrize("rho", [0.5, 0.8])
-def test_mm1_wait_matches_theory(rho):
+def test_mm1_wait_matches_theory(rho, queue):
     """M/M/1: Wq = rho / (mu - lambda); 200k events at rate 100/s, tolerance 5%."""
     lam = 100.0
     mu = lam / rho
     expected_ms = rho / (mu - lam) * 1000
-    assert client_queue_wait_ms(Exponential(1000 / mu)) == pytest.approx(expected_ms, rel=0.05)
+    assert client_queue_wait_ms(Exponential(1000 / mu), queue) == pytest.approx(expected_ms,
+                                                                               rel=0.05)
 
 
+@pytest.mark.parametrize("queue", list(ClientQueue))
 @pytest.mark.parametrize("rho", [0.5, 0.8])
-def test_md1_wait_matches_theory(rho):
+def test_md1_wait_matches_theory(rho, queue):
     """M/D/1: Wq = rho / (2 mu (1 - rho)); 200k events at rate 100/s, tolerance 3%."""
     lam = 100.0
     mu = lam / rho
     expected_ms = rho / (2 * mu * (1 - rho)) * 1000
-    assert client_queue_wait_ms(Constant(1000 / mu)) == pytest.approx(expected_ms, rel=0.03)
+    assert client_queue_wait_ms(Constant(1000 / mu), queue) == pytest.approx(expected_ms,
+                                                                            rel=0.03)
 
 
 def test_view_lag_is_the_age_of_the_oldest_unapplied_write():
