@@ -168,18 +168,15 @@ class _EventDraws:
         self.next = 0
         self.start = 0
 
-    def take(self) -> tuple[int, int, int]:
-        if self.next == len(self.buffer):
-            self.start += len(self.buffer)
-            size = min(max(16, 2 * len(self.buffer)), 4096)
-            counters = np.arange(self.start, self.start + size, dtype=np.uint64)
-            queue, network, handler = (cost.draw(counters, key).tolist()
-                                       for cost, key in zip(self.costs, self.keys))
-            self.buffer = list(zip(queue, network, handler))
-            self.next = 0
-        value = self.buffer[self.next]
-        self.next += 1
-        return value
+    def refill(self) -> None:
+        """The next block of draws (``_Watch.enter`` takes them: ``buffer[next]``)."""
+        self.start += len(self.buffer)
+        size = min(max(16, 2 * len(self.buffer)), 4096)
+        counters = np.arange(self.start, self.start + size, dtype=np.uint64)
+        queue, network, handler = (cost.draw(counters, key).tolist()
+                                   for cost, key in zip(self.costs, self.keys))
+        self.buffer = list(zip(queue, network, handler))
+        self.next = 0
 
 
 class SharedTimes(NamedTuple):
@@ -224,7 +221,7 @@ class _Resource:
         self.budget, self.budget_at = max_budget_us, EARLIEST  # full: the server ran before
         self.window_cached: list[int] = []  # cached time and rv of each event, in rv order
         self.window_rv: list[int] = []
-        self.objects: dict[int, tuple[bool, Sequence[int]]] = {}  # key -> (alive, streams)
+        self.objects: dict[int, tuple[bool, list[_Watch]]] = {}  # key -> (alive, its watches)
 
     def keeps(self, rv: int, at: int) -> bool:
         """Whether a watch from ``rv`` can start at ``at``: the window (the last ``capacity``
@@ -276,7 +273,11 @@ class _Watch:
         self.rewatch_draws, self.relist_draws, self.list_draws, self.replace_draws = draws[3:]
         self.connected = True
         self.live = 0  # events dispatched to the current connection
-        self.recent: deque[int] = deque(maxlen=self.room)  # its last events' sent times
+        # the sent times of its last 2 x buffer + 2 events (the first: the one a new event needs
+        # sent to find room) and of its last buffer + 1 (the first: the one that must be sent
+        # before a new event reaches the result channel, safe from a termination)
+        self.recent: deque[int] = deque(maxlen=self.room)
+        self.recent_result: deque[int] = deque(maxlen=buffer + 1)
         self.last_sent = self.last_received = EARLIEST
         self.last_rv = 0  # the last event that entered the buffer
         # the last event delivered before those held: its sent, received, rv
@@ -293,16 +294,21 @@ class _Watch:
               live: bool, dispatched: int) -> bool:
         """Event ``rv`` enters the buffer at ``entry``; False if it is held (it may yet be
         dropped, or an earlier one is held).  (Written for speed: it runs once per delivery.)"""
-        queue, network, service = self.event_draws.take()
+        draws = self.event_draws
+        if draws.next == len(draws.buffer):
+            draws.refill()
+        queue, network, service = draws.buffer[draws.next]
+        draws.next += 1
         last_sent, last_received = self.last_sent, self.last_received
         sent = queue + (entry if entry > last_sent else last_sent)
         received = sent + network
         if received < last_received:
             received = last_received
         self.last_sent, self.last_received = sent, received
-        recent = self.recent
-        safe = recent[-self.buffer - 1] if len(recent) > self.buffer else entry
-        recent.append(sent)
+        result = self.recent_result
+        safe = result[0] if len(result) > self.buffer else entry
+        result.append(sent)
+        self.recent.append(sent)
         if live:
             self.live += 1
         held = self.held
@@ -375,6 +381,7 @@ class _Watch:
         if self.resource.keeps(self.resume_rv, now):
             self.connected, self.live = True, 0
             self.recent.clear()
+            self.recent_result.clear()
             missed, self.missed = self.missed, []
             for rv, payload, key, deleted, dispatched in missed:
                 self.enter(rv, payload, key, deleted, max(now, dispatched), Source.REWATCH, False,
@@ -391,8 +398,8 @@ class _Watch:
         version = engine.last_rv_before(now)
         last = bisect_right(resource.window_rv, version) - 1
         start = max(now, resource.window_cached[last]) if last >= 0 else now
-        listed = sorted(key for key, (alive, streams) in resource.objects.items()
-                        if alive and self.index in streams)
+        listed = sorted(key for key, (alive, watches) in resource.objects.items()
+                        if alive and self in watches)
         served = start + self.list_draws.take() * len(listed)
         gone = sorted(self.known.difference(listed))
         number = len(engine.relists)
@@ -477,6 +484,11 @@ class _Engine:
                           for code in range(len(pipeline.streams.resources))]
         self.watches = [pipeline._watch_state(self, s, self.resources[int(r)])
                         for s, r in enumerate(pipeline.streams.resource)]
+        # per resource, each watcher's watch of it (None if it does not watch it)
+        self.watch_of: list[list[_Watch | None]] = [
+            [None] * len(pipeline.watchers) for _ in self.resources]
+        for watch in self.watches:
+            self.watch_of[watch.resource.code][watch.watcher] = watch
         self.out: list[tuple[Any, ...]] = []
         self.pending: list[int] = []  # watchers the last step's write is not yet delivered to
         self.terminations: list[list[Any]] = []  # watcher, resource, ts, rv, recovery, recovered
@@ -542,9 +554,9 @@ class _Engine:
         return drawn[0][at], drawn[1][at], drawn[2][at], drawn[3][at]
 
     def step(self, rv: int, commit: int, resource: _Resource, key: int, deleted: bool,
-             streams: Sequence[int], payload: Any) -> tuple[int, int]:
+             targets: list[_Watch], payload: Any) -> tuple[int, int]:
         """Write ``rv`` of ``resource`` on object ``key``, committed at ``commit``, to the
-        watches ``streams``; returns its cached and dispatched times (its deliveries go to
+        watches ``targets``; returns its cached and dispatched times (its deliveries go to
         ``out``, those not yet made to ``pending``).  (Written for speed: it runs per write.)"""
         latency, service, cacher, per_watcher = self.shared(resource, rv)
         cached = commit + latency
@@ -554,8 +566,6 @@ class _Engine:
         resource.cached = cached
         resource.window_cached.append(cached)
         resource.window_rv.append(rv)
-        watches = self.watches
-        targets = [watches[s] for s in streams]
         live = 0
         for watch in targets:
             live += watch.connected
@@ -586,7 +596,7 @@ class _Engine:
             elif not watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
                                  dispatched):
                 pending.append(watch.watcher)
-        resource.objects[key] = (not deleted, streams)
+        resource.objects[key] = (not deleted, targets)
         return cached, dispatched
 
     def finish(self) -> None:
@@ -707,10 +717,11 @@ class Pipeline(Generic[Payload]):
         self._rv += 1
         rv = self._rv
         self._commits.append(commit)
-        of = self.streams.of
+        watch_of = engine.watch_of[resource]
         cached, dispatched = engine.step(rv, commit, engine.resources[resource],
                                          rv if key is None else key, deleted,
-                                         [of[w, resource] for w in targets], payload)
+                                         [watch_of[w] for w in targets],  # type: ignore[misc]
+                                         payload)
         return rv, cached, dispatched, engine.take()
 
     @property
@@ -919,7 +930,7 @@ class Scan:
         writes = np.flatnonzero(self.resource == code)
         bounds = np.searchsorted(self.write[by_write], writes)
         bounds = np.r_[bounds, len(by_write)]
-        target = self.stream[by_write].tolist()
+        target = [engine.watches[s] for s in self.stream[by_write].tolist()]
         resource = engine.resources[code]
         cached, dispatched = self.shared.cached, self.shared.dispatched
         delivered: list[tuple[Any, ...]] = []

@@ -290,13 +290,20 @@ class Simulation:
             .fill_null(False).to_numpy()
         self._row_names = trace.select(pl.concat_str(pl.col("namespace").fill_null(""), "name",
                                                      separator="/")).to_series()
-        self._object_ids: dict[str, int] = {}
+        self._object_ids: dict[str, int] = {}  # by namespace/name: incarnations share their key
+        self._pod_ids: dict[Pod, int] = {}
 
     def _object(self, name: str) -> int:
         ids = self._object_ids
         found = ids.get(name)
         if found is None:
             found = ids[name] = len(ids)
+        return found
+
+    def _pod_object(self, pod: Pod) -> int:
+        found = self._pod_ids.get(pod)
+        if found is None:
+            found = self._pod_ids[pod] = self._object(pod.key)
         return found
 
     def _send(self, write: Write) -> None:
@@ -314,7 +321,7 @@ class Simulation:
             pod = write.pod
             assert pod is not None
             resource, node, code = "pods", pod.node, self._pods_code
-            key, deleted = self._object(pod.key), kind == WriteKind.POD_DELETE
+            key, deleted = self._pod_object(pod), kind == WriteKind.POD_DELETE
         targets = self._by_resource.get(resource, [])
         if node >= 0:
             targets = targets + self._by_node.get((node, resource), [])
@@ -349,8 +356,9 @@ class Simulation:
         log = self._log
         views, reactions = self._views, self._reactions
         record, at, of = log.deliveries.extend, self._env.at, self._watcher_of_piped
+        mapped = piped and not self._all_piped
         for w, rv, write, sent, received, dequeued, applied, source, coalesced in deliveries:
-            watcher = of[w] if piped else w
+            watcher = of[w] if mapped else w
             record((rv, watcher, sent, received, dequeued, applied, source, coalesced))
             view = views.get(watcher)
             if view is not None:

@@ -33,6 +33,8 @@ import numpy.typing as npt
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
 
 Ints = npt.NDArray[np.int64]
+_INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
+          for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
 
 
 class Snapshot(NamedTuple):
@@ -73,15 +75,14 @@ class View:
     def _deliver(self, applied: int, write: Write, expected: bool = False) -> None:
         """The engine's hand-over of a delivery, to be applied at ``applied`` (``expected``: it
         was ``_expect``ed)."""
-        kind = write.kind
-        self._inboxes[0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1].append(
-            (applied, write))
+        self._inboxes[_INBOX[write.kind]].append((applied, write))
         if not expected:
             self._unapplied.append(write)
 
     def _catch_up(self) -> None:
         """Apply every delivery due by now."""
         now = None
+        unapplied = self._unapplied
         for inbox in self._inboxes:
             if inbox:
                 if now is None:
@@ -89,17 +90,17 @@ class View:
                 while inbox and inbox[0][0] <= now:
                     applied, write = inbox.popleft()
                     self._apply(write, applied)
-                    self._forget_unapplied(write)
+                    if unapplied and unapplied[0] is write:  # in the order it was sent
+                        unapplied.popleft()
+                        if self._applied_early:
+                            self._forget_applied_early()
+                    else:
+                        self._applied_early.add(write.rv)
 
-    def _forget_unapplied(self, write: Write) -> None:
-        unapplied = self._unapplied
-        if unapplied and unapplied[0] is write:
-            unapplied.popleft()
-            early = self._applied_early
-            while early and unapplied and unapplied[0].rv in early:
-                early.remove(unapplied.popleft().rv)
-        else:
-            self._applied_early.add(write.rv)
+    def _forget_applied_early(self) -> None:
+        unapplied, early = self._unapplied, self._applied_early
+        while early and unapplied and unapplied[0].rv in early:
+            early.remove(unapplied.popleft().rv)
 
     @property
     def give_backs(self) -> int:
