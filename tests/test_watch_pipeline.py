@@ -520,3 +520,12 @@ def test_a_what_if_control_plane_under_load(tmp_path):
     assert set(run["attempts"]["outcome"]) <= {"bound", "conflict", "unschedulable", "error"}
     assert set(terminations["recovery"]) == {"rewatch", "relist"} and run["relists"].height
 
+
+
+def test_no_writes_at_all():
+    """A trace with no committed write (every one failed): nothing to scan."""
+    pipeline = Pipeline(config(), [])
+    times = pipeline.scan(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64),
+                          np.zeros(0, dtype=np.int64))
+    assert all(len(values) == 0 for values in times.values())
+    assert all(table.height == 0 for table in pipeline.scanned.incidents().values())

@@ -787,6 +787,8 @@ class Pipeline(Generic[Payload]):
         is computed in place over all writes, the others' made neutral (an arrival before any and
         no service leave a Lindley recursion as it was); the rest are gathered."""
         n = len(commit)
+        if n == 0:
+            return SharedTimes(commit, commit.copy(), commit.copy())
         counters = np.arange(1, n + 1, dtype=np.uint64)
         drawn: dict[tuple[_Cost, ...], list[np.ndarray]] = {}
         for costs in dict.fromkeys(self.shared_costs):
