@@ -869,12 +869,11 @@ class Scan:
         self.shared = pipeline.shared_stages(commit, self.resource,
                                              np.bincount(write, minlength=len(commit)))
         self.starts = np.searchsorted(stream, np.arange(len(streams) + 1))
-        self.sent = self._server_side()
+        self.sent, blocked = self._server_side()
         self.waits: list[tuple[int, int, int, int, int, bool]] = []
         self.terminations: list[list[Any]] = []
         self.relists: list[list[Any]] = []
         self.fixed: dict[int, dict[str, np.ndarray]] = {}  # stream -> its times, recomputed
-        blocked = self._blocked()
         for code in blocked:
             self._evaluate_by_event(code)
         for s, discipline in enumerate(pipeline.discipline):
@@ -882,9 +881,13 @@ class Scan:
                     and self.starts[s + 1] > self.starts[s]):
                 self._client_queue_again(s)
 
-    def _server_side(self) -> np.ndarray:
-        """Every delivery's sent time with unbounded buffers."""
+    def _server_side(self) -> tuple[np.ndarray, list[int]]:
+        """Every delivery's sent time with unbounded buffers, and the resources whose
+        dispatcher would find a buffer full in that schedule: some event of a stream dispatched
+        before the event 2 x buffer + 2 before it in the stream was sent."""
         sent = np.empty(len(self.write), dtype=np.int64)
+        room = 2 * np.array(self.pipeline.buffer, dtype=np.int64) + 2
+        blocked: set[int] = set()
         resume = None
         for start in range(0, max(len(self.write), 1), self.part):
             part = slice(start, start + self.part)
@@ -893,27 +896,18 @@ class Scan:
                 break
             segments = Segments(stream, resume.done if resume else 0)
             cost = self.pipeline._draw_stream(("watcher_queue", "service"), segments)
-            sent[part] = segments.lindley(self.shared.dispatched[self.write[part]], cost,
-                                          last=resume.sent if resume else None)
+            dispatched = self.shared.dispatched[self.write[part]]
+            sent[part] = segments.lindley(dispatched, cost, last=resume.sent if resume else None)
+            # the event that many before each (in this part or an earlier one), if any
+            before = np.arange(start, start + len(stream)) - room[stream]
+            full = np.flatnonzero(before >= self.starts[stream])
+            full = full[sent[before[full]] > dispatched[full]]
+            if len(full):
+                blocked.update(self.pipeline.streams.resource[stream[full]].tolist())
             more = start + self.part < len(self.write) and self.stream[start + self.part] == \
                 stream[-1]
             resume = Resume.after({"sent_ts": sent[part]}, stream, resume) if more else None
-        return sent
-
-    def _blocked(self) -> list[int]:
-        """The resources whose dispatcher would find a buffer full in the unbounded schedule:
-        some event of a stream dispatched before the event K before it was sent."""
-        room = np.array([2 * b + 2 for b in self.pipeline.buffer], dtype=np.int64)
-        blocked: set[int] = set()
-        codes = self.pipeline.streams.resource
-        for s in range(len(room)):
-            lo, hi = int(self.starts[s]), int(self.starts[s + 1])
-            if hi - lo <= room[s] or int(codes[s]) in blocked:
-                continue
-            later = self.shared.dispatched[self.write[lo + room[s]:hi]]
-            if np.any(self.sent[lo:hi - room[s]] > later):
-                blocked.add(int(codes[s]))
-        return sorted(blocked)
+        return sent, sorted(blocked)
 
     def _objects(self) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.shared.commit)
