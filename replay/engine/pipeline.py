@@ -162,7 +162,7 @@ class _EventDraws:
 
     __slots__ = ("costs", "keys", "buffer", "next", "start")
 
-    def __init__(self, costs: tuple[_Cost, _Cost, _Cost], keys: tuple[Keys, Keys, Keys]):
+    def __init__(self, costs: tuple[_Cost, ...], keys: tuple[Keys, ...]):
         self.costs, self.keys = costs, keys
         self.buffer: list[tuple[int, int, int]] = []
         self.next = 0
@@ -262,15 +262,17 @@ class _Watch:
     """One stream: a watcher's watch of one resource, server and client side."""
 
     def __init__(self, engine: _Engine, index: int, watcher: int, resource: _Resource,
-                 buffer: int, discipline: ClientQueue, draws: tuple[_DrawsAhead, ...]):
+                 buffer: int, discipline: ClientQueue, event_draws: _EventDraws,
+                 draws: tuple[_DrawsAhead, _DrawsAhead, _DrawsAhead, _DrawsAhead]):
+        """``draws``: the reflector's re-watch delay and re-list backoff, the list's cost per
+        object and the handler's cost per delta of a re-list."""
         self.engine, self.index, self.watcher, self.resource = engine, index, watcher, resource
         self.buffer, self.room = buffer, 2 * buffer + 2
         self.discipline = discipline
         self.queue = QUEUES[discipline]()
         self.fifo: FifoQueue | None = self.queue if isinstance(self.queue, FifoQueue) else None
-        self.event_draws = _EventDraws(tuple(d.cost for d in draws[:3]),  # type: ignore[arg-type]
-                                       tuple(d.key for d in draws[:3]))  # type: ignore[arg-type]
-        self.rewatch_draws, self.relist_draws, self.list_draws, self.replace_draws = draws[3:]
+        self.event_draws = event_draws
+        self.rewatch_draws, self.relist_draws, self.list_draws, self.replace_draws = draws
         self.connected = True
         self.live = 0  # events dispatched to the current connection
         # the sent times of its last 2 x buffer + 2 events (the first: the one a new event needs
@@ -338,11 +340,6 @@ class _Watch:
         self.engine.out.append((self.watcher, rv, payload, sent, received, dequeued, applied,
                                 source, False))
         return True
-
-    def blocks(self, dispatched: int) -> bool:
-        """Whether the next live event, dispatched then, finds the buffer full."""
-        return (self.live >= self.buffer and len(self.recent) == self.room
-                and self.recent[0] > dispatched)
 
     def safe(self, now: int) -> None:
         """Held events whose time to be dropped has passed go on to the client."""
@@ -688,10 +685,13 @@ class Pipeline(Generic[Payload]):
                          round(server.budget_refill_ms_per_s * 1000))
 
     def _watch_state(self, engine: _Engine, s: int, resource: _Resource) -> _Watch:
-        draws = tuple(_DrawsAhead(self.stream_costs[key][s], self.keys[key][s])
-                      for key in self._STREAM_DRAWS)
+        events = _EventDraws(*zip(*((self.stream_costs[key][s], self.keys[key][s])
+                                    for key in self._PER_WATCH)))
+        rewatch, relist, per_object, replace = (
+            _DrawsAhead(self.stream_costs[key][s], self.keys[key][s])
+            for key in self._STREAM_DRAWS[len(self._PER_WATCH):])
         return _Watch(engine, s, int(self.streams.watcher[s]), resource, self.buffer[s],
-                      self.discipline[s], draws)
+                      self.discipline[s], events, (rewatch, relist, per_object, replace))
 
     # -- one write at a time -------------------------------------------------------------------
     def resource_code(self, name: str) -> int:
