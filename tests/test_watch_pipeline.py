@@ -529,3 +529,34 @@ def test_no_writes_at_all():
                           np.zeros(0, dtype=np.int64))
     assert all(len(values) == 0 for values in times.values())
     assert all(table.height == 0 for table in pipeline.scanned.incidents().values())
+
+
+def test_the_dispatchers_budget_is_taken_whole_refilled_and_returned():
+    """time_budget.go: the dispatcher takes the whole budget (at most 100 ms), waits until room
+    or the deadline, returns what it did not use; the budget refills at 50 ms a second."""
+    from replay.engine.pipeline import _Resource
+
+    resource = _Resource(0, "pods", 100, (), max_budget_us=100 * MS, refill_us_per_s=50 * MS)
+
+    class Full:  # a watch whose buffer has room at room_ms
+        def __init__(self, room_ms, number):
+            self.recent, self.index, self.watcher = [room_ms * MS], number, number
+
+    def full_until(room_ms, number=0):
+        return Full(room_ms, number)
+
+    waits = []
+    # full budget: room at 30 ms comes in time; 70 ms go back
+    assert resource.block(0, [full_until(30)], 1, waits)[0] == 30 * MS
+    assert resource.budget == 70 * MS
+    # a second later: 70 + 50, at most 100: room at 1,200 ms is too late, terminated at 1,100
+    released, entries, deadline = resource.block(1000 * MS, [full_until(1200)], 2, waits)
+    assert (released, entries, deadline) == (1100 * MS, {}, 1100 * MS)
+    assert resource.budget == 0
+    # another second: 50 ms refilled; two blocked watches, waited for in turn
+    first, second = full_until(2010, 0), full_until(2040, 1)
+    released, entries, _ = resource.block(2000 * MS, [second, first], 3, waits)
+    assert released == 2040 * MS and entries == {first: 2010 * MS, second: 2040 * MS}
+    assert resource.budget == 10 * MS
+    assert [(w[2], w[4] // MS, w[5]) for w in waits] == [
+        (1, 30, False), (2, 1100, True), (3, 2010, False), (3, 2040, False)]
