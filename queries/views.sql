@@ -75,6 +75,9 @@ CREATE OR REPLACE VIEW deliveries AS FROM run_table('deliveries');
 CREATE OR REPLACE VIEW attempts AS FROM run_table('attempts');
 CREATE OR REPLACE VIEW pods AS FROM run_table('pods');
 CREATE OR REPLACE VIEW watchers AS FROM run_table('watchers');
+CREATE OR REPLACE VIEW dispatch_waits AS FROM run_table('dispatch_waits');
+CREATE OR REPLACE VIEW watch_terminations AS FROM run_table('watch_terminations');
+CREATE OR REPLACE VIEW relists AS FROM run_table('relists');
 
 
 ---------------------------------------------------------------------------------------------------
@@ -141,8 +144,10 @@ CREATE OR REPLACE MACRO cdf_fractions() AS
 -- is compared with counts its assumption too until the attempt's write commits (or fails),
 -- because a decision in flight is not watch delay: an ideal watcher with no delay would hold the
 -- same assumption.  Changes at the same instant take effect together, so no interval has zero
--- length and a pipeline without delay never differs from the truth.  Watchers apply writes in
--- commit order (docs/run-directory.md), which the windows below rely on.
+-- length and a pipeline without delay never differs from the truth.  A watcher applies a resource's
+-- writes mostly in commit order, but not always (its pods and nodes informers are separate
+-- queues; a re-list applies its deltas in key order; docs/run-directory.md): the windows below do
+-- not rely on it.
 ---------------------------------------------------------------------------------------------------
 
 -- run_bounds: run, start_ts, end_ts: the first and the last timestamp anywhere in the run.  A

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
-TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers", "dispatch_waits",
+          "watch_terminations", "relists")
 RESOURCES = {"cpu": "cpu_milli", "memory": "memory_bytes", "gpu": "gpu_milli"}
 UNIT = {"cpu": 1000.0, "memory": float(1 << 30), "gpu": 1000.0}
 STAGES = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts", "dequeued_ts",
@@ -527,3 +528,54 @@ def sweep_summary(tables, windows: pl.DataFrame) -> dict:
         "wasted_core_seconds": float(capacity["wasted_core_seconds"].sum()),
         "phantom_windows": int(capacity["phantom_windows"].sum()),
     }
+# --- watch health ----------------------------------------------------------------------------------
+
+def watch_health(tables) -> pl.DataFrame:
+    """Per watch (watcher and resource): the dispatcher's waits on it, its terminations, re-lists
+    and frozen time, summed row by row."""
+    seconds = {}  # per watch: the sums
+    per_write = {}  # (resource, rv) -> the longest wait on that write
+    for w in tables["dispatch_waits"].iter_rows(named=True):
+        key = (w["resource"], w["watcher"])
+        wait = (us(w["end_ts"]) - us(w["start_ts"])) / 1e6
+        sums = seconds.setdefault(key, {})
+        sums["blocked_waits"] = sums.get("blocked_waits", 0) + 1
+        sums["blocked_seconds"] = sums.get("blocked_seconds", 0.0) + wait
+        per_write[w["resource"], w["rv"]] = max(per_write.get((w["resource"], w["rv"]), 0.0), wait)
+    stalls = {}
+    for (resource, _), wait in per_write.items():
+        stalls[resource] = stalls.get(resource, 0.0) + wait
+    for t in tables["watch_terminations"].iter_rows(named=True):
+        sums = seconds.setdefault((t["resource"], t["watcher"]), {})
+        frozen = (us(t["recovered_ts"]) - us(t["ts"])) / 1e6
+        sums["terminations"] = sums.get("terminations", 0) + 1
+        sums["rewatches"] = sums.get("rewatches", 0) + (t["recovery"] == "rewatch")
+        sums["frozen_seconds"] = sums.get("frozen_seconds", 0.0) + frozen
+        sums["max_frozen_seconds"] = max(sums.get("max_frozen_seconds", 0.0), frozen)
+    for r in tables["relists"].iter_rows(named=True):
+        sums = seconds.setdefault((r["resource"], r["watcher"]), {})
+        sums["relists"] = sums.get("relists", 0) + 1
+        sums["listed_objects"] = sums.get("listed_objects", 0) + r["objects"]
+        sums["list_seconds"] = sums.get("list_seconds", 0.0) + (
+            us(r["end_ts"]) - us(r["start_ts"])) / 1e6
+    rows = []
+    for w in tables["watchers"].iter_rows(named=True):
+        for resource in w["resources"].split(","):
+            sums = seconds.get((resource, w["watcher"]), {})
+            rows.append({"resource": resource, "watcher": w["watcher"],
+                         "blocked_waits": sums.get("blocked_waits", 0),
+                         "blocked_seconds": sums.get("blocked_seconds", 0.0),
+                         "resource_blocked_seconds": stalls.get(resource, 0.0),
+                         "terminations": sums.get("terminations", 0),
+                         "rewatches": sums.get("rewatches", 0),
+                         "relists": sums.get("relists", 0),
+                         "listed_objects": sums.get("listed_objects", 0),
+                         "list_seconds": sums.get("list_seconds", 0.0),
+                         "frozen_seconds": sums.get("frozen_seconds", 0.0),
+                         "max_frozen_seconds": sums.get("max_frozen_seconds")})
+    return pl.DataFrame(rows, schema={
+        "resource": pl.String, "watcher": pl.String, "blocked_waits": pl.Int64,
+        "blocked_seconds": pl.Float64, "resource_blocked_seconds": pl.Float64,
+        "terminations": pl.Int64, "rewatches": pl.Int64, "relists": pl.Int64,
+        "listed_objects": pl.Int64, "list_seconds": pl.Float64, "frozen_seconds": pl.Float64,
+        "max_frozen_seconds": pl.Float64})

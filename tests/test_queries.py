@@ -215,6 +215,11 @@ def check_delays(answers: Answers) -> None:
                 ["watcher_role", "fraction"])
 
 
+def check_watch_health(answers: Answers) -> None:
+    assert_same(answers.query("watch_health").drop("run"), ref.watch_health(answers.tables),
+                ["resource", "watcher"])
+
+
 def check_conflicts(answers: Answers) -> None:
     got = answers.query("conflict_rate").drop("run")
     expected = ref.conflict_rate(answers.tables)
@@ -264,8 +269,44 @@ def small_traces(draw) -> list[dict]:
     return rows
 
 
+# Under load: the second scheduler's watches drain slowly (5 ms an event) into buffers of 1 (4
+# events), the dispatcher's budget is 1 ms and never refills, the window holds 2 events: its
+# watches are terminated and re-list (or re-watch, with a larger window), and views are frozen
+# meanwhile; the other scheduler's client queue pops a key's events together
+LOAD = network(1) + """
+[stages.watcher_queue]
+buffer = 1
+[dispatch]
+timeout_budget_ms = 1.0
+budget_refill_ms_per_s = 0.0
+[list]
+per_object = { dist = "constant", ms = 0.5 }
+[[watchers]]
+name = "kube-scheduler"
+role = "scheduler"
+client_queue = "CLIENT_QUEUE"
+[watchers.stages.handler]
+service = { dist = "constant", ms = 2 }
+[[watchers]]
+name = "second-scheduler"
+role = "scheduler"
+client_queue = "CLIENT_QUEUE"
+[watchers.stages.watcher_queue]
+service = { dist = "constant", ms = 5 }
+[[watchers]]
+name = "kubelet/n0"
+role = "kubelet"
+node = "n0"
+"""
+
+
+def load(client_queue: str, capacity: int) -> str:
+    return LOAD.replace("CLIENT_QUEUE", client_queue) + f"[watch_cache]\ncapacity = {capacity}\n"
+
+
 CONFIGS = st.sampled_from([ZERO, ZERO + FEW_WATCHERS, network(1), network(3), network(8),
-                           network(3) + FEW_WATCHERS, "seed = 3\n", "seed = 5\n" + FEW_WATCHERS])
+                           network(3) + FEW_WATCHERS, "seed = 3\n", "seed = 5\n" + FEW_WATCHERS,
+                           load("delta_fifo", 2), load("workqueue", 2), load("fifo", 100)])
 PROPERTY = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
@@ -279,6 +320,7 @@ def test_every_query_matches_its_reference(tmp_path, rows, config):
     check_capacity(answers)
     check_delays(answers)
     check_conflicts(answers)
+    check_watch_health(answers)
     if config.startswith(ZERO) and "[stages" not in config:
         assert answers.reference_windows.height == 0
 
@@ -533,3 +575,48 @@ def test_every_query_answers_on_real_traces(tmp_path, source, model):
     if source == "alibaba":
         assert answers.query("stale_capacity_windows").height > 0
         assert answers.query("stale_capacity_summary").height == 1523 + 4
+
+
+def test_a_view_frozen_by_a_termination_makes_windows_that_its_relist_closes(tmp_path):
+    """Twelve pods bound on one node in 12 ms; the second scheduler's watch sends an event per
+    5 ms into 4 places: the dispatcher waits on it, terminates it (a 1 ms budget), and its rv has
+    left the 2-event window: it re-lists.  Until the list's deltas are handled its view lacks the
+    bindings it missed (phantom capacity); each window closes at its object's delta."""
+    rows = [node(0, "n0", 4000)]
+    for i in range(12):
+        rows += [pod(1 + i, f"p{i}", 100), bind(2 + i, f"p{i}", "n0")]
+    run_dir = replay_rows(tmp_path, rows, load("fifo", 2))
+    answers = Answers(run_dir)
+    terminations, relists = answers.tables["watch_terminations"], answers.tables["relists"]
+    assert ("second-scheduler", "pods", "relist") in terminations.select(
+        "watcher", "resource", "recovery").rows()
+    assert relists.filter(pl.col("watcher") == "second-scheduler").height >= 1
+    check_capacity(answers)
+    check_watch_health(answers)
+    relisted = answers.tables["deliveries"].filter(
+        (pl.col("watcher") == "second-scheduler") & (pl.col("source") == "relist"))
+    phantom = answers.windows("phantom").filter(pl.col("watcher") == "second-scheduler")
+    closed = set(phantom["end_us"]) & set(relisted["applied_ts"].dt.epoch("us"))
+    assert closed, "a re-list's delta closes a window of the frozen view"
+
+
+def test_windows_do_not_rely_on_commit_order(tmp_path):
+    """The second scheduler applies a's binding late (50 ms) but b's and c's on time (as a
+    re-list or another informer may): a's lag overlaps c's although b's, between them, does not.
+    The windows cut them into segments: one phantom window of up to two cores, as the
+    reference has it, not a separate window for c."""
+    rows = [node(0, "n0", 4000), pod(1, "a", 1000), pod(2, "b", 1000), pod(3, "c", 1000),
+            bind(10, "a", "n0"), bind(20, "b", "n0"), bind(30, "c", "n0")]
+    run_dir = replay_rows(tmp_path, rows, network(2) + FEW_WATCHERS)
+    path = run_dir / "deliveries.parquet"
+    deliveries = pl.read_parquet(path)
+    a_binding = pl.col("rv") == 5
+    late = pl.col("watcher") == "second-scheduler"
+    deliveries.with_columns(applied_ts=pl.when(late & a_binding).then(
+        pl.lit(T0 + dt.timedelta(milliseconds=50))).otherwise("applied_ts")).write_parquet(path)
+    derive(run_dir)
+    answers = Answers(run_dir)
+    check_capacity(answers)
+    phantom = answers.windows("phantom").filter(
+        (pl.col("watcher") == "second-scheduler") & (pl.col("resource") == "cpu"))
+    assert phantom.select("start_us", "end_us", "gap_max").rows() == [(ms(10), ms(50), 2.0)]

@@ -15,6 +15,7 @@ import pytest
 from replay import models
 from replay.api import run_replay
 from replay.engine.config import load_config
+from replay.engine.rundir import TABLES as RUN_TABLES
 from replay.engine.rundir import conform_table, write_run
 from replay.errors import ReplayError
 from replay.models.observe import ObserveModel
@@ -25,7 +26,7 @@ from replay.trace.validate import read_trace
 from conftest import SAMPLE_TRACE
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-MODEL_TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+MODEL_TABLES = tuple(RUN_TABLES)  # events, deliveries, ..., watch_terminations, relists
 TABLES = MODEL_TABLES + ("capacity_windows",)  # derived by replay run
 
 
@@ -49,6 +50,11 @@ def test_run_directory_is_complete(sample_run):
     assert manifest["config"]["stages"]["network"]["latency"]["dist"] == "lognormal"
     assert tables["deliveries"].schema["applied_ts"] == pl.Datetime("us", "UTC")
     assert tables["deliveries"].schema["watcher"] == pl.String
+    # a light load: no buffer ever full, so nothing waited, was terminated or re-listed
+    for name in ("dispatch_waits", "watch_terminations", "relists"):
+        assert tables[name].height == 0 and tables[name].columns == RUN_TABLES[name].names
+    assert set(tables["deliveries"]["source"]) == {"watch"}
+    assert not tables["deliveries"]["coalesced"].any()
 
 
 def test_observe_keeps_the_recorded_truth(sample_run):

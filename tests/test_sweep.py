@@ -13,7 +13,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay.atomic import TEMPORARY_SUFFIX
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
 from replay.atomic import TEMPORARY_SUFFIX

@@ -32,8 +32,9 @@
 --
 -- How: a view differs from the truth on a node while a change to the node is committed but not
 -- yet applied by the watcher, and while an assumption of its own is held longer than the truth
--- needs.  A watcher applies writes in commit order, so most such lags overlap no other lag or
--- change on the same node: each of those is a window by itself.  Only the others are cut into
+-- needs.  A watcher mostly applies a node's changes in commit order, so most such lags overlap
+-- no other lag or change on the same node: each of those is a window by itself.  Only the others
+-- (and every change of a node whose changes the watcher applied out of commit order) are cut into
 -- segments at every instant where the truth or the view changes, and merged into windows.
 -- Watchers and nodes are numbered in the order of their names, so that the millions of rows are
 -- joined and ordered by numbers, not names.
@@ -194,15 +195,26 @@ WITH bounds AS MATERIALIZED (
           ON placement.attempt_id = other.attempt_id AND placement.viewer_id = viewers.viewer_id
     )
     WHERE end_ts > start_ts
+), inverted AS (
+    -- (viewer, node) pairs with a change applied before the change committed before it (its
+    -- nodes and pods informers are separate queues; a re-list applies its deltas by key)
+    SELECT DISTINCT lags.viewer_id, lags.node_id
+    FROM lags
+    JOIN lags AS previous
+      ON previous.viewer_id = lags.viewer_id AND previous.rv = lags.previous_rv
+    WHERE previous.applied_ts > lags.applied_ts
 ), irregular AS (
-    -- (viewer, node) pairs with a missed change or a held assumption: cut into segments
+    -- (viewer, node) pairs with a missed change, a held assumption or changes applied out of
+    -- commit order: cut into segments
     SELECT DISTINCT viewer_id, node_id FROM missed
     UNION
     SELECT DISTINCT viewer_id, node_id FROM held
+    UNION
+    FROM inverted
 ), classified AS MATERIALIZED (
     -- alone: the change's lag overlaps or touches no other change of the node (touching
-    -- windows may merge); the watcher applies writes in commit order, so only the previous
-    -- change's lag can reach into this one
+    -- windows may merge); the other pairs apply the node's changes in commit order, so only the
+    -- previous change's lag can reach into this one
     SELECT lags.viewer_id, lags.node_id, lags.rv, lags.commit_ts, lags.view_ts,
            lags.cpu_milli, lags.memory_bytes, lags.gpu_milli,
            lags.truth_cpu, lags.truth_memory, lags.truth_gpu,

@@ -18,8 +18,9 @@ What-if models (discrete events, one write at a time):
 - records and enums: ``Pod``, ``Attempt``, ``Write``, ``WriteKind``, ``Outcome``, ``Reason``,
   ``Request``, ``NEVER``, ``NO_NODE``.
 
-Vectorised models (the whole trace at once, like ``observe``): ``Pipeline`` (``scan``,
-``shared_stages``, ``watcher_stages``), ``Resume``, ``STAGE_COLUMNS``, ``match``, ``node_index``,
+Vectorised models (the whole trace at once, like ``observe``): ``Pipeline`` (its ``streams``,
+``scan``), ``Scan`` (a scan written a part at a time, with its terminations and re-lists),
+``Streams``, ``STAGE_COLUMNS``, ``SOURCES``, ``capacities``, ``match``, ``node_index``,
 ``watchers_table``, ``view_lag_us``, ``OUTCOMES``.
 
 Every model: ``RunConfig``, ``WatcherSpec``, ``RunTables``.
@@ -33,20 +34,22 @@ from replay.engine.cluster import (NEVER, NO_NODE, Attempt, Outcome, Pod, Reason
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Timer
 from replay.engine.gangs import Gathering
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
+from replay.engine.pipeline import SOURCES, STAGE_COLUMNS, Pipeline, Scan, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.scheduler import GIVES_BACK, OnAssumed, Scheduler
 from replay.engine.selection import POLICIES, Indices, NodeSelector
 from replay.engine.simulation import Simulation
 from replay.engine.view import Snapshot, View
-from replay.engine.watchers import match, node_index, watchers_table
+from replay.engine.watchcache import capacities
+from replay.engine.watchers import Streams, match, node_index, watchers_table
 from replay.engine.worker import Worker
 from replay.engine.workload import node_names
 
 __all__ = [
-    "GIVES_BACK", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "STAGE_COLUMNS", "Assumptions",
-    "Attempt", "Gathering", "Indices", "NodeSelector", "OnAssumed", "Outcome", "Pipeline", "Pod", "Reason", "Request",
-    "Resume", "RunConfig", "RunTables", "Scheduler", "Simulation", "Snapshot", "Timer", "View",
-    "WatcherSpec", "Worker", "Write", "WriteKind", "match", "node_index", "node_names",
-    "view_lag_us", "watchers_table",
+    "GIVES_BACK", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "SOURCES", "STAGE_COLUMNS",
+    "Assumptions", "Attempt", "Gathering", "Indices", "NodeSelector", "OnAssumed", "Outcome",
+    "Pipeline", "Pod", "Reason", "Request", "RunConfig", "RunTables", "Scan", "Scheduler",
+    "Simulation", "Snapshot", "Streams", "Timer", "View", "WatcherSpec", "Worker", "Write",
+    "WriteKind", "capacities", "match", "node_index", "node_names", "view_lag_us",
+    "watchers_table",
 ]

@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ TABLES: dict[str, pa.Schema] = {
         ("rv", pa.int64()), ("watcher", pa.string()), ("role", pa.string()),
         ("commit_ts", TS), ("cached_ts", TS), ("dispatched_ts", TS), ("sent_ts", TS),
         ("received_ts", TS), ("dequeued_ts", TS), ("applied_ts", TS),
+        ("source", pa.string()), ("coalesced", pa.bool_()),
     ]),
     "attempts": pa.schema([
         ("attempt_id", pa.int64()), ("pod", pa.string()), ("scheduler", pa.string()),
@@ -58,7 +59,19 @@ TABLES: dict[str, pa.Schema] = {
     ]),
     "watchers": pa.schema([
         ("watcher", pa.string()), ("role", pa.string()), ("resources", pa.string()),
-        ("node", pa.string()),
+        ("node", pa.string()), ("client_queue", pa.string()),
+    ]),
+    "dispatch_waits": pa.schema([
+        ("resource", pa.string()), ("watcher", pa.string()), ("rv", pa.int64()),
+        ("start_ts", TS), ("end_ts", TS), ("terminated", pa.bool_()),
+    ]),
+    "watch_terminations": pa.schema([
+        ("watcher", pa.string()), ("resource", pa.string()), ("ts", TS), ("rv", pa.int64()),
+        ("reason", pa.string()), ("recovery", pa.string()), ("recovered_ts", TS),
+    ]),
+    "relists": pa.schema([
+        ("watcher", pa.string()), ("resource", pa.string()), ("start_ts", TS), ("end_ts", TS),
+        ("objects", pa.int64()), ("rv", pa.int64()),
     ]),
 }
 # Computed from the tables above by queries/derived/NAME.sql, with the same conventions.
@@ -80,6 +93,12 @@ class RunTables:
     attempts: pa.Table | pl.DataFrame
     pods: pa.Table | pl.DataFrame
     watchers: pa.Table | pl.DataFrame
+    dispatch_waits: pa.Table | pl.DataFrame = field(
+        default_factory=lambda: TABLES["dispatch_waits"].empty_table())
+    watch_terminations: pa.Table | pl.DataFrame = field(
+        default_factory=lambda: TABLES["watch_terminations"].empty_table())
+    relists: pa.Table | pl.DataFrame = field(
+        default_factory=lambda: TABLES["relists"].empty_table())
 
     def items(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         return ((name, getattr(self, name)) for name in TABLES)
@@ -200,6 +219,11 @@ def write_run(dest: str | os.PathLike[str],
                 part = conform_table(name, table)
                 rows[name] = rows.get(name, 0) + part.num_rows
                 files.setdefault(name, TableFile(tmp / f"{name}.parquet")).add(part)
+            for name in TABLES:  # a table nobody produced (nothing was re-listed...) is empty
+                if name not in files:
+                    rows[name] = 0
+                    files[name] = TableFile(tmp / f"{name}.parquet")
+                    files[name].add(TABLES[name].empty_table())
         finally:
             for file in files.values():
                 file.close()

@@ -10,7 +10,9 @@ sets timers (``at``, ``after``) and commits writes (``commit``).
 Every write commits at the simulation's current time, so commits are in time order and get
 resource versions 1, 2, ... in that order.  Each watcher whose filter matches a write is sent it
 through the pipeline; the delivery is handed to the watcher's view (applied lazily) and, if the
-model reacts to it, a timer is set at its applied time.
+model reacts to it, a timer is set at its applied time.  A delivery the pipeline holds back (a
+watch closed or full, a client queue that may still merge it) is handed over when the pipeline
+makes it, at a timer set for the pipeline's next event.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome,
                                    Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Environment, Timer
-from replay.engine.pipeline import Pipeline
+from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source
 from replay.engine.rundir import RunTables
 from replay.engine.view import View
-from replay.engine.watchers import watchers_table
+from replay.engine.watchcache import capacities
+from replay.engine.watchers import Streams, watchers_table
 from replay.engine.workload import Workload
 from replay.progress import progress
 from replay.rng import stream
@@ -55,7 +58,14 @@ class Simulation:
         self._index = {w.name: i for i, w in enumerate(watchers)}
         self._instant = [w.name in instant for w in watchers]
         piped = [i for i, w in enumerate(watchers) if w.name not in instant]
-        self._pipeline = Pipeline(config, [watchers[i] for i in piped])
+        streams = Streams([watchers[i] for i in piped],
+                          ["pods", "nodes", *trace["resource"].unique()])
+        self._pipeline: Pipeline[Write] = Pipeline(
+            config, [watchers[i] for i in piped], streams.resources, capacities(
+                streams.resources, streams.codes(trace["resource"]),
+                trace["ts"].dt.epoch("us").to_numpy()))
+        self._identify_objects(trace)
+        self._wakeup: Timer | None = None
         self._piped_index = {i: k for k, i in enumerate(piped)}
         self._watcher_of_piped = piped
         self._all_piped = len(piped) == len(watchers)
@@ -269,41 +279,112 @@ class Simulation:
                 elif w.node in node_index:
                     self._by_node.setdefault((node_index[w.node], resource), []).append(i)
 
+    def _identify_objects(self, trace: pl.DataFrame) -> None:
+        """What the pipeline needs to know of each write besides its watchers: its resource and
+        object (a client queue's key), and whether it deletes the object."""
+        code = self._pipeline.resource_code
+        self._pods_code, self._nodes_code = code("pods"), code("nodes")
+        self._row_code = self._pipeline.streams.codes(trace["resource"])
+        self._row_deletes = trace.select((pl.col("verb") == "delete")
+                                         & pl.col("subresource").is_null()).to_series() \
+            .fill_null(False).to_numpy()
+        self._row_names = trace.select(pl.concat_str(pl.col("namespace").fill_null(""), "name",
+                                                     separator="/")).to_series()
+        self._object_ids: dict[str, int] = {}  # by namespace/name: incarnations share their key
+        self._pod_ids: dict[Pod, int] = {}
+
+    def _object(self, name: str) -> int:
+        ids = self._object_ids
+        found = ids.get(name)
+        if found is None:
+            found = ids[name] = len(ids)
+        return found
+
+    def _pod_object(self, pod: Pod) -> int:
+        found = self._pod_ids.get(pod)
+        if found is None:
+            found = self._pod_ids[pod] = self._object(pod.key)
+        return found
+
     def _send(self, write: Write) -> None:
         """Send a committed write to every watcher whose filter matches it."""
         kind = write.kind
         if kind == WriteKind.OTHER:
-            resource, node = str(self._resources[write.row]), NO_NODE
+            row = write.row
+            resource, node = str(self._resources[row]), NO_NODE
+            code, deleted = int(self._row_code[row]), bool(self._row_deletes[row])
+            key = self._object(self._row_names[row] or "")
         elif kind in NODE_KINDS:
-            resource, node = "nodes", write.node
+            resource, node, code = "nodes", write.node, self._nodes_code
+            key, deleted = write.node, kind == WriteKind.NODE_DELETE
         else:
-            resource, node = "pods", write.pod.node  # type: ignore[union-attr]
+            pod = write.pod
+            assert pod is not None
+            resource, node, code = "pods", pod.node, self._pods_code
+            key, deleted = self._pod_object(pod), kind == WriteKind.POD_DELETE
         targets = self._by_resource.get(resource, [])
         if node >= 0:
             targets = targets + self._by_node.get((node, resource), [])
+        pipeline = self._pipeline
         if self._all_piped:  # pipeline watcher i is watcher i
-            _, cached, dispatched, deliveries = self._pipeline.step(write.commit, targets)
+            _, cached, dispatched, deliveries = pipeline.step(write.commit, targets, code, key,
+                                                              deleted, write)
         else:
             piped = [self._piped_index[t] for t in targets if not self._instant[t]]
-            _, cached, dispatched, deliveries = self._pipeline.step(write.commit, piped)
-            now = write.commit
-            deliveries = [(self._watcher_of_piped[w], sent, received, dequeued, applied)
-                          for w, sent, received, dequeued, applied in deliveries] + [
-                (t, now, now, now, now) for t in targets if self._instant[t]]
+            _, cached, dispatched, deliveries = pipeline.step(write.commit, piped, code, key,
+                                                              deleted, write)
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
+        if pipeline.pending:
+            of = self._watcher_of_piped
+            for w in pipeline.pending:
+                view = self._views.get(of[w])
+                if view is not None:
+                    view._expect(write)
+        self._hand_over(deliveries, write.rv)
+        if not self._all_piped:
+            now = write.commit
+            self._hand_over([(t, write.rv, write, now, now, now, now, Source.WATCH, False)
+                             for t in targets if self._instant[t]], write.rv, piped=False)
+        if pipeline.next_wakeup is not None:
+            self._arm()
+
+    def _hand_over(self, deliveries: list[Delivery], current: int, piped: bool = True) -> None:
+        """Log each delivery, hand it to its watcher's view and set its reaction; a delivery of
+        a write other than ``current`` was held back by the pipeline and expected by the view."""
+        log = self._log
         views, reactions = self._views, self._reactions
-        record, rv, at = log.deliveries.extend, write.rv, self._env.at
-        for watcher, sent, received, dequeued, applied in deliveries:
-            record((rv, watcher, sent, received, dequeued, applied))
+        record, at, of = log.deliveries.extend, self._env.at, self._watcher_of_piped
+        mapped = piped and not self._all_piped
+        for w, rv, write, sent, received, dequeued, applied, source, coalesced in deliveries:
+            watcher = of[w] if mapped else w
+            record((rv, watcher, sent, received, dequeued, applied, source, coalesced))
             view = views.get(watcher)
             if view is not None:
-                view._deliver(applied, write)
+                view._deliver(applied, write, rv != current)
             reaction = reactions.get(watcher)
-            if reaction is not None and kind in reaction[0] and (
+            if reaction is not None and write.kind in reaction[0] and (
                     reaction[1] is None or reaction[1](write)):
                 at(applied, self._react, watcher, write)
+
+    def _arm(self) -> None:
+        """A timer at the pipeline's next event (a watch's recovery, a held delivery, a client
+        queue's pop), unless one is set already by then."""
+        due = self._pipeline.next_wakeup
+        if due is None:
+            return
+        timer = self._wakeup
+        if timer is not None and timer.pending and timer.time <= due:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._wakeup = self._env.at(max(due, self._env.now), self._advance_pipeline)
+
+    def _advance_pipeline(self) -> None:
+        self._wakeup = None
+        self._hand_over(self._pipeline.advance(self._env.now), 0)
+        self._arm()
 
     def _react(self, watcher: int, write: Write) -> None:
         self._reactions[watcher][2](write)
@@ -327,11 +408,12 @@ class Simulation:
                 done[0] = max(done[0], seconds // 1_000_000)
 
             self._env.run(on_step=tick)
+        self._hand_over(self._pipeline.finish(), 0)  # (the timers leave nothing: for safety)
         for view in self._views.values():  # deliveries still in flight at the end
             view._catch_up()
         return RunTables(events=self._events_table(), deliveries=self._log.deliveries_table(
             self._watchers), attempts=self._attempts_table(), pods=self._pods_table(),
-            watchers=watchers_table(self._watchers))
+            watchers=watchers_table(self._watchers), **self._pipeline.incidents())
 
     def _events_table(self) -> pl.DataFrame:
         """Writes replayed from the trace keep their recorded columns; the others are described
@@ -436,7 +518,7 @@ class _Log:
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        # per delivery: rv, watcher, sent, received, dequeued, applied
+        # per delivery: rv, watcher, sent, received, dequeued, applied, source, coalesced
         self.deliveries = array("q")
 
     def event(self, write: Write, by_model: bool) -> None:
@@ -452,7 +534,7 @@ class _Log:
         self.component.append(write.component)
 
     def deliveries_table(self, watchers: list[WatcherSpec]) -> pa.Table:
-        fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 6)
+        fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 8)
         rv = fields[:, 0].copy()
         at = rv - 1
         watcher = pa.array(fields[:, 1].astype(np.int32))
@@ -471,4 +553,7 @@ class _Log:
             **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts"), per_write + own)},
+            "source": pa.DictionaryArray.from_arrays(pa.array(fields[:, 6].astype(np.int8)),
+                                                     SOURCES),
+            "coalesced": pa.array(fields[:, 7] != 0),
         })

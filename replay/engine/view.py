@@ -7,11 +7,13 @@ back through the watch, or the placement failed).  Free capacity per node lives 
 that a scheduler can filter and score thousands of nodes in one vectorised step
 (``snapshot``, read-only).
 
-Deliveries are applied lazily: the engine hands each one to the watcher's view when it commits
-(``_deliver``, with its applied time, which never decreases along a watcher's deliveries), and
-every read first applies the deliveries due by the simulation's clock, as the informer would have
-by then.  So a write nobody reacts to costs no event in the simulation's queue, and a model never
-sees a view that is behind its own watch.
+Deliveries are applied lazily: the engine hands each one to the watcher's view as soon as its
+applied time is known (``_deliver``; usually when the write commits), and every read first applies
+the deliveries due by the simulation's clock, as the informer would have by then.  So a write
+nobody reacts to costs no event in the simulation's queue, and a model never sees a view that is
+behind its own watch.  A watcher has one watch, and one informer, per resource: each keeps its
+own inbox, whose applied times never decrease.  A write whose delivery its watch holds back (the
+watch is closed, or its buffer full) is ``_expect``ed until then: the view's lag counts it.
 
 A pod counts on a node from its applied binding until its applied delete or rejection; the
 watcher's own assumptions count from ``assume`` until it forgets them.  This is the definition the
@@ -28,9 +30,11 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from replay.engine.cluster import Pod, Request, Write, WriteKind
+from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
 
 Ints = npt.NDArray[np.int64]
+_INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
+          for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
 
 
 class Snapshot(NamedTuple):
@@ -52,7 +56,10 @@ class View:
         self._version = np.zeros(node_count, dtype=np.int64)
         self._placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
         self._assumed: dict[Pod, int] = {}  # pods this watcher placed itself, not yet confirmed
-        self._inbox: deque[tuple[int, Write]] = deque()  # (applied_us, write), not yet applied
+        # per informer (nodes, pods, other resources): (applied_us, write), not yet applied
+        self._inboxes: tuple[deque[tuple[int, Write]], ...] = (deque(), deque(), deque())
+        self._unapplied: deque[Write] = deque()  # sent to it, not yet applied, by rv ...
+        self._applied_early: set[int] = set()  # ... but for these rvs, already applied
         self._clock = clock
         self._snapshot = Snapshot(_read_only(self._alloc), _read_only(self._free),
                                   _read_only(self._present), _read_only(self._version))
@@ -60,18 +67,40 @@ class View:
         self.on_forget: Callable[[Pod, int], None] | None = None  # (pod, now) when forgotten
 
     # -- the informer ---------------------------------------------------------------------------
-    def _deliver(self, applied: int, write: Write) -> None:
-        """The engine's hand-over of a delivery, to be applied at ``applied``."""
-        self._inbox.append((applied, write))
+    def _expect(self, write: Write) -> None:
+        """The engine's word that ``write`` was sent to this watcher and will be delivered
+        later (``_deliver``), once its watch lets it through."""
+        self._unapplied.append(write)
+
+    def _deliver(self, applied: int, write: Write, expected: bool = False) -> None:
+        """The engine's hand-over of a delivery, to be applied at ``applied`` (``expected``: it
+        was ``_expect``ed)."""
+        self._inboxes[_INBOX[write.kind]].append((applied, write))
+        if not expected:
+            self._unapplied.append(write)
 
     def _catch_up(self) -> None:
         """Apply every delivery due by now."""
-        inbox = self._inbox
-        if inbox and inbox[0][0] <= self._clock():
-            now = self._clock()
-            while inbox and inbox[0][0] <= now:
-                applied, write = inbox.popleft()
-                self._apply(write, applied)
+        now = None
+        unapplied = self._unapplied
+        for inbox in self._inboxes:
+            if inbox:
+                if now is None:
+                    now = self._clock()
+                while inbox and inbox[0][0] <= now:
+                    applied, write = inbox.popleft()
+                    self._apply(write, applied)
+                    if unapplied and unapplied[0] is write:  # in the order it was sent
+                        unapplied.popleft()
+                        if self._applied_early:
+                            self._forget_applied_early()
+                    else:
+                        self._applied_early.add(write.rv)
+
+    def _forget_applied_early(self) -> None:
+        unapplied, early = self._unapplied, self._applied_early
+        while early and unapplied and unapplied[0].rv in early:
+            early.remove(unapplied.popleft().rv)
 
     @property
     def give_backs(self) -> int:
@@ -82,15 +111,14 @@ class View:
     def oldest_unapplied(self) -> int | None:
         """Commit time of the oldest write sent to this watcher and not yet applied."""
         self._catch_up()
-        return self._inbox[0][1].commit if self._inbox else None
+        return self._unapplied[0].commit if self._unapplied else None
 
     def next_due(self, kinds: Collection[WriteKind]) -> int | None:
         """When the next delivery of one of ``kinds`` already on its way will be applied."""
         self._catch_up()
-        for applied, write in self._inbox:
-            if write.kind in kinds:
-                return applied
-        return None
+        due = [next((applied for applied, write in inbox if write.kind in kinds), None)
+               for inbox in self._inboxes]
+        return min((t for t in due if t is not None), default=None)
 
     def _apply(self, write: Write, now: int) -> None:
         kind, pod = write.kind, write.pod
