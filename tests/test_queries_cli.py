@@ -19,7 +19,7 @@ from conftest import REPO
 
 QUERIES = ("per_component_delay", "per_component_delay_timeline", "conflict_rate",
            "conflict_rate_by_lag", "stale_capacity_windows", "phantom_capacity_windows",
-           "stale_capacity_summary", "reaction_lag")
+           "stale_capacity_summary", "reaction_lag", "omega_metrics")
 
 
 @pytest.fixture(scope="module")
