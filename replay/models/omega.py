@@ -30,7 +30,8 @@ _NONE: frozenset[int] = frozenset()
 class OmegaModel(WhatIfModel):
     name = "omega"
     description = "Shared-state schedulers committing transactions with fine or coarse conflict detection."
-    params = with_defaults(scheduler_params(), per_pod_ms=0.1, per_node_ms=0.0,
+    params = with_defaults(scheduler_params(), policy="random-first-fit", per_pod_ms=0.1,
+                           per_node_ms=0.0,
                            backoff_max_ms=1000.0, client_qps=0.0) + (
         Param("conflict", "fine", "fine: a claim fails if the machine has no room; coarse: if "
               "its sequence number moved since the scheduler's copy", choices=("fine", "coarse")),
