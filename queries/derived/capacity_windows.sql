@@ -40,9 +40,11 @@
 -- joined and ordered by numbers, not names.
 WITH bounds AS MATERIALIZED (
     FROM run_bounds
+), every_change AS MATERIALIZED (
+    FROM capacity_changes
 ), counted_apart AS MATERIALIZED (
     -- runs where caches that count assumed pods and caches that do not see different changes
-    SELECT DISTINCT run FROM capacity_changes WHERE counts_assumed IS NOT NULL
+    SELECT DISTINCT run FROM every_change WHERE counts_assumed IS NOT NULL
 ), viewers AS MATERIALIZED (
     -- class: which changes the viewer's cache counts, in a run where that matters (else null)
     SELECT run, watcher, node AS only_node,
@@ -51,15 +53,15 @@ WITH bounds AS MATERIALIZED (
     FROM capacity_viewers
 ), all_changes AS MATERIALIZED (
     -- every change once per class of cache that counts it (once, class null, where they agree)
-    SELECT capacity_changes.* EXCLUDE (counts_assumed), NULL::BOOLEAN AS class
-    FROM capacity_changes
+    SELECT every_change.* EXCLUDE (counts_assumed), NULL::BOOLEAN AS class
+    FROM every_change
     ANTI JOIN counted_apart USING (run)
     UNION ALL
-    SELECT capacity_changes.* EXCLUDE (counts_assumed), classes.class
-    FROM capacity_changes
+    SELECT every_change.* EXCLUDE (counts_assumed), classes.class
+    FROM every_change
     SEMI JOIN counted_apart USING (run)
     JOIN (VALUES (true), (false)) AS classes(class)
-      ON capacity_changes.counts_assumed IS NULL OR capacity_changes.counts_assumed = classes.class
+      ON every_change.counts_assumed IS NULL OR every_change.counts_assumed = classes.class
 ), nodes AS MATERIALIZED (
     SELECT run, node, row_number() OVER (ORDER BY run, node) AS node_id
     FROM (SELECT DISTINCT run, node FROM all_changes)
@@ -381,9 +383,10 @@ WITH bounds AS MATERIALIZED (
     WHERE attempts.outcome = 'conflict' AND NOT windows.stale
     GROUP BY ALL
 )
--- names by number from a list rather than by joining millions of rows with them
-SELECT (SELECT list(watcher ORDER BY viewer_id) FROM viewers)[viewer_id] AS watcher,
-       (SELECT list(node ORDER BY node_id) FROM nodes)[node_id] AS node,
+-- names by joining the numbered watchers and nodes (a list of names indexed per row, which an
+-- earlier version used, is copied row by row by DuckDB once the list depends on the changes:
+-- minutes and gigabytes for a 50,000-pod run)
+SELECT viewers.watcher, nodes.node,
        resource,
        CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
        start_ts, end_ts,
@@ -392,6 +395,8 @@ SELECT (SELECT list(watcher ORDER BY viewer_id) FROM viewers)[viewer_id] AS watc
        CASE WHEN stale THEN wasted.start_ts IS NOT NULL END AS wasted,
        CASE WHEN NOT stale THEN coalesce(conflicted.conflicts, 0) END AS conflicts
 FROM windows
+JOIN viewers USING (viewer_id)
+JOIN nodes USING (node_id)
 LEFT JOIN wasted USING (viewer_id, node_id, resource, start_ts)
 LEFT JOIN conflicted USING (viewer_id, node_id, resource, start_ts)
 ORDER BY viewer_id, node_id, resource, start_ts
