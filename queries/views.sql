@@ -136,18 +136,20 @@ CREATE OR REPLACE MACRO cdf_fractions() AS
 ---------------------------------------------------------------------------------------------------
 -- Free capacity: the truth, each watcher's view, and where they differ
 --
--- A node's free capacity is its allocatable minus the requests of the pods bound to it.  In the
+-- A node's free capacity is its allocatable minus the requests of the pods that hold it (claims:
+-- bound pods, and for the caches that count them, pods a Gödel scheduler assumed there).  In the
 -- truth every change takes effect at its commit_ts; in a watcher's view at the watcher's applied_ts
--- for that write.  A scheduler also counts the pods it has assumed itself (attempts.node from
--- decided_ts to forgotten_ts, to the end of the run when that is null).  A pod counts once: its
--- assumption stops mattering once its binding on that node is in the view.  The truth a scheduler
--- is compared with counts its assumption too until the attempt's write commits (or fails),
--- because a decision in flight is not watch delay: an ideal watcher with no delay would hold the
--- same assumption.  Changes at the same instant take effect together, so no interval has zero
--- length and a pipeline without delay never differs from the truth.  A watcher applies a resource's
--- writes mostly in commit order, but not always (its pods and nodes informers are separate
--- queues; a re-list applies its deltas in key order; docs/run-directory.md): the windows below do
--- not rely on it.
+-- for that write; a watcher is compared with the truth as its kind of cache counts it
+-- (capacity_viewers.counts_assumed).  A scheduler also counts the pods it has assumed itself
+-- (attempts.node from decided_ts to forgotten_ts, to the end of the run when that is null).  A
+-- pod counts once: its assumption stops mattering once its claim on that node is in the view.
+-- The truth a scheduler is compared with counts its assumption too until the attempt's write
+-- commits (or fails), because a decision in flight is not watch delay: an ideal watcher with no
+-- delay would hold the same assumption.  Changes at the same instant take effect together, so no
+-- interval has zero length and a pipeline without delay never differs from the truth.  A watcher
+-- applies a resource's writes mostly in commit order, but not always (its pods and nodes
+-- informers are separate queues; a re-list applies its deltas in key order;
+-- docs/run-directory.md): the windows below do not rely on it.
 ---------------------------------------------------------------------------------------------------
 
 -- run_bounds: run, start_ts, end_ts: the first and the last timestamp anywhere in the run.  A
@@ -177,30 +179,95 @@ SELECT run, unnest(generate_series(
            INTERVAL 1 MINUTE)) AS minute
 FROM run_bounds;
 
--- placements: run, pod, node, cpu_milli, memory_bytes, gpu_milli, bind_rv, bound_ts, attempt_id,
--- delete_rv, deleted_ts: one row per pod (incarnation) that a binding placed: the binding that
--- bound it (pods.bound_rv), the attempt that wrote it, and its last committed delete if that came
--- after the binding.  Requests the trace does not know count as 0.
-CREATE OR REPLACE VIEW placements AS
-SELECT pods.run, pods.pod, pods.node,
-       coalesce(pods.cpu_milli, 0) AS cpu_milli,
-       coalesce(pods.memory_bytes, 0) AS memory_bytes,
-       coalesce(pods.gpu_milli, 0) AS gpu_milli,
-       pods.bound_rv AS bind_rv, pods.bound_ts, binding.attempt_id,
-       CASE WHEN pods.deleted_rv > pods.bound_rv THEN pods.deleted_rv END AS delete_rv,
-       CASE WHEN pods.deleted_rv > pods.bound_rv THEN pods.deleted_ts END AS deleted_ts
-FROM pods
-JOIN events AS binding ON binding.run = pods.run AND binding.rv = pods.bound_rv;
+-- claims: run, rv, commit_ts, pod, life, node, takes, cpu_milli, memory_bytes, gpu_milli,
+-- attempt_id, change, counts_assumed: one row per committed write that makes a pod take (takes)
+-- or give back (NOT takes) its requests on a node in the truth.  A pod is one life of a name (a
+-- name created again after its delete is a new pod; life 0: writes to a pod created before the
+-- trace, whose requests are unknown: 0); its requests come from its create.
+--   * A pod takes its node at its first committed binding, and gives it back at the first
+--     status write that fails it (pod_state 'failed': the kubelet set status.phase Failed, and
+--     every cache drops terminal pods) or at its last committed delete.
+--   * A Gödel scheduler's assume patch (pod_state 'assumed', naming the node) claims the node
+--     for the caches that count assumed pods (Gödel's schedulers), until a rejection sets the
+--     pod back to 'dispatched'; its binding on the same node then changes nothing.  Those
+--     changes have counts_assumed true; the binding then is a change only for the caches that
+--     count bound pods alone (counts_assumed false: Gödel's binder, kubelets); every other change
+--     counts for every cache (counts_assumed null).  A run without assume patches has only
+--     changes for every cache.
+-- change says which write it is: 'binding', 'assumed', 'rejected', 'failed' or 'delete';
+-- attempt_id is the attempt that wrote a claim (takes), null for a release.
+CREATE OR REPLACE VIEW claims AS
+WITH pod_writes AS (
+    SELECT run, rv, commit_ts, concat_ws('/', namespace, name) AS pod, verb, subresource, node,
+           pod_state, attempt_id, cpu_milli, memory_bytes, gpu_milli,
+           verb = 'create' AND subresource IS NULL AS creates,
+           count(*) FILTER (verb = 'create' AND subresource IS NULL)
+               OVER (PARTITION BY run, namespace, name ORDER BY rv) AS life
+    FROM events
+    WHERE resource = 'pods' AND name <> ''
+), lives AS (
+    SELECT run, pod, life,
+           coalesce(any_value(cpu_milli) FILTER (creates), 0) AS cpu_milli,
+           coalesce(any_value(memory_bytes) FILTER (creates), 0) AS memory_bytes,
+           coalesce(any_value(gpu_milli) FILTER (creates), 0) AS gpu_milli,
+           min(rv) FILTER (verb = 'create' AND subresource = 'binding') AS bind_rv,
+           max(rv) FILTER (verb = 'delete' AND subresource IS NULL) AS delete_rv
+    FROM pod_writes
+    GROUP BY run, pod, life
+), steps AS (
+    -- the writes that can move a pod, and the node it holds after each (null: none)
+    SELECT pod_writes.run, pod_writes.rv, pod_writes.commit_ts, pod_writes.pod, pod_writes.life,
+           pod_writes.attempt_id, lives.cpu_milli, lives.memory_bytes, lives.gpu_milli,
+           CASE WHEN pod_writes.rv = lives.bind_rv THEN 'binding'
+                WHEN pod_writes.rv = lives.delete_rv THEN 'delete'
+                WHEN pod_state = 'assumed' THEN 'assumed'
+                WHEN pod_state = 'dispatched' THEN 'rejected'
+                ELSE 'failed' END AS change,
+           CASE WHEN pod_writes.rv = lives.bind_rv OR pod_state = 'assumed'
+                THEN pod_writes.node END AS holds,
+           pod_writes.rv = lives.bind_rv OR pod_writes.rv = lives.delete_rv
+               OR pod_state = 'failed' AS moves_bound
+    FROM pod_writes
+    JOIN lives USING (run, pod, life)
+    WHERE pod_writes.rv = lives.bind_rv OR pod_writes.rv = lives.delete_rv
+       OR pod_state IN ('assumed', 'dispatched', 'failed')
+), counted AS (
+    -- each step with the node held before it, as caches that count assumed pods see it (true)
+    -- and as those that count bound pods alone see it (false)
+    SELECT *, true AS counts_assumed,
+           lag(holds) OVER (PARTITION BY run, pod, life ORDER BY rv) AS held
+    FROM steps
+    UNION ALL
+    SELECT *, false, lag(holds) OVER (PARTITION BY run, pod, life ORDER BY rv)
+    FROM steps
+    WHERE moves_bound
+), moves AS (
+    SELECT run, rv, commit_ts, pod, life, held AS node, false AS takes, cpu_milli, memory_bytes,
+           gpu_milli, NULL::BIGINT AS attempt_id, change, counts_assumed
+    FROM counted
+    WHERE held IS NOT NULL AND holds IS DISTINCT FROM held
+    UNION ALL
+    SELECT run, rv, commit_ts, pod, life, holds, true, cpu_milli, memory_bytes, gpu_milli,
+           attempt_id, change, counts_assumed
+    FROM counted
+    WHERE holds IS NOT NULL AND holds IS DISTINCT FROM held
+)
+-- a move both kinds of cache see is one row, for every cache
+SELECT run, rv, commit_ts, pod, life, node, takes, cpu_milli, memory_bytes, gpu_milli,
+       attempt_id, change,
+       CASE WHEN count(*) = 1 THEN any_value(counts_assumed) END AS counts_assumed
+FROM moves
+GROUP BY ALL;
 
 -- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id, pod,
--- change: every committed write that changes a node's free capacity, and by how much (negative:
--- less free); change says what it is (node, binding, delete), pod which pod it moves.
+-- change, counts_assumed: every committed write that changes a node's free capacity, and by how
+-- much (negative: less free); change says what it is ('node', or a claim's change), pod which pod
+-- it moves, counts_assumed for which caches (claims).
 --   * A node write carrying cpu_milli, memory_bytes or gpu_milli sets that allocatable (a value
 --     the write does not carry keeps its last one); a node delete removes the node (allocatable
 --     0), and a node created again starts from nothing.  Unknown allocatable counts as 0.
---   * A pod takes its requests (from its create; a pod created before the trace requests nothing
---     known) from its node at its binding and gives them back at its last committed delete, if
---     that came after the binding (placements).  attempt_id is the attempt that wrote a binding.
+--   * A pod that requests something takes and gives back its requests as claims says;
+--     attempt_id is the attempt that wrote a claim.
 CREATE OR REPLACE VIEW capacity_changes AS
 WITH node_writes AS (
     SELECT run, rv, commit_ts, name AS node, verb = 'delete' AS removes,
@@ -230,22 +297,18 @@ WITH node_writes AS (
            cpu_milli - lag(cpu_milli, 1, 0) OVER by_node AS cpu_milli,
            memory_bytes - lag(memory_bytes, 1, 0) OVER by_node AS memory_bytes,
            gpu_milli - lag(gpu_milli, 1, 0) OVER by_node AS gpu_milli,
-           NULL::BIGINT AS attempt_id, NULL AS pod, 'node' AS change
+           NULL::BIGINT AS attempt_id, NULL AS pod, 'node' AS change,
+           NULL::BOOLEAN AS counts_assumed
     FROM allocatable
     WINDOW by_node AS (PARTITION BY run, node ORDER BY rv)
-), moving AS (
-    -- placements of pods that request something
-    FROM placements
-    WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0
 )
-SELECT run, bind_rv AS rv, bound_ts AS commit_ts, node,
-       -cpu_milli AS cpu_milli, -memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, attempt_id,
-       pod, 'binding' AS change
-FROM moving
-UNION ALL
-SELECT run, delete_rv, deleted_ts, node, cpu_milli, memory_bytes, gpu_milli, NULL, pod, 'delete'
-FROM moving
-WHERE delete_rv IS NOT NULL
+SELECT run, rv, commit_ts, node,
+       CASE WHEN takes THEN -cpu_milli ELSE cpu_milli END AS cpu_milli,
+       CASE WHEN takes THEN -memory_bytes ELSE memory_bytes END AS memory_bytes,
+       CASE WHEN takes THEN -gpu_milli ELSE gpu_milli END AS gpu_milli,
+       attempt_id, pod, change, counts_assumed
+FROM claims
+WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0
 UNION ALL
 SELECT *
 FROM node_changes
@@ -258,11 +321,13 @@ WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0;
 CREATE OR REPLACE MACRO core_seconds(gap_seconds, condition) AS
     coalesce(sum(round(gap_seconds * 1e9)::BIGINT) FILTER (condition), 0) / 1e9;
 
--- capacity_viewers: run, watcher, node: the watchers that have a view of free capacity: those that
--- watch both pods and nodes.  node is the only node a node-bound watcher (a kubelet) sees; null
--- means every node.
+-- capacity_viewers: run, watcher, node, counts_assumed: the watchers that have a view of free
+-- capacity: those that watch both pods and nodes.  node is the only node a node-bound watcher (a
+-- kubelet) sees; null means every node.  counts_assumed: the watcher's cache counts pods assumed
+-- by Gödel schedulers (a scheduler's; Gödel's binder counts bound pods and its own assumptions
+-- only, a kubelet the pods bound to its node).
 CREATE OR REPLACE VIEW capacity_viewers AS
-SELECT run, watcher, node
+SELECT run, watcher, node, role = 'scheduler' AS counts_assumed
 FROM watchers
 WHERE list_has_all(string_split(resources, ','), ['pods', 'nodes']);
 

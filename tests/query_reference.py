@@ -95,6 +95,39 @@ def conflict_rate(tables) -> pl.DataFrame:
         by_reason=pl.Series([reasons.get(s, {}) for s in table["scheduler"]], dtype=pl.Object))
 
 
+def omega_metrics(tables) -> pl.DataFrame:
+    """Transactions (cycles with a bound or conflicting attempt), failed ones, the conflict
+    fraction per transaction and busyness, per scheduler and ALL (busyness: the mean)."""
+    a = tables["attempts"].filter(pl.col("cycle_id").is_not_null())
+    times = [tables["events"]["commit_ts"].min()] + [
+        tables["attempts"][c].min() for c in ("enqueued_ts", "started_ts", "decided_ts",
+                                              "committed_ts")]
+    start = min(us(t) for t in times if t is not None)
+    duration = run_end(tables) - start
+    rows = []
+    cycles: dict[tuple, dict] = {}
+    for x in a.iter_rows(named=True):
+        c = cycles.setdefault((x["scheduler"], x["cycle_id"]), {
+            "think": us(x["decided_ts"]) - us(x["started_ts"]), "outcomes": set()})
+        c["outcomes"].add(x["outcome"])
+    schedulers = sorted({s for s, _ in cycles})
+    for who in schedulers + (["ALL"] if schedulers else []):
+        mine = [c for (s, _), c in cycles.items() if who in (s, "ALL")]
+        committed = [c for c in mine if c["outcomes"] & {"bound", "conflict"}]
+        failed = [c for c in committed if "conflict" in c["outcomes"]]
+        over = duration * (len(schedulers) if who == "ALL" else 1)
+        useful = sum(c["think"] for c in committed if c not in failed)
+        wasted = sum(c["think"] for c in failed)
+        rows.append((who, len(committed), len(failed),
+                     len(failed) / (len(committed) - len(failed))
+                     if len(committed) > len(failed) else None,
+                     (useful + wasted) / over, useful / over, wasted / over))
+    return pl.DataFrame(rows, schema={
+        "scheduler": pl.String, "transactions": pl.Int64, "failed_transactions": pl.Int64,
+        "conflict_fraction": pl.Float64, "busyness": pl.Float64, "useful_busyness": pl.Float64,
+        "wasted_busyness": pl.Float64}, orient="row")
+
+
 LAG_EDGES_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
@@ -126,20 +159,29 @@ class Incarnation:
     pod: str
     requests: dict
     created: int | None = None
-    bind: tuple | None = None  # (rv, commit_us, node, attempt_id)
+    bind: tuple | None = None  # (rv, commit_us, node, attempt_id) of its first binding
     delete: tuple | None = None  # (rv, commit_us) of the last delete
+    states: list = field(default_factory=list)  # (rv, commit_us, node, pod_state, attempt_id)
+    # per class of cache (True: counts assumed pods; False: bound pods only): the claims, each
+    # [take_rv, take_us, node, attempt_id, release_rv, release_us]
+    claims: dict = field(default_factory=dict)
 
 
 @dataclass
 class Truth:
-    changes: list = field(default_factory=list)  # (rv, commit_us, node, {resource: delta})
+    changes: list = field(default_factory=list)  # (rv, commit_us, node, {resource: delta}, class)
     incarnations: list = field(default_factory=list)
     node_changes: list = field(default_factory=list)  # the changes of allocatable alone
     by_attempt: dict = field(default_factory=dict)  # attempt_id -> (commit_us, incarnation)
 
+    @property
+    def counted_apart(self) -> bool:
+        """Whether caches that count assumed pods see other changes than those that do not."""
+        return any(c[4] is not None for c in self.changes)
+
 
 def rebuild_truth(events: pl.DataFrame) -> Truth:
-    """Replay the committed writes: node allocatable and pod placements, as capacity changes."""
+    """Replay the committed writes: node allocatable and pod claims, as capacity changes."""
     truth = Truth()
     allocatable: dict[str, dict] = {}
     current: dict[str, Incarnation] = {}
@@ -156,7 +198,7 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
             allocatable[e["name"]] = new
             delta = {r: new[r] - old[r] for r in RESOURCES}
             if any(delta.values()):
-                truth.changes.append((e["rv"], us(e["commit_ts"]), e["name"], delta))
+                truth.changes.append((e["rv"], us(e["commit_ts"]), e["name"], delta, None))
                 truth.node_changes.append(truth.changes[-1])
         elif e["resource"] == "pods" and e["name"]:
             pod = e["name"] if e["namespace"] is None else f"{e['namespace']}/{e['name']}"
@@ -173,19 +215,55 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
                 inc.bind = (e["rv"], us(e["commit_ts"]), e["node"], e["attempt_id"])
             elif e["verb"] == "delete" and e["subresource"] is None:
                 inc.delete = (e["rv"], us(e["commit_ts"]))
+            elif e.get("pod_state") in ("assumed", "dispatched", "failed"):
+                inc.states.append((e["rv"], us(e["commit_ts"]), e["node"], e["pod_state"],
+                                   e["attempt_id"]))
+    moves: dict[bool, dict] = {True: {}, False: {}}  # class -> (rv, node, taking) -> (at, delta)
     for inc in truth.incarnations:
-        if inc.bind is None:
-            continue
-        rv, at, node, attempt = inc.bind
-        if attempt is not None:
-            truth.by_attempt[attempt] = (at, inc)
-        if not any(inc.requests.values()):
-            continue
-        truth.changes.append((rv, at, node, {r: -v for r, v in inc.requests.items()}))
-        if inc.delete is not None and inc.delete[0] > rv:
-            truth.changes.append((inc.delete[0], inc.delete[1], node, dict(inc.requests)))
-    truth.changes.sort()
+        for counts_assumed in (True, False):
+            inc.claims[counts_assumed] = _claims(inc, counts_assumed)
+            for take_rv, take_at, node, attempt, release_rv, release_at in \
+                    inc.claims[counts_assumed]:
+                if counts_assumed and attempt is not None and attempt not in truth.by_attempt:
+                    truth.by_attempt[attempt] = (take_at, inc)
+                if not any(inc.requests.values()):
+                    continue
+                moves[counts_assumed][(take_rv, node, True)] = (
+                    take_at, {r: -v for r, v in inc.requests.items()})
+                if release_rv is not None:
+                    moves[counts_assumed][(release_rv, node, False)] = (
+                        release_at, dict(inc.requests))
+    for key in moves[True].keys() | moves[False].keys():
+        counted = [c for c in (True, False) if key in moves[c]]
+        at, delta = moves[counted[0]][key]
+        truth.changes.append((key[0], at, key[1], delta, None if len(counted) == 2 else counted[0]))
+    truth.changes.sort(key=lambda c: (c[0], c[2], c[4] is None, c[4] or False))
     return truth
+
+
+def _claims(inc: Incarnation, counts_assumed: bool) -> list:
+    """The pod's claims as one class of cache counts them: a binding takes its node, and a
+    failure or the last delete gives it back; for caches that count assumed pods, an assume
+    patch takes its node too and a rejection (back to dispatched) gives it back."""
+    steps = [(rv, at, node, state, attempt) for rv, at, node, state, attempt in inc.states
+             if counts_assumed or state == "failed"]
+    if inc.bind is not None:
+        rv, at, node, attempt = inc.bind
+        steps.append((rv, at, node, "bound", attempt))
+    if inc.delete is not None:
+        steps.append((*inc.delete, None, "deleted", None))
+    claims: list[list] = []
+    holds = None
+    for rv, at, node, state, attempt in sorted(steps):
+        new = node if state in ("bound", "assumed") else None
+        if new == holds:
+            continue
+        if holds is not None:
+            claims[-1][4:] = [rv, at]
+        if new is not None:
+            claims.append([rv, at, new, attempt, None, None])
+        holds = new
+    return claims
 
 
 def run_end(tables) -> int:
@@ -225,19 +303,20 @@ class CapacityReference:
         seen = dict(self.tables["deliveries"].filter(pl.col("watcher") == w["watcher"])
                     .select("rv", pl.col("applied_ts").dt.epoch("us")).iter_rows())
         steps: dict[str, list] = {}  # node -> (instant, truth delta, view delta)
+        counts_assumed = w["role"] == "scheduler"
 
         def visible(node):
             return w["node"] is None or node == w["node"]
 
-        for _rv, at, node, delta in self.truth.changes:
-            if visible(node):
+        for _rv, at, node, delta, counted in self.truth.changes:
+            if visible(node) and counted in (None, counts_assumed):
                 steps.setdefault(node, []).append((at, delta, None))
-        for rv, _at, node, delta in self.node_changes:
+        for rv, _at, node, delta, _ in self.node_changes:
             if visible(node):
                 steps[node].append((seen.get(rv, self.end), None, delta))
         # a pod counts once in the view: while its binding is applied and its delete is not, or
         # while the watcher holds an assumption of it; never after its delete is applied
-        for (inc, node), spans in self._memberships(w, seen).items():
+        for (inc, node), spans in self._memberships(w, seen, counts_assumed).items():
             if not visible(node):
                 continue
             for start, stop in _union(spans):
@@ -247,18 +326,20 @@ class CapacityReference:
                 for node, changes in steps.items() for resource in RESOURCES
                 for window in self._windows(changes, resource)]
 
-    def _memberships(self, w: dict, seen: dict) -> dict:
-        """(incarnation, node) -> intervals during which the pod counts on the node in the view."""
+    def _memberships(self, w: dict, seen: dict, counts_assumed: bool) -> dict:
+        """(incarnation, node) -> intervals during which the pod counts on the node in the view:
+        from each claim's applied take to its applied release, or while the watcher holds an
+        assumption of it, never after its last release is applied."""
         spans: dict[tuple, list] = {}
-        gone = {}  # incarnation -> when the watcher applied its delete
+        gone = {}  # incarnation -> when the watcher applied its last release
         for inc in self.truth.incarnations:
-            if inc.bind is None or not any(inc.requests.values()):
+            claims = inc.claims[counts_assumed]
+            if not claims or not any(inc.requests.values()):
                 continue
-            rv, _, node, _ = inc.bind
-            removed = (seen.get(inc.delete[0], self.end)
-                       if inc.delete is not None and inc.delete[0] > rv else self.end)
+            for take_rv, _, node, _, release_rv, _ in claims:
+                removed = self.end if release_rv is None else seen.get(release_rv, self.end)
+                spans.setdefault((inc, node), []).append((seen.get(take_rv, self.end), removed))
             gone[inc] = removed
-            spans.setdefault((inc, node), []).append((seen.get(rv, self.end), removed))
         for start, stop, node, inc in self._assumptions(w):
             stop = min(stop, gone.get(inc, self.end))
             spans.setdefault((inc, node), []).append((start, stop))

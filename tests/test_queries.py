@@ -229,6 +229,8 @@ def check_conflicts(answers: Answers) -> None:
     assert got["scheduler"].to_list()[-1] == "ALL"
     assert_same(answers.query("conflict_rate_by_lag").drop("run"),
                 ref.conflict_rate_by_lag(answers.tables), ["scheduler", "lag_from_ms"])
+    assert_same(answers.query("omega_metrics").drop("run"), ref.omega_metrics(answers.tables),
+                ["scheduler"])
 
 
 # --- properties on random runs ---------------------------------------------------------------------

@@ -21,7 +21,8 @@ QUERIES = ("per_component_delay", "per_component_delay_timeline", "delay_cdf", "
            "conflict_rate_by_lag", "stale_capacity_windows", "phantom_capacity_windows",
            "stale_capacity_summary", "stale_capacity_by_role", "stale_capacity_timeline",
            "stale_capacity_by_node", "stale_capacity_durations", "reaction_lag", "sweep_summary",
-           "watch_health")
+           "watch_health",
+           "omega_metrics")
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,10 @@ What-if models (discrete events, one write at a time):
 - ``Simulation``: time and timers (``now``, ``at``, ``after`` returning a cancellable ``Timer``),
   watchers' ``View``s, reactions to applied writes, commits, attempts, messages between peers;
 - ``Scheduler``: the scheduling loop every what-if model shares (queue, backoff, attempts, node
-  selection, assume/forget); ``Assumptions``: assume/forget with a time to live, for a component
-  that is not a scheduler (Gödel's binder); ``Worker``: a one-at-a-time work loop;
-  ``Gathering``: gangs gathered until complete;
+  selection by a ``NodeSelector`` or ``GodelNodeSelector``, assume/forget); ``Assumptions``:
+  assume/forget with a time to live, for a component that is not a scheduler (Gödel's binder);
+  ``Worker``: a one-at-a-time work loop; ``Gathering``: gangs gathered until complete;
+  ``Client``: a component's rate-limited API client;
 - records and enums: ``Pod``, ``Attempt``, ``Write``, ``WriteKind``, ``Outcome``, ``Reason``,
   ``Request``, ``NEVER``, ``NO_NODE``.
 
@@ -29,6 +30,7 @@ Every model: ``RunConfig``, ``WatcherSpec``, ``RunTables``.
 from __future__ import annotations
 
 from replay.engine.assumed import Assumptions
+from replay.engine.client import Client
 from replay.engine.cluster import (NEVER, NO_NODE, Attempt, Outcome, Pod, Reason, Request, Write,
                                    WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
@@ -37,7 +39,8 @@ from replay.engine.gangs import Gathering
 from replay.engine.pipeline import SOURCES, STAGE_COLUMNS, Pipeline, Scan, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.scheduler import GIVES_BACK, OnAssumed, Scheduler
-from replay.engine.selection import POLICIES, Indices, NodeSelector
+from replay.engine.selection import (POLICIES, GodelNodeSelector, Indices, NodeSelector,
+                                     SelectorFactory)
 from replay.engine.simulation import Simulation
 from replay.engine.view import Snapshot, View
 from replay.engine.watchcache import capacities
@@ -47,9 +50,10 @@ from replay.engine.workload import node_names
 
 __all__ = [
     "GIVES_BACK", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "SOURCES", "STAGE_COLUMNS",
-    "Assumptions", "Attempt", "Gathering", "Indices", "NodeSelector", "OnAssumed", "Outcome",
-    "Pipeline", "Pod", "Reason", "Request", "RunConfig", "RunTables", "Scan", "Scheduler",
-    "Simulation", "Snapshot", "Streams", "Timer", "View", "WatcherSpec", "Worker", "Write",
-    "WriteKind", "capacities", "match", "node_index", "node_names", "view_lag_us",
+    "Assumptions", "Attempt", "Client", "Gathering", "GodelNodeSelector", "Indices",
+    "NodeSelector", "OnAssumed", "Outcome", "Pipeline", "Pod", "Reason", "Request", "RunConfig",
+    "RunTables", "Scan", "Scheduler", "SelectorFactory", "Simulation", "Snapshot", "Streams",
+    "Timer", "View", "WatcherSpec", "Worker", "Write", "WriteKind", "capacities", "match",
+    "node_index", "node_names", "view_lag_us",
     "watchers_table",
 ]

@@ -40,6 +40,13 @@ class WriteKind(IntEnum):
         """The verb, resource and subresource of this kind of write when a model makes it."""
         return _API_CALL[self]
 
+    @property
+    def pod_state(self) -> str | None:
+        """The pod state this kind of write sets (the events table's ``pod_state``): Gödel's
+        pod-state annotation (``dispatched``, ``assumed``; a rejection sets ``dispatched`` back),
+        or ``failed`` for the kubelet's status.phase Failed; None for the others."""
+        return _POD_STATE.get(self)
+
 
 _API_CALL: dict[WriteKind, tuple[str | None, str | None, str | None]] = {
     WriteKind.NODE_SET: ("create", "nodes", None),
@@ -54,6 +61,8 @@ _API_CALL: dict[WriteKind, tuple[str | None, str | None, str | None]] = {
     WriteKind.POD_DELETE: ("delete", "pods", None),
     WriteKind.OTHER: (None, None, None),
 }
+_POD_STATE = {WriteKind.POD_DISPATCH: "dispatched", WriteKind.POD_ASSUME: "assumed",
+              WriteKind.POD_REJECT: "dispatched", WriteKind.POD_FAIL: "failed"}
 NODE_KINDS = frozenset({WriteKind.NODE_SET, WriteKind.NODE_DELETE, WriteKind.NODE_OTHER})
 
 
@@ -86,7 +95,10 @@ class Node:
     alloc: list[int] = field(default_factory=lambda: [0, 0, 0])  # cpu_milli, memory, gpu_milli
     used: list[int] = field(default_factory=lambda: [0, 0, 0])  # by pods bound in the truth
     present: bool = False
-    changes: int = 0  # placements, removals and allocatable changes (Omega's sequence number)
+    # Omega's sequence number: bumped by every claim on the node (a placement committed there,
+    # ``ClaimDelta.apply``), not by a pod leaving it; and by a change of its allocatable or its
+    # removal, which the simulator's machines never have
+    changes: int = 0
 
     def fits(self, request: Request) -> bool:
         a, u = self.alloc, self.used
@@ -115,6 +127,9 @@ class Pod:
     attempts: int = 0
     first_attempt: int = NEVER
     instance: int = -1  # the scheduler instance it is assigned to (model-specific), -1: none
+    # the node whose capacity it holds in the truth: from its assume patch or binding until it is
+    # rejected back to dispatched, fails or is deleted (NO_NODE: none)
+    claim: int = NO_NODE
 
     @property
     def key(self) -> str:
@@ -139,7 +154,9 @@ class Write:
     row: int  # its trace row, -1 if a model wrote it
     code: int
     alloc: Request | None = None  # a NODE_SET's new allocatable
-    node_version: int = 0  # the node's change count once this write applied (Omega's sequence number)
+    # the node's sequence number once this write applied, for a write that bumped it (a claim,
+    # an allocatable change); 0 for the others
+    node_version: int = 0
 
 
 @dataclass(eq=False)
@@ -153,19 +170,25 @@ class Attempt:
     started: int
     node: int
     view_lag_us: int
-    seen_version: int  # the chosen node's change count in the view the decision was made on
+    seen_version: int  # the chosen node's sequence number in the view the decision was made on
+    cycle: int  # the first attempt of the scheduling cycle it was decided in (its own id if alone)
     decided: int = NEVER
     committed: int = NEVER
     outcome: Outcome | None = None
     reason: Reason | None = None
     forgotten: int = NEVER
+    throttled_us: int = 0  # how long its writes waited for their clients' rate limiters
 
 
 class Truth:
     """The objects as etcd has them, changed by committed writes in commit order.
 
-    ``apply`` also stamps a write that changes a node's capacity with the node's new change count,
-    so that a cache knows which version of the node it has seen."""
+    A pod holds capacity on a node from its first claim there (a Gödel scheduler's assume patch,
+    or a binding) until it is rejected back to dispatched, fails or is deleted: every consumer of
+    the API server's state that counts it (Gödel's scheduler caches count assumed pods, every
+    cache and kubelet counts bound ones) sees that capacity taken.  ``apply`` also stamps a write
+    that bumps a node's sequence number with the new number, so that a cache knows which version
+    of the node it has seen."""
 
     def __init__(self, node_names: list[str]):
         self.nodes = [Node(i, name) for i, name in enumerate(node_names)]
@@ -173,29 +196,53 @@ class Truth:
 
     def apply(self, write: Write) -> None:
         kind, pod = write.kind, write.pod
-        node = None
         if kind == WriteKind.NODE_SET:
             assert write.alloc is not None
             node = self.nodes[write.node]
+            changed = not node.present or node.alloc != list(write.alloc)
             node.alloc = list(write.alloc)
             node.present = True
+            if changed:
+                self._bump(node, write)
         elif kind == WriteKind.NODE_DELETE:
             node = self.nodes[write.node]
             node.present = False
+            self._bump(node, write)
         elif kind == WriteKind.POD_BIND:
             assert pod is not None
-            node = self.nodes[write.node]
             pod.node, pod.bound, pod.bound_rv = write.node, write.commit, write.rv
-            _add(node.used, pod.request, 1)
+            self._claim(pod, write)
+        elif kind == WriteKind.POD_ASSUME:
+            assert pod is not None
+            self._claim(pod, write)
+        elif kind in (WriteKind.POD_REJECT, WriteKind.POD_FAIL):
+            assert pod is not None
+            self._release(pod)
         elif kind == WriteKind.POD_DELETE:
             assert pod is not None
             pod.deleted, pod.deleted_rv = write.commit, write.rv
-            if pod.node >= 0:
-                node = self.nodes[pod.node]
-                _add(node.used, pod.request, -1)
-        if node is not None:
-            node.changes += 1
-            write.node_version = node.changes
+            self._release(pod)
+
+    def _claim(self, pod: Pod, write: Write) -> None:
+        """``pod`` holds ``write.node`` from now on (nothing changes if it held it already: a
+        binding after its assume patch)."""
+        if pod.claim == write.node:
+            return
+        self._release(pod)
+        node = self.nodes[write.node]
+        _add(node.used, pod.request, 1)
+        pod.claim = write.node
+        self._bump(node, write)
+
+    def _release(self, pod: Pod) -> None:
+        if pod.claim >= 0:
+            _add(self.nodes[pod.claim].used, pod.request, -1)
+            pod.claim = NO_NODE
+
+    @staticmethod
+    def _bump(node: Node, write: Write) -> None:
+        node.changes += 1
+        write.node_version = node.changes
 
     def fits(self, placements: list[tuple[Pod, int]]) -> bool:
         """Whether the truth has room for all these (pod, node) placements at once."""

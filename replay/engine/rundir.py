@@ -37,7 +37,7 @@ TABLES: dict[str, pa.Schema] = {
         ("subresource", pa.string()), ("namespace", pa.string()), ("name", pa.string()),
         ("node", pa.string()), ("cpu_milli", pa.int64()), ("memory_bytes", pa.int64()),
         ("gpu_milli", pa.int64()), ("code", pa.int32()), ("component", pa.string()),
-        ("origin", pa.string()), ("attempt_id", pa.int64()),
+        ("origin", pa.string()), ("attempt_id", pa.int64()), ("pod_state", pa.string()),
     ]),
     "deliveries": pa.schema([
         ("rv", pa.int64()), ("watcher", pa.string()), ("role", pa.string()),
@@ -49,7 +49,8 @@ TABLES: dict[str, pa.Schema] = {
         ("attempt_id", pa.int64()), ("pod", pa.string()), ("scheduler", pa.string()),
         ("enqueued_ts", TS), ("started_ts", TS), ("decided_ts", TS), ("committed_ts", TS),
         ("node", pa.string()), ("outcome", pa.string()), ("reason", pa.string()),
-        ("view_lag_ms", pa.float64()), ("forgotten_ts", TS),
+        ("view_lag_ms", pa.float64()), ("forgotten_ts", TS), ("cycle_id", pa.int64()),
+        ("throttled_ms", pa.float64()),
     ]),
     "pods": pa.schema([
         ("pod", pa.string()), ("created_ts", TS), ("first_attempt_ts", TS), ("bound_ts", TS),

@@ -1,15 +1,19 @@
 """What every scheduling model shares: a queue, attempts that take time, and node selection.
 
 A scheduler pops pods one at a time (highest priority first, then oldest, like kube-scheduler's
-PrioritySort).  An attempt snapshots the scheduler's view, picks a node (``selection``) and takes
-``per_attempt_ms + per_node_ms x nodes evaluated`` (Omega's t_job + t_task).  At the end of that
-time it assumes the pod in its own view at once and hands the attempt to the model's commit
-protocol (``on_assumed``).  A pod that fits nowhere waits, unschedulable, until the view gives
-capacity back (and its backoff has passed), checked again after ``unschedulable_timeout_ms``; a
-pod whose commit failed comes back after its backoff.
+PrioritySort).  A scheduling cycle snapshots the scheduler's view, picks a node for each of its
+pods (``selection``: kube-scheduler's walk, or a Gödel scheduler's) and takes ``per_attempt_ms +
+per_pod_ms x pods + per_node_ms x nodes evaluated`` (Omega's think time is t_job + t_task x
+tasks: the first two terms).  At the end of that time it assumes the pods in its own view at once
+and hands their attempts to the model's commit protocol (``on_assumed``).  A pod that fits
+nowhere waits, unschedulable, until the view gives capacity back (and its backoff has passed),
+checked again after ``unschedulable_timeout_ms``; a pod whose commit failed comes back after its
+backoff (or at once, if the model says so: Gödel's rejected pods).
 
-Gangs (pods sharing ``group``) are placed all or nothing when the model asks: the scheduler waits
-until every member has reached its queue, then places them in one attempt.
+Gangs (pods sharing ``group``) are placed in one cycle when the model asks: the scheduler waits
+until every member still to be placed has reached its queue.  All or nothing by default; with
+``partial`` (Omega's incremental transactions), the members that fit go ahead and the others
+wait for capacity.
 
 Built only on the model API of ``Simulation`` and ``View``, as a model's own scheduler would be.
 """
@@ -24,13 +28,14 @@ from replay.engine.assumed import Assumptions
 from replay.engine.cluster import Attempt, Outcome, Pod, Reason, Write, WriteKind
 from replay.engine.core import Timer
 from replay.engine.gangs import Gathering
-from replay.engine.selection import Indices, NodeSelector
+from replay.engine.selection import NodeSelector, SelectorFactory
 
 if TYPE_CHECKING:
     from replay.engine.simulation import Simulation
 
 # The writes that give capacity back to a view (and so may let an unschedulable pod fit)
-GIVES_BACK = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.NODE_SET})
+GIVES_BACK = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.POD_FAIL,
+                        WriteKind.NODE_SET})
 
 OnAssumed = Callable[["Scheduler", list[Attempt]], None]
 
@@ -43,17 +48,21 @@ class Scheduler:
     ``replay.models.whatif.SCHEDULER_PARAMS``."""
 
     def __init__(self, sim: Simulation, name: str, settings: Mapping[str, Any],
-                 on_assumed: OnAssumed, gangs: bool = False, preferred: Indices | None = None,
-                 assume_ttl_us: int | None = None):
+                 on_assumed: OnAssumed, gangs: bool = False, partial: bool = False,
+                 assume_ttl_us: int | None = None, selector: SelectorFactory = NodeSelector):
         """``assume_ttl_us``: how long an unconfirmed assumption lives (None: until confirmed or
-        failed); ``preferred``: nodes tried first (a partition)."""
+        failed); ``selector``: how it picks nodes (kube-scheduler's ``NodeSelector`` by
+        default), made with the ``policy`` and ``percentage_of_nodes_to_score`` settings and the
+        scheduler's own random stream; ``partial``: a gang's members that fit go ahead."""
         self.sim, self.name, self.view = sim, name, sim.view(name)
         self.settings = settings
         self._on_assumed = on_assumed
-        self._gangs: Gathering[Pod] | None = Gathering(sim.gang_size) if gangs else None
-        self.selector = NodeSelector(settings["policy"], settings["percentage_of_nodes_to_score"],
-                                     sim.random(f"scheduler/{name}"), preferred)
+        self._gangs: Gathering[Pod] | None = Gathering(sim.gang_unplaced) if gangs else None
+        self._partial = partial
+        self.selector = selector(settings["policy"], settings["percentage_of_nodes_to_score"],
+                                 sim.random(f"scheduler/{name}"))
         self._per_attempt = round(settings["per_attempt_ms"] * 1000)
+        self._per_pod = settings["per_pod_ms"] * 1000
         self._per_node = settings["per_node_ms"] * 1000
         self._queue: list[tuple[int, int, int, Pod]] = []
         self._enqueued_at: dict[Pod, int] = {}
@@ -63,13 +72,12 @@ class Scheduler:
         self._order = 0
 
     # -- what puts pods in the queue ------------------------------------------------------------
-    def queue_on(self, kind: WriteKind, instance: int | None = None,
-                 requeue: WriteKind | None = None) -> None:
-        """React to the writes of ``kind`` that put a pod in this queue, to those of ``requeue``
-        that send one back after its backoff (both only for pods assigned to ``instance``, if
-        given), and, while pods wait unschedulable, to those that give capacity back."""
+    def queue_on(self, *kinds: WriteKind, instance: int | None = None) -> None:
+        """React to the writes of ``kinds`` that put a pod in this queue (only for pods assigned
+        to ``instance``, if given) and, while pods wait unschedulable, to those that give
+        capacity back."""
         def mine(write: Write) -> bool:
-            return (write.kind == kind or write.kind == requeue) and (
+            return write.kind in kinds and (
                 instance is None or write.pod.instance == instance)  # type: ignore[union-attr]
 
         def wants(write: Write) -> bool:
@@ -78,12 +86,11 @@ class Scheduler:
         def handle(write: Write) -> None:
             if mine(write):
                 assert write.pod is not None
-                self.enqueue(write.pod, backoff=write.kind == requeue)
+                self.enqueue(write.pod)
             if write.kind in GIVES_BACK:
                 self.capacity_returned()
 
-        kinds = {kind, *GIVES_BACK} | ({requeue} if requeue is not None else set())
-        self.sim.react(self.name, kinds, handle, wants)
+        self.sim.react(self.name, {*kinds, *GIVES_BACK}, handle, wants)
 
     def enqueue(self, pod: Pod, backoff: bool = False) -> None:
         """Put ``pod`` in the queue now, or once its backoff has passed."""
@@ -136,16 +143,22 @@ class Scheduler:
         oldest = view.oldest_unapplied()
         lag = now - oldest if oldest is not None and oldest <= now else 0
         snapshot = view.snapshot()
-        attempts, evaluated = [], 0
+        attempts: list[Attempt] = []
+        evaluated = 0
+        held: dict[int, int] = {}  # claims of earlier members per node (a private sequence number)
         with view.holding() as hold:  # each member of a gang sees the room the others took
             for pod in pods:
-                node, count = self.selector.choose(snapshot, pod.request)
+                node, count = self.selector.choose(snapshot, pod.request, len(pods))
                 evaluated += count
+                seen = 0
                 if node >= 0:
                     hold(node, pod.request)
-                seen = int(snapshot.version[node]) if node >= 0 else 0
-                attempts.append(sim.new_attempt(pod, self.name, enqueued, node, lag, seen))
-        decision = self._per_attempt + round(self._per_node * evaluated)
+                    seen = int(snapshot.version[node]) + held.get(node, 0)
+                    held[node] = held.get(node, 0) + 1
+                attempts.append(sim.new_attempt(pod, self.name, enqueued, node, lag, seen,
+                                                cycle=attempts[0] if attempts else None))
+        decision = (self._per_attempt + round(self._per_pod * len(pods))
+                    + round(self._per_node * evaluated))
         sim.after(decision, self._decided, attempts, view.give_backs)
 
     def _decided(self, attempts: list[Attempt], give_backs_at_start: int) -> None:
@@ -156,15 +169,18 @@ class Scheduler:
         for attempt in attempts:
             if not attempt.pod.pending:
                 sim.settle(attempt, Outcome.ERROR, Reason.POD_DELETED)
-        if any(a.node < 0 for a in live):  # a gang is placed all or nothing
-            for attempt in live:
-                sim.settle(attempt, Outcome.UNSCHEDULABLE,
-                           Reason.NO_FIT if attempt.node < 0 else Reason.GANG_INCOMPLETE)
-                self._wait_for_capacity(attempt.pod, give_backs_at_start)
-        elif live:
-            for attempt in live:
+        unplaced = [a for a in live if a.node < 0]
+        if unplaced and not self._partial:  # a gang is placed all or nothing
+            unplaced = live
+        for attempt in unplaced:
+            sim.settle(attempt, Outcome.UNSCHEDULABLE,
+                       Reason.NO_FIT if attempt.node < 0 else Reason.GANG_INCOMPLETE)
+            self._wait_for_capacity(attempt.pod, give_backs_at_start)
+        placed = [a for a in live if a not in unplaced]
+        if placed:
+            for attempt in placed:
                 self._assumptions.assume(attempt)
-            self._on_assumed(self, live)
+            self._on_assumed(self, placed)
         sim.after(0, self._start)
 
     def _wait_for_capacity(self, pod: Pod, give_backs_at_start: int) -> None:
@@ -202,6 +218,7 @@ class Scheduler:
         self._assumptions.forget(attempt)
         if retry and attempt.pod.pending:
             self.enqueue(attempt.pod, backoff=True)
+
 
     def drop_deleted(self, attempts: list[Attempt]) -> list[Attempt]:
         """The attempts whose pods still exist; the others end now (``error``, ``pod_deleted``:

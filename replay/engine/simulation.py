@@ -25,6 +25,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from replay.engine.client import Client
 from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome, Pod, Reason,
                                    Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
@@ -75,6 +76,7 @@ class Simulation:
         self._pods: list[Pod] = []
         self._pod_of_incarnation: dict[int, Pod] = {}
         self._attempts: list[Attempt] = []
+        self._placed_members: dict[str, int] = {}  # per gang: members bound or deleted
         self._listeners: list[Handler] = []
         self._resources = trace["resource"].to_numpy()
         self._log = _Log()
@@ -99,10 +101,13 @@ class Simulation:
 
     # -- watchers -------------------------------------------------------------------------------
     def view(self, watcher: str) -> View:
-        """The cache of ``watcher`` (made on first use): only watchers with a view keep one."""
+        """The cache of ``watcher`` (made on first use): only watchers with a view keep one.  A
+        scheduler's cache counts pods assumed by Gödel schedulers (their assume patches); the
+        others (Gödel's binder, a kubelet) count only bound pods."""
         index = self._index[watcher]
         if index not in self._views:
-            self._views[index] = View(len(self._truth.nodes), self._clock)
+            self._views[index] = View(len(self._truth.nodes), self._clock,
+                                      counts_assumed=self._watchers[index].role == "scheduler")
         return self._views[index]
 
     def react(self, watcher: str, kinds: Collection[WriteKind], handler: Handler,
@@ -116,6 +121,11 @@ class Simulation:
         """Call ``listener(write)`` as each write commits, after the truth has applied it (for
         what the API server itself does on a write, such as assigning a pod to a scheduler)."""
         self._listeners.append(listener)
+
+    def client(self, qps: float, burst: int, latency_us: int) -> Client:
+        """A component's API client: its writes wait for a token bucket of ``qps`` and ``burst``
+        (client-go's rate limiter; ``qps`` <= 0: no limit), then take ``latency_us`` to commit."""
+        return Client(self._env, qps, burst, latency_us)
 
     def kubelets(self) -> list[tuple[str, int]]:
         """(watcher name, node index) of every kubelet watcher bound to a node of the trace."""
@@ -154,6 +164,11 @@ class Simulation:
         """How many pods of the workload belong to gang ``group``."""
         return self._workload.group_size.get(group, 1)
 
+    def gang_unplaced(self, group: str) -> int:
+        """How many pods of gang ``group`` are still to be placed: its size less the members
+        bound or deleted so far (a gang partly placed waits only for the rest)."""
+        return self.gang_size(group) - self._placed_members.get(group, 0)
+
     def scheduler_names(self) -> list[str]:
         """The distinct ``spec.schedulerName`` values of the workload's pods, sorted."""
         return sorted({n for n in self._workload.scheduler_name if n is not None})
@@ -182,16 +197,18 @@ class Simulation:
         return new
 
     def new_attempt(self, pod: Pod, scheduler: str, enqueued: int, node: int, view_lag_us: int,
-                    seen_version: int = 0) -> Attempt:
+                    seen_version: int = 0, cycle: Attempt | None = None) -> Attempt:
         """A scheduling attempt of ``pod`` by ``scheduler`` starting now, choosing ``node``
         (NO_NODE: none fits) on a view ``view_lag_us`` behind; ``seen_version`` is the node's
-        change count in that view."""
+        sequence number in that view; ``cycle`` the first attempt of the scheduling cycle it
+        belongs to (a gang's members are decided in one), None if it is the first."""
         now = self.now
         pod.attempts += 1
         if pod.first_attempt < 0:
             pod.first_attempt = now
-        attempt = Attempt(len(self._attempts) + 1, pod, scheduler, enqueued, now, node,
-                          view_lag_us, seen_version)
+        number = len(self._attempts) + 1
+        attempt = Attempt(number, pod, scheduler, enqueued, now, node, view_lag_us, seen_version,
+                          cycle.id if cycle is not None else number)
         self._attempts.append(attempt)
         return attempt
 
@@ -224,6 +241,9 @@ class Simulation:
         write = Write(rv, now, kind, pod, node, component, attempt.id if attempt else 0, row, code,
                       alloc)
         self._truth.apply(write)
+        if pod is not None and pod.group is not None and (
+                kind == WriteKind.POD_BIND or (kind == WriteKind.POD_DELETE and pod.node < 0)):
+            self._placed_members[pod.group] = self._placed_members.get(pod.group, 0) + 1
         for listener in self._listeners:
             listener(write)
         self._log.event(write, by_model)
@@ -426,7 +446,7 @@ class Simulation:
         names = pl.Series(self._workload.node_names, dtype=pl.String)
         requests = np.array([p.request for p in self._pods], dtype=np.int64).reshape(-1, 3)
         creates = (kind == WriteKind.POD_CREATE).to_numpy()
-        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, *NODE_KINDS])
+        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
         described = pl.DataFrame({
             **{c: kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
                                   return_dtype=pl.String)
@@ -450,6 +470,8 @@ class Simulation:
             origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8) == 1))
             .then(pl.lit("model")).otherwise(pl.lit("trace")),
             attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)).replace(0, None),
+            pod_state=kind.replace_strict({k.value: k.pod_state for k in WriteKind},
+                                          return_dtype=pl.String),
         )
 
     def _attempts_table(self) -> pl.DataFrame:
@@ -471,6 +493,8 @@ class Simulation:
                                 dtype=pl.String),
             "view_lag_ms": pl.Series([x.view_lag_us / 1000 for x in a], dtype=pl.Float64),
             "forgotten_ts": _times([x.forgotten for x in a]),
+            "cycle_id": pl.Series([x.cycle for x in a], dtype=pl.Int64),
+            "throttled_ms": pl.Series([x.throttled_us / 1000 for x in a], dtype=pl.Float64),
         })
 
     def _pods_table(self) -> pl.DataFrame:

@@ -15,9 +15,13 @@ behind its own watch.  A watcher has one watch, and one informer, per resource: 
 own inbox, whose applied times never decrease.  A write whose delivery its watch holds back (the
 watch is closed, or its buffer full) is ``_expect``ed until then: the view's lag counts it.
 
-A pod counts on a node from its applied binding until its applied delete or rejection; the
-watcher's own assumptions count from ``assume`` until it forgets them.  This is the definition the
-analysis queries use (docs/run-directory.md).
+A pod counts on a node from its applied binding until its applied delete, or its applied failure
+(status.phase Failed: the scheduler's informer drops terminal pods); in a cache that counts
+assumed pods (a Gödel scheduler's: ``AssumedPodOfGodel`` in ``pkg/scheduler/cache``), also from
+its applied assume patch until its applied rejection.  The watcher's own assumptions count from
+``assume`` until it forgets them: when the watch brings its own write back (the binding, or its
+assume patch), or the placement failed.  This is the definition the analysis queries use
+(docs/run-directory.md).
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
 Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
           for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
+# The pod writes after which a pod no longer counts on its node in any cache
+_LEAVES = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.POD_FAIL})
 
 
 class Snapshot(NamedTuple):
@@ -48,8 +54,10 @@ class Snapshot(NamedTuple):
 
 
 class View:
-    def __init__(self, node_count: int, clock: Callable[[], int]):
-        """``clock()``: the simulation's time now."""
+    def __init__(self, node_count: int, clock: Callable[[], int], counts_assumed: bool = False):
+        """``clock()``: the simulation's time now; ``counts_assumed``: the cache counts pods
+        assumed by Gödel schedulers (assume patches) as it counts bound ones."""
+        self.counts_assumed = counts_assumed
         self._alloc = np.zeros((3, node_count), dtype=np.int64)
         self._free = np.zeros((3, node_count), dtype=np.int64)
         self._present = np.zeros(node_count, dtype=bool)
@@ -123,29 +131,35 @@ class View:
     def _apply(self, write: Write, now: int) -> None:
         kind, pod = write.kind, write.pod
         if write.node_version:
-            node = write.node if kind != WriteKind.POD_DELETE else pod.node  # type: ignore[union-attr]
-            self._version[node] = max(self._version[node], write.node_version)
+            self._version[write.node] = max(self._version[write.node], write.node_version)
         if kind == WriteKind.NODE_SET:
             self._set_node(write.node, write.alloc)
         elif kind == WriteKind.NODE_DELETE:
             self._set_node(write.node, None)
-        elif kind == WriteKind.POD_BIND:
+        elif kind == WriteKind.POD_BIND or (kind == WriteKind.POD_ASSUME and self.counts_assumed):
             assert pod is not None
-            if pod not in self._placed:
-                mine = self._assumed.pop(pod, None)
-                if mine is not None and self.on_forget is not None:
-                    self.on_forget(pod, now)  # confirmed
-                if mine != write.node:
-                    if mine is not None:
-                        self._take(mine, pod.request, 1)
-                    self._take(write.node, pod.request, -1)
-                self._placed[pod] = write.node
-        elif kind == WriteKind.POD_DELETE or kind == WriteKind.POD_REJECT:
+            self._place(pod, write.node, now)
+        elif kind in _LEAVES:
             assert pod is not None
             self._forget(pod, now)
             node = self._placed.pop(pod, None)
             if node is not None:
                 self._take(node, pod.request, 1)
+
+    def _place(self, pod: Pod, node: int, now: int) -> None:
+        """The watch has brought ``pod`` on ``node``: it counts there from now on, once (an own
+        assumption of it ends: confirmed)."""
+        if self._placed.get(pod) == node:
+            return  # assumed there, now bound there
+        mine = self._assumed.pop(pod, None)
+        if mine is not None and self.on_forget is not None:
+            self.on_forget(pod, now)
+        held = self._placed.pop(pod, mine)
+        if held != node:
+            if held is not None:
+                self._take(held, pod.request, 1)
+            self._take(node, pod.request, -1)
+        self._placed[pod] = node
 
     def _set_node(self, node: int, alloc: Request | None) -> None:
         new = np.zeros(3, dtype=np.int64) if alloc is None else np.asarray(alloc, dtype=np.int64)
@@ -177,7 +191,9 @@ class View:
                     and free[1, node] >= request[1] and free[2, node] >= request[2])
 
     def has_placed(self, pod: Pod) -> bool:
-        """Whether this view has applied ``pod``'s binding (and not its delete)."""
+        """Whether this view counts ``pod`` from the watch: it has applied its binding (or, in a
+        cache that counts assumed pods, its assume patch), and not its delete, rejection or
+        failure."""
         self._catch_up()
         return pod in self._placed
 

@@ -1,11 +1,14 @@
 """``kube``: independent kube-scheduler instances; conflicts surface at the kubelet.
 
-Each instance schedules its share of the pods on its own informer cache and binds.  The API
+Each instance schedules its share of the pods on its own informer cache and binds, through its
+own client (50 QPS, burst 100 by default, as kube-scheduler's ``clientConnection``).  The API
 server accepts a binding without a capacity check, so two instances can fill the same node; the
 node's kubelet finds out when it applies the binding and its admitted pods leave no room: the pod
 fails admission (Kubernetes' ``OutOfcpu`` / ``OutOfmemory``; outcome ``conflict``, reason
-``kubelet_admission``), and after ``replace_delay_ms`` its controller deletes it and creates a
-replacement, which is scheduled like any new pod.
+``kubelet_admission``).  The kubelet's status write sets the pod's phase to Failed: the pod frees
+its capacity in the truth, and every scheduler's informer drops it when it applies that write (it
+watches non-terminal pods only).  After ``replace_delay_ms`` its controller deletes it and creates
+a replacement, which is scheduled like any new pod.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from __future__ import annotations
 from replay.engine.api import (Attempt, Outcome, Pod, Reason, Request, Scheduler, Simulation,
                                WatcherSpec, Write, WriteKind)
 from replay.models.base import Param
-from replay.models.whatif import WhatIfModel, independent_schedulers, scheduler_params
+from replay.models.whatif import (WhatIfModel, independent_schedulers, scheduler_params,
+                                  with_defaults)
 
 COMPONENT = "kube-scheduler"
 
@@ -21,7 +25,7 @@ COMPONENT = "kube-scheduler"
 class KubeModel(WhatIfModel):
     name = "kube"
     description = "Independent kube-scheduler instances; over-commits are caught by kubelet admission."
-    params = scheduler_params() + (
+    params = with_defaults(scheduler_params(), client_qps=50.0, client_burst=100) + (
         Param("replace_delay_ms", 1000.0, "time from a failed admission to the controller's "
               "delete of the failed pod and create of its replacement", minimum=0),
     )
@@ -33,6 +37,7 @@ class KubeModel(WhatIfModel):
         self.sim = sim
         names = [w.name for w in self.components()]
         self.schedulers = independent_schedulers(sim, names, self.settings, self.bind, gangs=False)
+        self.clients = {s: self.client(sim) for s in self.schedulers}
         self.attempt_of: dict[Pod, Attempt] = {}  # bound, not yet admitted by the kubelet
         self.admitted: dict[int, dict[Pod, Request]] = {}
         for kubelet, node in sim.kubelets():
@@ -42,7 +47,8 @@ class KubeModel(WhatIfModel):
     def bind(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
         """kube-scheduler's binding: a write the API server accepts if the pod still exists."""
         for attempt in attempts:
-            self.sim.after(self.commit_us(), self._commit_binding, scheduler, attempt)
+            self.clients[scheduler].send(self._commit_binding, scheduler, attempt,
+                                         for_attempts=(attempt,))
 
     def _commit_binding(self, scheduler: Scheduler, attempt: Attempt) -> None:
         if not scheduler.drop_deleted([attempt]):

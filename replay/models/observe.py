@@ -118,7 +118,8 @@ class _Replay:
                 .append_column("rv", pa.array(np.arange(1, rows + 1)))
                 .append_column("origin", pa.DictionaryArray.from_arrays(
                     pa.array(np.zeros(rows, dtype=np.int8)), pa.array(["trace"])))
-                .append_column("attempt_id", pa.array(attempt, mask=attempt == 0)))
+                .append_column("attempt_id", pa.array(attempt, mask=attempt == 0))
+                .append_column("pod_state", pa.nulls(rows, pa.string())))
 
     def deliveries(self) -> Iterator[pa.Table]:
         """Every committed write through the pipeline to every watcher it matches, in parts of a
@@ -282,6 +283,8 @@ class _Replay:
             "reason": _reasons(code, bound),
             "view_lag_ms": seen.view_lag_ms(groups, self.decided),
             "forgotten_ts": _timestamps(forgotten),
+            "cycle_id": pa.nulls(len(rows), pa.int64()),  # what-if models only
+            "throttled_ms": pa.nulls(len(rows), pa.float64()),
         })
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from replay.engine.api import (Attempt, Outcome, Reason, Scheduler, Simulation, WatcherSpec,
                                WriteKind)
-from replay.models.whatif import SCHEDULER_PARAMS, WhatIfModel, schedulers_on
+from replay.models.whatif import SCHEDULER_PARAMS, WhatIfModel, with_defaults
 
 NAME = "oracle"
 
@@ -17,7 +17,7 @@ NAME = "oracle"
 class OracleModel(WhatIfModel):
     name = NAME
     description = "One scheduler with zero watch delay, commits checked against the truth: the lower bound."
-    params = SCHEDULER_PARAMS
+    params = with_defaults(SCHEDULER_PARAMS, client_qps=0.0)  # a lower bound: no rate limit
     instant = frozenset({NAME})
 
     def components(self) -> list[WatcherSpec]:
@@ -25,11 +25,12 @@ class OracleModel(WhatIfModel):
 
     def start(self, sim: Simulation) -> None:
         self.sim = sim
-        (scheduler,) = schedulers_on(sim, [NAME], self.settings, self.bind, gangs=True)
+        scheduler = Scheduler(sim, NAME, self.settings, self.bind, gangs=True)
         scheduler.queue_on(WriteKind.POD_CREATE)
+        self.api = self.client(sim)
 
     def bind(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
-        self.sim.after(self.commit_us(), self._commit, scheduler, attempts)
+        self.api.send(self._commit, scheduler, attempts, for_attempts=attempts)
 
     def _commit(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
         live = scheduler.drop_deleted(attempts)

@@ -9,12 +9,13 @@ complete minimal model.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import polars as pl
 
-from replay.engine.api import (POLICIES, Indices, OnAssumed, Pod, RunConfig, RunTables, Scheduler,
+from replay.engine.api import (POLICIES, Client, OnAssumed, Pod, RunConfig, RunTables, Scheduler,
                                Simulation, WatcherSpec, Write, WriteKind, node_names)
 from replay.limits import MAX_SCHEDULERS
 from replay.models.base import Model, Param
@@ -22,20 +23,38 @@ from replay.models.base import Model, Param
 ASSIGNMENTS = ("round-robin", "scheduler-name")
 # What every model built on the engine's Scheduler reads (replay.engine.scheduler)
 SCHEDULER_PARAMS = (
-    Param("per_attempt_ms", 1.0, "fixed cost of one scheduling attempt (Omega's t_job)",
-          minimum=0),
-    Param("per_node_ms", 0.002, "cost per node evaluated (Omega's t_task)", minimum=0),
+    Param("per_attempt_ms", 1.0, "time to decide one scheduling cycle, whatever it places "
+          "(Omega's t_job)", minimum=0),
+    Param("per_pod_ms", 0.0, "time per pod a cycle places: a gang's cycle takes it once per "
+          "member (Omega's t_task)", minimum=0),
+    Param("per_node_ms", 0.002, "time per node filtered and scored (kube-scheduler's cycle grows "
+          "with the nodes it evaluates; Omega's think time has no such term)", minimum=0),
     Param("percentage_of_nodes_to_score", 0,
-          "percent of nodes to find feasible before scoring; 0 = adaptive as in Kubernetes "
-          "(50 - nodes/125, at least 5%, at least 100 nodes)", minimum=0, maximum=100),
-    Param("policy", "least-allocated", "node scoring", choices=POLICIES),
+          "percent of nodes to find feasible before scoring; 0 = the scheduler's default "
+          "(kube: 50 - nodes/125, at least 5%, at least 100 nodes; Gödel: members + 50)",
+          minimum=0, maximum=100),
+    Param("policy", "least-allocated", "NodeResourcesFit's scoring strategy (LeastAllocated, "
+          "MostAllocated), or Omega's random first fit", choices=POLICIES),
     Param("backoff_initial_ms", 1000.0, "first retry delay after a failed attempt", minimum=0),
     Param("backoff_max_ms", 10000.0, "longest retry delay", minimum=0),
     Param("unschedulable_timeout_ms", 300000.0,
           "an unschedulable pod is retried after this long even if nothing changed", minimum=0),
     Param("commit_ms", 1.0, "API write latency of the model's writes: request to commit",
           minimum=0),
+    Param("client_qps", 50.0, "each component's client rate limit, writes per second "
+          "(client-go's token bucket; 0: none)", minimum=0),
+    Param("client_burst", 100, "the token bucket's size: writes a component may send at once",
+          minimum=1),
 )
+
+
+def with_defaults(params: tuple[Param, ...], **defaults: Any) -> tuple[Param, ...]:
+    """``params`` with the defaults of some changed (a model whose system defaults differ)."""
+    unknown = set(defaults) - {p.name for p in params}
+    if unknown:
+        raise ValueError(f"no such parameters: {sorted(unknown)}")
+    return tuple(dataclasses.replace(p, default=defaults[p.name]) if p.name in defaults else p
+                 for p in params)
 
 
 class WhatIfModel(Model):
@@ -72,6 +91,11 @@ class WhatIfModel(Model):
     def commit_us(self) -> int:
         """``commit_ms`` in µs: the time from a component's write request to its commit."""
         return int(round(self.settings["commit_ms"] * 1000))
+
+    def client(self, sim: Simulation) -> Client:
+        """A component's API client: ``client_qps`` and ``client_burst``, then ``commit_ms``."""
+        s = self.settings
+        return sim.client(s["client_qps"], s["client_burst"], self.commit_us())
 
 
 def scheduler_params() -> tuple[Param, ...]:
@@ -115,22 +139,14 @@ class Assigner:
 
 
 def independent_schedulers(sim: Simulation, names: list[str], settings: Mapping[str, Any],
-                           on_assumed: OnAssumed, gangs: bool) -> list[Scheduler]:
+                           on_assumed: OnAssumed, gangs: bool,
+                           partial: bool = False) -> list[Scheduler]:
     """Schedulers that share the workload directly, as independent kube-schedulers or Omega's
     schedulers do: each new pod is assigned to one (``assign``) and enters its queue when that
     scheduler's watch delivers the pod's create."""
     Assigner(sim, len(names), settings["assign"])
-    schedulers = schedulers_on(sim, names, settings, on_assumed, gangs=gangs)
+    schedulers = [Scheduler(sim, name, settings, on_assumed, gangs=gangs, partial=partial)
+                  for name in names]
     for i, scheduler in enumerate(schedulers):
         scheduler.queue_on(WriteKind.POD_CREATE, instance=i)
     return schedulers
-
-
-def schedulers_on(sim: Simulation, names: list[str], settings: Mapping[str, Any],
-                  on_assumed: OnAssumed, gangs: bool, preferred: list[Indices] | None = None,
-                  assume_ttl_us: int | None = None) -> list[Scheduler]:
-    """One ``Scheduler`` per watcher name, each with its view."""
-    return [Scheduler(sim, name, settings, on_assumed, gangs=gangs,
-                      preferred=None if preferred is None else preferred[i],
-                      assume_ttl_us=assume_ttl_us)
-            for i, name in enumerate(names)]
