@@ -13,8 +13,8 @@
 --   unschedulable        attempts that found no node
 --   conflict_rate        conflicts / (bound + conflicts): the share of placements that failed
 --                        (null without placements)
---   conflict_fraction    conflicts / bound: Omega's conflict fraction, failed per successful
---                        transaction; can exceed 1 (null without bound attempts)
+--   conflict_fraction    conflicts / bound, per attempt; can exceed 1 (null without bound
+--                        attempts).  Omega's conflict fraction counts transactions: omega_metrics
 --   conflicts_by_reason  conflicts per reason (api_conflict, binder_reject, kubelet_admission,
 --                        ...), a map from reason to count, empty without conflicts
 --

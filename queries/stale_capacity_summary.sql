@@ -22,38 +22,8 @@
 --                            a scheduler, decided an attempt on the node that ended in conflict
 --
 -- Parameters: from_ts, to_ts select windows by start_ts; watcher selects watchers by name.
-WITH windows AS (
-    SELECT *, ms_between(start_ts, end_ts) AS duration_ms
-    FROM capacity_windows
-    WHERE in_time_window(start_ts) AND watcher_selected(watcher)
-), per_watcher AS (
-    SELECT run, watcher,
-           count(*) FILTER (kind = 'stale') AS windows,
-           quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'stale') AS durations,
-           max(duration_ms) FILTER (kind = 'stale') AS max_ms,
-           sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu') AS blind_core_seconds,
-           sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu' AND wasted)
-               AS wasted_core_seconds,
-           count(*) FILTER (kind = 'phantom') AS phantom_windows,
-           quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'phantom') AS phantom_durations,
-           max(duration_ms) FILTER (kind = 'phantom') AS phantom_max_ms,
-           sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu') AS phantom_core_seconds,
-           sum(gap_seconds) FILTER (kind = 'phantom' AND resource = 'cpu' AND conflicts > 0)
-               AS conflicted_core_seconds
-    FROM windows
-    GROUP BY run, watcher
-)
-SELECT viewers.run, viewers.watcher,
-       coalesce(windows, 0) AS windows,
-       durations[1] AS p50_ms, durations[2] AS p99_ms, max_ms,
-       coalesce(blind_core_seconds, 0) AS blind_core_seconds,
-       coalesce(wasted_core_seconds, 0) AS wasted_core_seconds,
-       coalesce(phantom_windows, 0) AS phantom_windows,
-       phantom_durations[1] AS phantom_p50_ms, phantom_durations[2] AS phantom_p99_ms,
-       phantom_max_ms,
-       coalesce(phantom_core_seconds, 0) AS phantom_core_seconds,
-       coalesce(conflicted_core_seconds, 0) AS conflicted_core_seconds
-FROM capacity_viewers AS viewers
-LEFT JOIN per_watcher USING (run, watcher)
-WHERE watcher_selected(viewers.watcher)
+SELECT run, watcher, windows, p50_ms, p99_ms, max_ms, blind_core_seconds, wasted_core_seconds,
+       phantom_windows, phantom_p50_ms, phantom_p99_ms, phantom_max_ms, phantom_core_seconds,
+       conflicted_core_seconds
+FROM capacity_summary(false)
 ORDER BY run, watcher;

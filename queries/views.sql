@@ -22,24 +22,47 @@ SET asof_loop_join_threshold = 0;
 -- The run directories: runs, and one view per table (docs/run-directory.md describes the columns)
 ---------------------------------------------------------------------------------------------------
 
+-- manifests: one row per run: run, then the entries of its manifest.json as columns (an entry
+-- another run's manifest has and this one's lacks is null).  The entry sweep is always there:
+-- for a point of `replay sweep`, the sweep's directory name (sweep.sweep) and the values it swept.
+CREATE OR REPLACE VIEW manifests AS
+SELECT parse_path(filename)[-2] AS run, * EXCLUDE (filename)
+FROM (
+    FROM read_json([rtrim(dir, '/') || '/manifest.json' FOR dir IN getvariable('run_dirs')],
+                   filename = true, union_by_name = true)
+    UNION ALL BY NAME
+    SELECT NULL AS filename, {'sweep': NULL::VARCHAR} AS sweep  -- the entry, if no run has it
+)
+WHERE filename IS NOT NULL;
+
 -- runs: one row per run: run, model, seed, profile, trace (the trace's path), then one column per
--- model parameter of any of the runs (null for a run whose model lacks it).  The parameters come
--- from the resolved configuration in manifest.json, which always names the model.
+-- model parameter of any of the runs (null for a run whose model lacks it), then sweep_points'
+-- columns but run.  The parameters come from the resolved configuration in manifest.json, which
+-- always names the model.
 CREATE OR REPLACE VIEW runs AS
 SELECT * EXCLUDE (name)
 FROM (
-    SELECT parse_path(filename)[-2] AS run,
+    SELECT run,
            model.name AS model,
            seed,
            config.profile AS profile,
            trace.path AS trace,
-           unnest(config.model)
-    FROM read_json([rtrim(dir, '/') || '/manifest.json' FOR dir IN getvariable('run_dirs')],
-                   filename = true, union_by_name = true)
+           unnest(config.model),
+           unnest(sweep)
+    FROM manifests
 );
 
+-- sweep_points: one row per run: run, sweep (the directory of the sweep the run is a point of;
+-- null for a run `replay sweep` did not make), then one column per key a sweep swept other than
+-- the model and the seed, named as in its sweep.parquet (model_schedulers,
+-- stages_network_latency_p99_ms: dots made underscores), null where a run did not sweep it;
+-- and swept, the same as one struct (for ordering points by what they swept).
+CREATE OR REPLACE VIEW sweep_points AS
+SELECT run, sweep_name AS sweep, * EXCLUDE (run, sweep_name, sweep, swept), swept
+FROM (SELECT run, sweep.sweep AS sweep_name, unnest(sweep), sweep AS swept FROM manifests);
+
 -- run_table('events') and so on: a table of every run, each row preceded by its run's name, model
--- and model parameters.
+-- and model parameters, and for a sweep's point, the values the sweep set (runs' columns).
 CREATE OR REPLACE MACRO run_table(table_name) AS TABLE
 SELECT runs.* EXCLUDE (seed, profile, trace), rows.* EXCLUDE (filename)
 FROM read_parquet([rtrim(dir, '/') || '/' || table_name || '.parquet'
@@ -52,6 +75,9 @@ CREATE OR REPLACE VIEW deliveries AS FROM run_table('deliveries');
 CREATE OR REPLACE VIEW attempts AS FROM run_table('attempts');
 CREATE OR REPLACE VIEW pods AS FROM run_table('pods');
 CREATE OR REPLACE VIEW watchers AS FROM run_table('watchers');
+CREATE OR REPLACE VIEW dispatch_waits AS FROM run_table('dispatch_waits');
+CREATE OR REPLACE VIEW watch_terminations AS FROM run_table('watch_terminations');
+CREATE OR REPLACE VIEW relists AS FROM run_table('relists');
 
 
 ---------------------------------------------------------------------------------------------------
@@ -91,27 +117,39 @@ SELECT run, watcher, role AS watcher_role, commit_ts,
 FROM deliveries;
 
 -- delay_stats(ms): an aggregate: the mean, the 50th, 90th and 99th percentiles (interpolated
--- linearly, computed together) and the maximum of ms, as a struct.
+-- linearly, computed together) and the maximum of ms, as a struct.  The mean adds whole
+-- microseconds, so that it is the same number whatever order DuckDB's threads add them in (a sum
+-- of doubles is not).
 CREATE OR REPLACE MACRO delay_stats(ms) AS {
-    'mean_ms': avg(ms),
+    'mean_ms': sum(round(ms * 1000)::BIGINT) / count(ms) / 1000,
     'percentiles': quantile_cont(ms, [0.5, 0.9, 0.99]),
     'max_ms': max(ms)
 };
 
 
+-- cdf_fractions(): the fractions at which delay_cdf.sql reads a distribution: 0, 0.01, ..., 0.99,
+-- then 0.991, ..., 0.999, 0.9999 and 1, so that the tail gets points of its own.
+CREATE OR REPLACE MACRO cdf_fractions() AS
+    [i / 100 FOR i IN range(0, 100)] || [(990 + i) / 1000 FOR i IN range(1, 10)] || [0.9999, 1.0];
+
+
 ---------------------------------------------------------------------------------------------------
 -- Free capacity: the truth, each watcher's view, and where they differ
 --
--- A node's free capacity is its allocatable minus the requests of the pods bound to it.  In the
+-- A node's free capacity is its allocatable minus the requests of the pods that hold it (claims:
+-- bound pods, and for the caches that count them, pods a Gödel scheduler assumed there).  In the
 -- truth every change takes effect at its commit_ts; in a watcher's view at the watcher's applied_ts
--- for that write.  A scheduler also counts the pods it has assumed itself (attempts.node from
--- decided_ts to forgotten_ts, to the end of the run when that is null).  A pod counts once: its
--- assumption stops mattering once its binding on that node is in the view.  The truth a scheduler
--- is compared with counts its assumption too until the attempt's write commits (or fails),
--- because a decision in flight is not watch delay: an ideal watcher with no delay would hold the
--- same assumption.  Changes at the same instant take effect together, so no interval has zero
--- length and a pipeline without delay never differs from the truth.  Watchers apply writes in
--- commit order (docs/run-directory.md), which the windows below rely on.
+-- for that write; a watcher is compared with the truth as its kind of cache counts it
+-- (capacity_viewers.counts_assumed).  A scheduler also counts the pods it has assumed itself
+-- (attempts.node from decided_ts to forgotten_ts, to the end of the run when that is null).  A
+-- pod counts once: its assumption stops mattering once its claim on that node is in the view.
+-- The truth a scheduler is compared with counts its assumption too until the attempt's write
+-- commits (or fails), because a decision in flight is not watch delay: an ideal watcher with no
+-- delay would hold the same assumption.  Changes at the same instant take effect together, so no
+-- interval has zero length and a pipeline without delay never differs from the truth.  A watcher
+-- applies a resource's writes mostly in commit order, but not always (its pods and nodes
+-- informers are separate queues; a re-list applies its deltas in key order;
+-- docs/run-directory.md): the windows below do not rely on it.
 ---------------------------------------------------------------------------------------------------
 
 -- run_bounds: run, start_ts, end_ts: the first and the last timestamp anywhere in the run.  A
@@ -131,30 +169,105 @@ FROM (
 )
 GROUP BY run;
 
--- placements: run, pod, node, cpu_milli, memory_bytes, gpu_milli, bind_rv, bound_ts, attempt_id,
--- delete_rv, deleted_ts: one row per pod (incarnation) that a binding placed: the binding that
--- bound it (pods.bound_rv), the attempt that wrote it, and its last committed delete if that came
--- after the binding.  Requests the trace does not know count as 0.
-CREATE OR REPLACE VIEW placements AS
-SELECT pods.run, pods.pod, pods.node,
-       coalesce(pods.cpu_milli, 0) AS cpu_milli,
-       coalesce(pods.memory_bytes, 0) AS memory_bytes,
-       coalesce(pods.gpu_milli, 0) AS gpu_milli,
-       pods.bound_rv AS bind_rv, pods.bound_ts, binding.attempt_id,
-       CASE WHEN pods.deleted_rv > pods.bound_rv THEN pods.deleted_rv END AS delete_rv,
-       CASE WHEN pods.deleted_rv > pods.bound_rv THEN pods.deleted_ts END AS deleted_ts
-FROM pods
-JOIN events AS binding ON binding.run = pods.run AND binding.rv = pods.bound_rv;
+-- run_minutes: run, minute: every minute (UTC) of each run, from the minute of its first
+-- timestamp to that of its last, within from_ts and to_ts when they are set: the rows of the
+-- minute-by-minute queries, so that a minute without windows is a row of zeros, not a gap.
+CREATE OR REPLACE VIEW run_minutes AS
+SELECT run, unnest(generate_series(
+           date_trunc('minute', greatest(start_ts, getvariable('from_ts')::TIMESTAMPTZ)),
+           least(end_ts, getvariable('to_ts')::TIMESTAMPTZ - INTERVAL 1 MICROSECOND),
+           INTERVAL 1 MINUTE)) AS minute
+FROM run_bounds;
+
+-- claims: run, rv, commit_ts, pod, life, node, takes, cpu_milli, memory_bytes, gpu_milli,
+-- attempt_id, change, counts_assumed: one row per committed write that makes a pod take (takes)
+-- or give back (NOT takes) its requests on a node in the truth.  A pod is one life of a name (a
+-- name created again after its delete is a new pod; life 0: writes to a pod created before the
+-- trace, whose requests are unknown: 0); its requests come from its create.
+--   * A pod takes its node at its first committed binding, and gives it back at the first
+--     status write that fails it (pod_state 'failed': the kubelet set status.phase Failed, and
+--     every cache drops terminal pods) or at its last committed delete.
+--   * A Gödel scheduler's assume patch (pod_state 'assumed', naming the node) claims the node
+--     for the caches that count assumed pods (Gödel's schedulers), until a rejection sets the
+--     pod back to 'dispatched'; its binding on the same node then changes nothing.  Those
+--     changes have counts_assumed true; the binding then is a change only for the caches that
+--     count bound pods alone (counts_assumed false: Gödel's binder, kubelets); every other change
+--     counts for every cache (counts_assumed null).  A run without assume patches has only
+--     changes for every cache.
+-- change says which write it is: 'binding', 'assumed', 'rejected', 'failed' or 'delete';
+-- attempt_id is the attempt that wrote a claim (takes), null for a release.
+CREATE OR REPLACE VIEW claims AS
+WITH pod_writes AS (
+    SELECT run, rv, commit_ts, concat_ws('/', namespace, name) AS pod, verb, subresource, node,
+           pod_state, attempt_id, cpu_milli, memory_bytes, gpu_milli,
+           verb = 'create' AND subresource IS NULL AS creates,
+           count(*) FILTER (verb = 'create' AND subresource IS NULL)
+               OVER (PARTITION BY run, namespace, name ORDER BY rv) AS life
+    FROM events
+    WHERE resource = 'pods' AND name <> ''
+), lives AS (
+    SELECT run, pod, life,
+           coalesce(any_value(cpu_milli) FILTER (creates), 0) AS cpu_milli,
+           coalesce(any_value(memory_bytes) FILTER (creates), 0) AS memory_bytes,
+           coalesce(any_value(gpu_milli) FILTER (creates), 0) AS gpu_milli,
+           min(rv) FILTER (verb = 'create' AND subresource = 'binding') AS bind_rv,
+           max(rv) FILTER (verb = 'delete' AND subresource IS NULL) AS delete_rv
+    FROM pod_writes
+    GROUP BY run, pod, life
+), steps AS (
+    -- the writes that can move a pod, and the node it holds after each (null: none)
+    SELECT pod_writes.run, pod_writes.rv, pod_writes.commit_ts, pod_writes.pod, pod_writes.life,
+           pod_writes.attempt_id, lives.cpu_milli, lives.memory_bytes, lives.gpu_milli,
+           CASE WHEN pod_writes.rv = lives.bind_rv THEN 'binding'
+                WHEN pod_writes.rv = lives.delete_rv THEN 'delete'
+                WHEN pod_state = 'assumed' THEN 'assumed'
+                WHEN pod_state = 'dispatched' THEN 'rejected'
+                ELSE 'failed' END AS change,
+           CASE WHEN pod_writes.rv = lives.bind_rv OR pod_state = 'assumed'
+                THEN pod_writes.node END AS holds,
+           pod_writes.rv = lives.bind_rv OR pod_writes.rv = lives.delete_rv
+               OR pod_state = 'failed' AS moves_bound
+    FROM pod_writes
+    JOIN lives USING (run, pod, life)
+    WHERE pod_writes.rv = lives.bind_rv OR pod_writes.rv = lives.delete_rv
+       OR pod_state IN ('assumed', 'dispatched', 'failed')
+), counted AS (
+    -- each step with the node held before it, as caches that count assumed pods see it (true)
+    -- and as those that count bound pods alone see it (false)
+    SELECT *, true AS counts_assumed,
+           lag(holds) OVER (PARTITION BY run, pod, life ORDER BY rv) AS held
+    FROM steps
+    UNION ALL
+    SELECT *, false, lag(holds) OVER (PARTITION BY run, pod, life ORDER BY rv)
+    FROM steps
+    WHERE moves_bound
+), moves AS (
+    SELECT run, rv, commit_ts, pod, life, held AS node, false AS takes, cpu_milli, memory_bytes,
+           gpu_milli, NULL::BIGINT AS attempt_id, change, counts_assumed
+    FROM counted
+    WHERE held IS NOT NULL AND holds IS DISTINCT FROM held
+    UNION ALL
+    SELECT run, rv, commit_ts, pod, life, holds, true, cpu_milli, memory_bytes, gpu_milli,
+           attempt_id, change, counts_assumed
+    FROM counted
+    WHERE holds IS NOT NULL AND holds IS DISTINCT FROM held
+)
+-- a move both kinds of cache see is one row, for every cache
+SELECT run, rv, commit_ts, pod, life, node, takes, cpu_milli, memory_bytes, gpu_milli,
+       attempt_id, change,
+       CASE WHEN count(*) = 1 THEN any_value(counts_assumed) END AS counts_assumed
+FROM moves
+GROUP BY ALL;
 
 -- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id, pod,
--- change: every committed write that changes a node's free capacity, and by how much (negative:
--- less free); change says what it is (node, binding, delete), pod which pod it moves.
+-- change, counts_assumed: every committed write that changes a node's free capacity, and by how
+-- much (negative: less free); change says what it is ('node', or a claim's change), pod which pod
+-- it moves, counts_assumed for which caches (claims).
 --   * A node write carrying cpu_milli, memory_bytes or gpu_milli sets that allocatable (a value
 --     the write does not carry keeps its last one); a node delete removes the node (allocatable
 --     0), and a node created again starts from nothing.  Unknown allocatable counts as 0.
---   * A pod takes its requests (from its create; a pod created before the trace requests nothing
---     known) from its node at its binding and gives them back at its last committed delete, if
---     that came after the binding (placements).  attempt_id is the attempt that wrote a binding.
+--   * A pod that requests something takes and gives back its requests as claims says;
+--     attempt_id is the attempt that wrote a claim.
 CREATE OR REPLACE VIEW capacity_changes AS
 WITH node_writes AS (
     SELECT run, rv, commit_ts, name AS node, verb = 'delete' AS removes,
@@ -184,32 +297,37 @@ WITH node_writes AS (
            cpu_milli - lag(cpu_milli, 1, 0) OVER by_node AS cpu_milli,
            memory_bytes - lag(memory_bytes, 1, 0) OVER by_node AS memory_bytes,
            gpu_milli - lag(gpu_milli, 1, 0) OVER by_node AS gpu_milli,
-           NULL::BIGINT AS attempt_id, NULL AS pod, 'node' AS change
+           NULL::BIGINT AS attempt_id, NULL AS pod, 'node' AS change,
+           NULL::BOOLEAN AS counts_assumed
     FROM allocatable
     WINDOW by_node AS (PARTITION BY run, node ORDER BY rv)
-), moving AS (
-    -- placements of pods that request something
-    FROM placements
-    WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0
 )
-SELECT run, bind_rv AS rv, bound_ts AS commit_ts, node,
-       -cpu_milli AS cpu_milli, -memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, attempt_id,
-       pod, 'binding' AS change
-FROM moving
-UNION ALL
-SELECT run, delete_rv, deleted_ts, node, cpu_milli, memory_bytes, gpu_milli, NULL, pod, 'delete'
-FROM moving
-WHERE delete_rv IS NOT NULL
+SELECT run, rv, commit_ts, node,
+       CASE WHEN takes THEN -cpu_milli ELSE cpu_milli END AS cpu_milli,
+       CASE WHEN takes THEN -memory_bytes ELSE memory_bytes END AS memory_bytes,
+       CASE WHEN takes THEN -gpu_milli ELSE gpu_milli END AS gpu_milli,
+       attempt_id, pod, change, counts_assumed
+FROM claims
+WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0
 UNION ALL
 SELECT *
 FROM node_changes
 WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0;
 
--- capacity_viewers: run, watcher, node: the watchers that have a view of free capacity: those that
--- watch both pods and nodes.  node is the only node a node-bound watcher (a kubelet) sees; null
--- means every node.
+-- core_seconds(gap_seconds, condition): an aggregate: the sum of gap_seconds over the rows
+-- where condition holds, 0 if none.  It adds whole nano-core-seconds (a cpu gap is whole
+-- millicores over whole microseconds), so the sum is the same whatever order DuckDB's threads
+-- add them in, as a sum of doubles is not.
+CREATE OR REPLACE MACRO core_seconds(gap_seconds, condition) AS
+    coalesce(sum(round(gap_seconds * 1e9)::BIGINT) FILTER (condition), 0) / 1e9;
+
+-- capacity_viewers: run, watcher, node, counts_assumed: the watchers that have a view of free
+-- capacity: those that watch both pods and nodes.  node is the only node a node-bound watcher (a
+-- kubelet) sees; null means every node.  counts_assumed: the watcher's cache counts pods assumed
+-- by Gödel schedulers (a scheduler's; Gödel's binder counts bound pods and its own assumptions
+-- only, a kubelet the pods bound to its node).
 CREATE OR REPLACE VIEW capacity_viewers AS
-SELECT run, watcher, node
+SELECT run, watcher, node, role = 'scheduler' AS counts_assumed
 FROM watchers
 WHERE list_has_all(string_split(resources, ','), ['pods', 'nodes']);
 
@@ -230,3 +348,48 @@ CREATE OR REPLACE MACRO unit_size(resource) AS
 -- or phantom.  A table of the run directory, derived from the tables above by `replay run` with
 -- derived/capacity_windows.sql, whose header defines every column.
 CREATE OR REPLACE VIEW capacity_windows AS FROM run_table('capacity_windows');
+
+-- capacity_summary(per_role): the windows of each watcher with a view of capacity summarised
+-- (stale_capacity_summary.sql defines the columns), one row per run and watcher, or with
+-- per_role one per run and watcher_role whose watcher is 'ALL'.  Both add watcher_role,
+-- watchers (how many watchers the row sums) and one_node (every one of them sees one node
+-- only, as a kubelet does).  Reads the parameters from_ts, to_ts and watcher.
+CREATE OR REPLACE MACRO capacity_summary(per_role) AS TABLE
+WITH viewers AS (
+    SELECT viewers.run, viewers.watcher, viewers.node, watchers.role AS watcher_role
+    FROM capacity_viewers AS viewers
+    JOIN watchers USING (run, watcher)
+    WHERE watcher_selected(viewers.watcher)
+), windows AS (
+    SELECT run, watcher, kind, resource, gap_seconds, wasted, conflicts,
+           ms_between(start_ts, end_ts) AS duration_ms
+    FROM capacity_windows
+    WHERE in_time_window(start_ts) AND watcher_selected(watcher)
+), summarised AS (
+    SELECT viewers.run, viewers.watcher_role,
+           CASE WHEN per_role THEN 'ALL' ELSE viewers.watcher END AS watcher,
+           count(DISTINCT viewers.watcher) AS watchers,
+           bool_and(viewers.node IS NOT NULL) AS one_node,
+           count(kind) FILTER (kind = 'stale') AS windows,
+           quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'stale') AS durations,
+           max(duration_ms) FILTER (kind = 'stale') AS max_ms,
+           core_seconds(gap_seconds, kind = 'stale' AND resource = 'cpu') AS blind_core_seconds,
+           core_seconds(gap_seconds, kind = 'stale' AND resource = 'cpu' AND wasted)
+               AS wasted_core_seconds,
+           count(kind) FILTER (kind = 'phantom') AS phantom_windows,
+           quantile_cont(duration_ms, [0.5, 0.99]) FILTER (kind = 'phantom') AS phantom_durations,
+           max(duration_ms) FILTER (kind = 'phantom') AS phantom_max_ms,
+           core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu')
+               AS phantom_core_seconds,
+           core_seconds(gap_seconds, kind = 'phantom' AND resource = 'cpu' AND conflicts > 0)
+               AS conflicted_core_seconds
+    FROM viewers
+    LEFT JOIN windows USING (run, watcher)
+    GROUP BY ALL
+)
+SELECT run, watcher_role, watcher, watchers, one_node, windows,
+       durations[1] AS p50_ms, durations[2] AS p99_ms, max_ms,
+       blind_core_seconds, wasted_core_seconds, phantom_windows,
+       phantom_durations[1] AS phantom_p50_ms, phantom_durations[2] AS phantom_p99_ms,
+       phantom_max_ms, phantom_core_seconds, conflicted_core_seconds
+FROM summarised;

@@ -17,9 +17,11 @@ import gc
 import math
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import polars as pl
@@ -27,15 +29,19 @@ import pyarrow as pa
 
 from replay import models
 from replay.analysis.derive import derive
-from replay.engine.config import RunConfig, load_config
-from replay.engine.rundir import conform_table, sha256_of, write_run
+from replay.engine.config import RunConfig, WatcherSpec, load_config
+from replay.engine.rundir import check_replaceable, conform_table, sha256_of, write_run
 from replay.errors import ReplayError
+from replay.limits import MAX_DELIVERIES, MAX_WATCHERS
+from replay.models.base import Model
+from replay.outputs import check_output
 from replay.progress import progress
 from replay.trace.io import source_of
 from replay.trace.schema import TRACE_VERSION
 from replay.trace.validate import read_trace
 
-__all__ = ["RunResult", "choose_model", "default_out", "load_config", "run_replay"]
+__all__ = ["RunResult", "check_watchers", "choose_model", "default_out", "load_config",
+           "run_replay"]
 
 DEFAULT_WHAT_IF_MODEL = "kube"
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt options
@@ -59,7 +65,7 @@ def has_bindings(trace: pl.DataFrame) -> bool:
                         .any()).item()
 
 
-def choose_model(name: str | None, trace: pl.DataFrame, trace_path: str) -> type[models.Model]:
+def choose_model(name: str | None, trace: pl.DataFrame, trace_path: str) -> type[Model]:
     """The model to run: ``name``, else ``observe`` when the trace records bindings (it replays
     them), else the default what-if model, which makes its own."""
     if name is None:
@@ -76,21 +82,27 @@ def default_out(trace_path: str | os.PathLike, model: str) -> Path:
 
 
 def run_replay(trace_path: str | os.PathLike, config: RunConfig,
-               out: str | os.PathLike | None = None, force: bool = False) -> RunResult:
-    """Replay the trace at ``trace_path`` under ``config`` and write the run directory."""
+               out: str | os.PathLike | None = None, force: bool = False,
+               manifest_extra: Mapping[str, Any] | None = None) -> RunResult:
+    """Replay the trace at ``trace_path`` under ``config`` and write the run directory.
+
+    ``manifest_extra`` adds top-level entries to its manifest (``replay sweep`` records there
+    what each point swept, for the ``runs`` view); the tables do not depend on it."""
     seconds = {"replay": -time.perf_counter()}
     with progress(4, "replay", unit="step") as bar, _reusing_freed_memory() as release_memory:
         bar.set_postfix_str("reading the trace")
         trace, model_class = _read(trace_path, config.model)
         model = model_class(config.model_params)
         out = Path(out) if out is not None else default_out(trace_path, model_class.name)
-        if out.exists() and not force:
-            raise ReplayError(f"{out}: already exists; choose another --out or pass --force")
+        check_output(out, [trace_path, config.source], directory=True)
+        check_replaceable(out, force)
         watchers = (list(config.watchers) if config.watchers is not None
                     else model.default_watchers(trace))
+        check_watchers(watchers, trace, str(trace_path), configured=config.watchers is not None)
         bar.update()
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
-        manifest = _manifest(trace_path, config, model_class, model.settings, len(watchers))
+        manifest = {**_manifest(trace_path, config, model_class, model.settings, len(watchers)),
+                    **(manifest_extra or {})}
         summary: dict = {}
         tables = _summarised(model.tables(trace, config, watchers), summary)
         del trace, model  # the tables hold them until the last is written, and no longer
@@ -110,8 +122,34 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
                      summary["conflicts"], rows["attempts"], seconds)
 
 
+def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path: str,
+                   configured: bool = True) -> None:
+    """Refuse watchers that would make the replay wrong or endless: a configured watcher whose
+    resources name nothing the trace holds (``pod`` for ``pods`` would silently receive
+    nothing), more than ``MAX_WATCHERS``, or more than ``MAX_DELIVERIES`` deliveries to
+    watchers of the whole cluster (a node's watchers receive only their node's writes)."""
+    if len(watchers) > MAX_WATCHERS:
+        raise ReplayError(f"{len(watchers):,} watchers, more than the limit of {MAX_WATCHERS:,}")
+    rows = dict(trace.group_by("resource").len().iter_rows())
+    if configured:
+        for watcher in watchers:
+            if not any(resource in rows for resource in watcher.resources):
+                raise ReplayError(
+                    f"watcher {watcher.name!r}: its resources ({', '.join(watcher.resources)}) "
+                    f"name nothing in {trace_path}, which holds "
+                    f"{', '.join(sorted(rows)) or 'no rows'}")
+    cluster_wide = Counter(w.resources for w in watchers if w.node is None)
+    deliveries = sum(count * sum(rows.get(r, 0) for r in resources)
+                     for resources, count in cluster_wide.items())
+    if deliveries > MAX_DELIVERIES:
+        raise ReplayError(
+            f"this replay would make about {deliveries:,} deliveries ({sum(cluster_wide.values()):,} "
+            f"watchers of the whole cluster, {trace.height:,} rows), more than the limit of "
+            f"{MAX_DELIVERIES:,}; use fewer watchers or a shorter trace")
+
+
 @contextlib.contextmanager
-def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
+def _reusing_freed_memory() -> Iterator[Callable[[], object]]:
     """Keep the memory that numpy frees for its next arrays while a replay runs; give it back to
     the system afterwards, or when the function this yields is called.
 
@@ -142,7 +180,7 @@ def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
 
 
 def _read(trace_path: str | os.PathLike,
-          name: str | None) -> tuple[pl.DataFrame, type[models.Model]]:
+          name: str | None) -> tuple[pl.DataFrame, type[Model]]:
     """The trace (only the columns the model reads) and the model to run it through.  Without a
     name the guess is ``observe``, right for any trace with bindings."""
     guess = models.load(name or "observe")
@@ -153,7 +191,7 @@ def _read(trace_path: str | os.PathLike,
     return trace, model_class
 
 
-def _columns(model_class: type[models.Model]) -> list[str] | None:
+def _columns(model_class: type[Model]) -> list[str] | None:
     columns = model_class.trace_columns
     return list(columns) if columns is not None else None
 

@@ -23,7 +23,10 @@ import hashlib
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
+UInts = npt.NDArray[np.uint64]
+Keys = UInts | np.uint64  # per-watcher stream keys: one per draw, or one for all
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -40,7 +43,7 @@ def stream(seed: int, *names: str) -> np.random.Generator:
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
+def _mix(z: UInts) -> UInts:
     """SplitMix64's finaliser: a bijection of uint64 that scrambles every bit."""
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2
@@ -58,12 +61,12 @@ class Stream:
         sequence = np.random.SeedSequence(seed, spawn_key=tuple(name_hash(n) for n in names))
         return cls(int(sequence.generate_state(1, np.uint64)[0]))
 
-    def watcher_keys(self, watchers: np.ndarray) -> np.ndarray:
+    def watcher_keys(self, watchers: Keys) -> UInts:
         """The per-watcher stream keys for watcher name hashes (compute once, index per draw)."""
         with np.errstate(over="ignore"):
             return _mix(np.uint64(self.key) ^ _mix(np.asarray(watchers, dtype=np.uint64)))
 
-    def bits(self, counters: np.ndarray, keys: np.ndarray | int | None = None) -> np.ndarray:
+    def bits(self, counters: UInts, keys: Keys | None = None) -> UInts:
         """64 random bits per counter, from ``keys`` (per-watcher keys, one or one per counter;
         by default the shared stream's own key)."""
         if keys is None:
@@ -72,11 +75,11 @@ class Stream:
             return _mix(np.asarray(keys, dtype=np.uint64)
                         + np.asarray(counters, dtype=np.uint64) * _GOLDEN)
 
-    def uniforms(self, counters: np.ndarray, keys: np.ndarray | int | None = None) -> np.ndarray:
+    def uniforms(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float64]:
         """One draw in (0, 1) per counter, with 53 bits of resolution."""
         return ((self.bits(counters, keys) >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
 
-    def normals(self, counters: np.ndarray, keys: np.ndarray | int | None = None) -> np.ndarray:
+    def normals(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float32]:
         """Standard normal draws by Box-Muller over two 24-bit uniforms from one draw.
 
         Single precision is five times faster here and ample for a delay: |z| stays below 5.9,

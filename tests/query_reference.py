@@ -13,7 +13,8 @@ from pathlib import Path
 
 import polars as pl
 
-TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers", "dispatch_waits",
+          "watch_terminations", "relists")
 # What a step of a view at a span's end is: a real change, the run's end standing in for a
 # change never received or an assumption never forgotten, or the run's end with the pod still there
 REAL, STAND_IN, END = "real", "stand-in", "end"
@@ -97,6 +98,39 @@ def conflict_rate(tables) -> pl.DataFrame:
         by_reason=pl.Series([reasons.get(s, {}) for s in table["scheduler"]], dtype=pl.Object))
 
 
+def omega_metrics(tables) -> pl.DataFrame:
+    """Transactions (cycles with a bound or conflicting attempt), failed ones, the conflict
+    fraction per transaction and busyness, per scheduler and ALL (busyness: the mean)."""
+    a = tables["attempts"].filter(pl.col("cycle_id").is_not_null())
+    times = [tables["events"]["commit_ts"].min()] + [
+        tables["attempts"][c].min() for c in ("enqueued_ts", "started_ts", "decided_ts",
+                                              "committed_ts")]
+    start = min(us(t) for t in times if t is not None)
+    duration = run_end(tables) - start
+    rows = []
+    cycles: dict[tuple, dict] = {}
+    for x in a.iter_rows(named=True):
+        c = cycles.setdefault((x["scheduler"], x["cycle_id"]), {
+            "think": us(x["decided_ts"]) - us(x["started_ts"]), "outcomes": set()})
+        c["outcomes"].add(x["outcome"])
+    schedulers = sorted({s for s, _ in cycles})
+    for who in schedulers + (["ALL"] if schedulers else []):
+        mine = [c for (s, _), c in cycles.items() if who in (s, "ALL")]
+        committed = [c for c in mine if c["outcomes"] & {"bound", "conflict"}]
+        failed = [c for c in committed if "conflict" in c["outcomes"]]
+        over = duration * (len(schedulers) if who == "ALL" else 1)
+        useful = sum(c["think"] for c in committed if c not in failed)
+        wasted = sum(c["think"] for c in failed)
+        rows.append((who, len(committed), len(failed),
+                     len(failed) / (len(committed) - len(failed))
+                     if len(committed) > len(failed) else None,
+                     (useful + wasted) / over, useful / over, wasted / over))
+    return pl.DataFrame(rows, schema={
+        "scheduler": pl.String, "transactions": pl.Int64, "failed_transactions": pl.Int64,
+        "conflict_fraction": pl.Float64, "busyness": pl.Float64, "useful_busyness": pl.Float64,
+        "wasted_busyness": pl.Float64}, orient="row")
+
+
 LAG_EDGES_MS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
@@ -128,20 +162,29 @@ class Incarnation:
     pod: str
     requests: dict
     created: int | None = None
-    bind: tuple | None = None  # (rv, commit_us, node, attempt_id)
+    bind: tuple | None = None  # (rv, commit_us, node, attempt_id) of its first binding
     delete: tuple | None = None  # (rv, commit_us) of the last delete
+    states: list = field(default_factory=list)  # (rv, commit_us, node, pod_state, attempt_id)
+    # per class of cache (True: counts assumed pods; False: bound pods only): the claims, each
+    # [take_rv, take_us, node, attempt_id, release_rv, release_us]
+    claims: dict = field(default_factory=dict)
 
 
 @dataclass
 class Truth:
-    changes: list = field(default_factory=list)  # (rv, commit_us, node, {resource: delta})
+    changes: list = field(default_factory=list)  # (rv, commit_us, node, {resource: delta}, class)
     incarnations: list = field(default_factory=list)
     node_changes: list = field(default_factory=list)  # the changes of allocatable alone
     by_attempt: dict = field(default_factory=dict)  # attempt_id -> (commit_us, incarnation)
 
+    @property
+    def counted_apart(self) -> bool:
+        """Whether caches that count assumed pods see other changes than those that do not."""
+        return any(c[4] is not None for c in self.changes)
+
 
 def rebuild_truth(events: pl.DataFrame) -> Truth:
-    """Replay the committed writes: node allocatable and pod placements, as capacity changes."""
+    """Replay the committed writes: node allocatable and pod claims, as capacity changes."""
     truth = Truth()
     allocatable: dict[str, dict] = {}
     current: dict[str, Incarnation] = {}
@@ -158,7 +201,7 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
             allocatable[e["name"]] = new
             delta = {r: new[r] - old[r] for r in RESOURCES}
             if any(delta.values()):
-                truth.changes.append((e["rv"], us(e["commit_ts"]), e["name"], delta))
+                truth.changes.append((e["rv"], us(e["commit_ts"]), e["name"], delta, None))
                 truth.node_changes.append(truth.changes[-1])
         elif e["resource"] == "pods" and e["name"]:
             pod = e["name"] if e["namespace"] is None else f"{e['namespace']}/{e['name']}"
@@ -175,19 +218,55 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
                 inc.bind = (e["rv"], us(e["commit_ts"]), e["node"], e["attempt_id"])
             elif e["verb"] == "delete" and e["subresource"] is None:
                 inc.delete = (e["rv"], us(e["commit_ts"]))
+            elif e.get("pod_state") in ("assumed", "dispatched", "failed"):
+                inc.states.append((e["rv"], us(e["commit_ts"]), e["node"], e["pod_state"],
+                                   e["attempt_id"]))
+    moves: dict[bool, dict] = {True: {}, False: {}}  # class -> (rv, node, taking) -> (at, delta)
     for inc in truth.incarnations:
-        if inc.bind is None:
-            continue
-        rv, at, node, attempt = inc.bind
-        if attempt is not None:
-            truth.by_attempt[attempt] = (at, inc)
-        if not any(inc.requests.values()):
-            continue
-        truth.changes.append((rv, at, node, {r: -v for r, v in inc.requests.items()}))
-        if inc.delete is not None and inc.delete[0] > rv:
-            truth.changes.append((inc.delete[0], inc.delete[1], node, dict(inc.requests)))
-    truth.changes.sort()
+        for counts_assumed in (True, False):
+            inc.claims[counts_assumed] = _claims(inc, counts_assumed)
+            for take_rv, take_at, node, attempt, release_rv, release_at in \
+                    inc.claims[counts_assumed]:
+                if counts_assumed and attempt is not None and attempt not in truth.by_attempt:
+                    truth.by_attempt[attempt] = (take_at, inc)
+                if not any(inc.requests.values()):
+                    continue
+                moves[counts_assumed][(take_rv, node, True)] = (
+                    take_at, {r: -v for r, v in inc.requests.items()})
+                if release_rv is not None:
+                    moves[counts_assumed][(release_rv, node, False)] = (
+                        release_at, dict(inc.requests))
+    for key in moves[True].keys() | moves[False].keys():
+        counted = [c for c in (True, False) if key in moves[c]]
+        at, delta = moves[counted[0]][key]
+        truth.changes.append((key[0], at, key[1], delta, None if len(counted) == 2 else counted[0]))
+    truth.changes.sort(key=lambda c: (c[0], c[2], c[4] is None, c[4] or False))
     return truth
+
+
+def _claims(inc: Incarnation, counts_assumed: bool) -> list:
+    """The pod's claims as one class of cache counts them: a binding takes its node, and a
+    failure or the last delete gives it back; for caches that count assumed pods, an assume
+    patch takes its node too and a rejection (back to dispatched) gives it back."""
+    steps = [(rv, at, node, state, attempt) for rv, at, node, state, attempt in inc.states
+             if counts_assumed or state == "failed"]
+    if inc.bind is not None:
+        rv, at, node, attempt = inc.bind
+        steps.append((rv, at, node, "bound", attempt))
+    if inc.delete is not None:
+        steps.append((*inc.delete, None, "deleted", None))
+    claims: list[list] = []
+    holds = None
+    for rv, at, node, state, attempt in sorted(steps):
+        new = node if state in ("bound", "assumed") else None
+        if new == holds:
+            continue
+        if holds is not None:
+            claims[-1][4:] = [rv, at]
+        if new is not None:
+            claims.append([rv, at, new, attempt, None, None])
+        holds = new
+    return claims
 
 
 def run_end(tables) -> int:
@@ -231,20 +310,21 @@ class CapacityReference:
         # run's end standing in for a change never received or an assumption never forgotten) or
         # END (the end of the run, where a pod still counts))
         steps: dict[str, list] = {}
+        counts_assumed = w["role"] == "scheduler"
 
         def visible(node):
             return w["node"] is None or node == w["node"]
 
-        for _rv, at, node, delta in self.truth.changes:
-            if visible(node):
+        for _rv, at, node, delta, counted in self.truth.changes:
+            if visible(node) and counted in (None, counts_assumed):
                 steps.setdefault(node, []).append((at, delta, None, REAL))
-        for rv, _at, node, delta in self.node_changes:
+        for rv, _at, node, delta, _ in self.node_changes:
             if visible(node):
                 steps[node].append((seen.get(rv, self.end), None, delta,
                                     REAL if rv in seen else STAND_IN))
         # a pod counts once in the view: while its binding is applied and its delete is not, or
         # while the watcher holds an assumption of it; never after its delete is applied
-        for (inc, node), spans in self._memberships(w, seen).items():
+        for (inc, node), spans in self._memberships(w, seen, counts_assumed).items():
             if not visible(node):
                 continue
             for start, stop, how in _union(spans):
@@ -255,26 +335,31 @@ class CapacityReference:
                 for node, changes in steps.items() for resource in RESOURCES
                 for window in self._windows(changes, resource)]
 
-    def _memberships(self, w: dict, seen: dict) -> dict:
-        """(incarnation, node) -> intervals during which the pod counts on the node in the view,
-        each with what its end is: REAL, STAND_IN (the run's end standing in for a delete never
-        received or an assumption never forgotten) or END (the pod is still there)."""
+    def _memberships(self, w: dict, seen: dict, counts_assumed: bool) -> dict:
+        """(incarnation, node) -> intervals during which the pod counts on the node in the view:
+        from each claim's applied take to its applied release, or while the watcher holds an
+        assumption of it, never after its last release is applied; each with what its end is:
+        REAL, STAND_IN (the run's end standing in for a release never received or an assumption
+        never forgotten) or END (the pod is still there)."""
         spans: dict[tuple, list] = {}
-        gone = {}  # incarnation -> when the watcher applied its delete, and what that end is
+        gone = {}  # incarnation -> when the watcher applied its last release, and what that is
         for inc in self.truth.incarnations:
-            if inc.bind is None or not any(inc.requests.values()):
+            claims = inc.claims[counts_assumed]
+            if not claims or not any(inc.requests.values()):
                 continue
-            rv, _, node, _ = inc.bind
-            if inc.delete is not None and inc.delete[0] > rv:
-                gone[inc] = (seen.get(inc.delete[0], self.end),
-                             REAL if inc.delete[0] in seen else STAND_IN)
-            else:
-                gone[inc] = (self.end, END)
-            spans.setdefault((inc, node), []).append((seen.get(rv, self.end), *gone[inc]))
+            for take_rv, _, node, _, release_rv, _ in claims:
+                if release_rv is None:
+                    removed = (self.end, END)
+                else:
+                    removed = (seen.get(release_rv, self.end),
+                               REAL if release_rv in seen else STAND_IN)
+                spans.setdefault((inc, node), []).append((seen.get(take_rv, self.end), *removed))
+            gone[inc] = removed
         for start, stop, how, node, inc in self._assumptions(w):
             removed = gone.get(inc, (self.end, END))
             span = (start, stop, how) if stop < removed[0] else (start, *removed)
             spans.setdefault((inc, node), []).append(span)
+        # a span that starts at its end stays: the run's end may stand in for its take
         return {key: [s for s in value if s[1] >= s[0]] for key, value in spans.items()}
 
     def _assumptions(self, w: dict):
@@ -377,17 +462,24 @@ def _union(spans: list) -> list:
     return merged
 
 
-def stale_capacity_summary(tables, windows: pl.DataFrame) -> pl.DataFrame:
-    """Per watcher with a view of capacity: its stale and phantom windows summarised."""
-    viewers = tables["watchers"].filter(
-        pl.col("resources").str.split(",").list.contains("pods")
-        & pl.col("resources").str.split(",").list.contains("nodes")).select("watcher")
-    w = windows.with_columns(ms=(pl.col("end_us") - pl.col("start_us")) / 1000.0)
+def capacity_viewers(tables) -> pl.DataFrame:
+    """watcher, watcher_role, node of the watchers that watch pods and nodes."""
+    resources = pl.col("resources").str.split(",")
+    return tables["watchers"].filter(
+        resources.list.contains("pods") & resources.list.contains("nodes")).select(
+        "watcher", "node", watcher_role="role")
+
+
+def summarise_windows(viewers: pl.DataFrame, windows: pl.DataFrame, key: str) -> pl.DataFrame:
+    """stale_capacity_summary's columns per value of ``key`` (watcher or watcher_role), for
+    every such value among ``viewers``, windows or not."""
+    w = windows.join(viewers.select("watcher", "watcher_role"), on="watcher").with_columns(
+        ms=(pl.col("end_us") - pl.col("start_us")) / 1000.0)
     cpu = pl.col("resource") == "cpu"
 
     def side(kind: str, prefix: str, costly: pl.Expr, costly_name: str) -> pl.DataFrame:
         k = w.filter(pl.col("kind") == kind)
-        return k.group_by("watcher").agg(
+        return k.group_by(key).agg(
             pl.len().alias(f"{prefix}windows"),
             pl.col("ms").quantile(0.5, "linear").alias(f"{prefix}p50_ms"),
             pl.col("ms").quantile(0.99, "linear").alias(f"{prefix}p99_ms"),
@@ -398,7 +490,205 @@ def stale_capacity_summary(tables, windows: pl.DataFrame) -> pl.DataFrame:
     stale = side("stale", "", pl.col("wasted"), "wasted_core_seconds").rename(
         {"core_seconds": "blind_core_seconds"})
     phantom = side("phantom", "phantom_", pl.col("conflicts") > 0, "conflicted_core_seconds")
-    out = viewers.join(stale, on="watcher", how="left").join(phantom, on="watcher", how="left")
+    out = viewers.group_by(key).agg(watchers=pl.len(), one_node=pl.col("node").is_not_null().all())
+    out = out.join(stale, on=key, how="left").join(phantom, on=key, how="left")
     return out.with_columns(pl.col("windows", "phantom_windows").fill_null(0),
                             pl.col("blind_core_seconds", "wasted_core_seconds",
                                    "phantom_core_seconds", "conflicted_core_seconds").fill_null(0.0))
+
+
+def stale_capacity_summary(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per watcher with a view of capacity: its stale and phantom windows summarised."""
+    return summarise_windows(capacity_viewers(tables), windows, "watcher").drop(
+        "watchers", "one_node")
+
+
+def stale_capacity_by_role(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """The summary's rows of watchers that see every node, the 3 worst (most blind
+    core-seconds, then by name) of those that see one node, and each role of more than one
+    watcher as ALL."""
+    viewers = capacity_viewers(tables)
+    each = summarise_windows(viewers, windows, "watcher").drop("watchers", "one_node").join(
+        viewers, on="watcher").with_columns(watchers=pl.lit(1, pl.Int64))
+    shown = []
+    for (_, one_node), rows in each.group_by("watcher_role", pl.col("node").is_not_null()):
+        rows = rows.sort(["blind_core_seconds", "watcher"], descending=[True, False])
+        shown.append(rows.head(3) if one_node else rows)
+    roles = summarise_windows(viewers, windows, "watcher_role").filter(pl.col("watchers") > 1)
+    roles = roles.with_columns(watcher=pl.lit("ALL"), watchers=pl.col("watchers").cast(pl.Int64))
+    columns = ["watcher_role", "watcher", "watchers", *stale_capacity_summary_columns()]
+    return pl.concat([frame.select(columns) for frame in [*shown, roles]])
+
+
+def stale_capacity_summary_columns() -> list[str]:
+    return ["windows", "p50_ms", "p99_ms", "max_ms", "blind_core_seconds", "wasted_core_seconds",
+            "phantom_windows", "phantom_p50_ms", "phantom_p99_ms", "phantom_max_ms",
+            "phantom_core_seconds", "conflicted_core_seconds"]
+
+
+# --- what the report draws -----------------------------------------------------------------------
+
+CDF_FRACTIONS = [i / 100 for i in range(100)] + [(990 + i) / 1000 for i in range(1, 10)] + [
+    0.9999, 1.0]
+DURATION_EDGES_MS = [0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500,
+                     1000, 2000, 5000, 1e4, 2e4, 5e4, 1e5, 2e5, 5e5, 1e6, 2e6, 5e6, 1e7]
+MINUTE_US = 60_000_000
+
+
+def delay_cdf(tables) -> pl.DataFrame:
+    delays = component_delays(tables).filter(pl.col("component") == "end_to_end")
+    rows = []
+    for (role,), mine in delays.group_by("watcher_role"):
+        rows += [(role, f, mine["ms"].quantile(f, "linear"), mine.height) for f in CDF_FRACTIONS]
+    return pl.DataFrame(rows, schema={"watcher_role": pl.String, "fraction": pl.Float64,
+                                      "delay_ms": pl.Float64, "events": pl.Int64}, orient="row")
+
+
+def run_start(tables) -> int:
+    a = tables["attempts"]
+    times = [tables["events"]["commit_ts"].min()]
+    times += [a[c].min() for c in ("enqueued_ts", "started_ts", "decided_ts", "committed_ts")]
+    return min(us(t) for t in times if t is not None)
+
+
+def run_minutes(tables) -> list[int]:
+    """The minute (epoch microseconds) of every minute of the run, first to last."""
+    first = run_start(tables) // MINUTE_US * MINUTE_US
+    return list(range(first, run_end(tables) + 1, MINUTE_US))
+
+
+def _minute_windows(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    return windows.join(capacity_viewers(tables).select("watcher", "watcher_role"),
+                        on="watcher").with_columns(minute_us=pl.col("start_us") // MINUTE_US
+                                                   * MINUTE_US)
+
+
+def stale_capacity_timeline(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """Per minute of the run and role with a view: the summary's counts and sums."""
+    w = _minute_windows(tables, windows)
+    rows = []
+    for minute in run_minutes(tables):
+        for role in sorted(set(capacity_viewers(tables)["watcher_role"])):
+            mine = w.filter((pl.col("minute_us") == minute) & (pl.col("watcher_role") == role))
+            stale, phantom = (mine.filter(pl.col("kind") == k) for k in ("stale", "phantom"))
+            cpu = pl.col("resource") == "cpu"
+            rows.append((minute, role, stale.height,
+                         stale.filter(cpu)["gap_seconds"].sum(),
+                         stale.filter(cpu & pl.col("wasted"))["gap_seconds"].sum(),
+                         phantom.height, phantom.filter(cpu)["gap_seconds"].sum(),
+                         phantom.filter(cpu & (pl.col("conflicts") > 0))["gap_seconds"].sum()))
+    return pl.DataFrame(rows, schema={
+        "minute_us": pl.Int64, "watcher_role": pl.String, "windows": pl.Int64,
+        "blind_core_seconds": pl.Float64, "wasted_core_seconds": pl.Float64,
+        "phantom_windows": pl.Int64, "phantom_core_seconds": pl.Float64,
+        "conflicted_core_seconds": pl.Float64}, orient="row")
+
+
+def stale_capacity_by_node(tables, windows: pl.DataFrame, top: int = 20) -> pl.DataFrame:
+    """The top nodes by blind core-seconds (all watchers), every minute of the run."""
+    stale = _minute_windows(tables, windows).filter(pl.col("kind") == "stale")
+    cpu = stale.filter(pl.col("resource") == "cpu")
+    totals = cpu.group_by("node").agg(pl.col("gap_seconds").sum()).filter(pl.col("gap_seconds") > 0)
+    ranked = totals.sort(["gap_seconds", "node"], descending=[True, False]).head(top)["node"]
+    rows = []
+    for rank, node in enumerate(ranked, 1):
+        for minute in run_minutes(tables):
+            mine = stale.filter((pl.col("node") == node) & (pl.col("minute_us") == minute))
+            blind = mine.filter(pl.col("resource") == "cpu")
+            rows.append((node, rank, minute, mine.height, blind["gap_seconds"].sum(),
+                         blind.filter(pl.col("wasted"))["gap_seconds"].sum()))
+    return pl.DataFrame(rows, schema={
+        "node": pl.String, "rank": pl.Int64, "minute_us": pl.Int64, "windows": pl.Int64,
+        "blind_core_seconds": pl.Float64, "wasted_core_seconds": pl.Float64}, orient="row")
+
+
+def stale_capacity_durations(tables, windows: pl.DataFrame) -> pl.DataFrame:
+    """Windows per role, kind and duration bucket (1-2-5 edges), with their share."""
+    counts: dict[tuple, int] = {}
+    w = _minute_windows(tables, windows)
+    for role, kind, start, end in w.select("watcher_role", "kind", "start_us", "end_us").rows():
+        ms = (end - start) / 1000.0
+        at = max(i for i, edge in enumerate(DURATION_EDGES_MS) if ms >= edge)
+        key = (role, kind, at)
+        counts[key] = counts.get(key, 0) + 1
+    totals: dict[tuple, int] = {}
+    for (role, kind, _), n in counts.items():
+        totals[role, kind] = totals.get((role, kind), 0) + n
+    rows = [(role, kind, float(DURATION_EDGES_MS[at]),
+             float(DURATION_EDGES_MS[at + 1]) if at + 1 < len(DURATION_EDGES_MS) else None,
+             n, n / totals[role, kind]) for (role, kind, at), n in counts.items()]
+    return pl.DataFrame(rows, schema={
+        "watcher_role": pl.String, "kind": pl.String, "duration_from_ms": pl.Float64,
+        "duration_to_ms": pl.Float64, "windows": pl.Int64, "share": pl.Float64}, orient="row")
+
+
+def sweep_summary(tables, windows: pl.DataFrame) -> dict:
+    """sweep_summary's numbers for one run, from the references above: every attempt, the
+    end-to-end delay per role, the capacity windows of the watchers of role scheduler."""
+    attempts = tables["attempts"]
+    conflicts = int((attempts["outcome"] == "conflict").sum())
+    bound = int((attempts["outcome"] == "bound").sum())
+    delays = per_component_delay(tables).filter(pl.col("component") == "end_to_end")
+    schedulers = tables["watchers"].filter(pl.col("role") == "scheduler")["watcher"]
+    capacity = stale_capacity_summary(tables, windows).filter(pl.col("watcher").is_in(schedulers.to_list()))
+    return {
+        "attempts": attempts.height, "conflicts": conflicts,
+        "conflict_fraction": conflicts / bound if bound else None,
+        "end_to_end_p50_ms": {r: round(v, 3) for r, v in delays.select("watcher_role", "p50_ms").rows()},
+        "end_to_end_p99_ms": {r: round(v, 3) for r, v in delays.select("watcher_role", "p99_ms").rows()},
+        "schedulers": schedulers.len(),
+        "blind_core_seconds": float(capacity["blind_core_seconds"].sum()),
+        "wasted_core_seconds": float(capacity["wasted_core_seconds"].sum()),
+        "phantom_windows": int(capacity["phantom_windows"].sum()),
+    }
+# --- watch health ----------------------------------------------------------------------------------
+
+def watch_health(tables) -> pl.DataFrame:
+    """Per watch (watcher and resource): the dispatcher's waits on it, its terminations, re-lists
+    and frozen time, summed row by row."""
+    seconds = {}  # per watch: the sums
+    per_write = {}  # (resource, rv) -> the longest wait on that write
+    for w in tables["dispatch_waits"].iter_rows(named=True):
+        key = (w["resource"], w["watcher"])
+        wait = (us(w["end_ts"]) - us(w["start_ts"])) / 1e6
+        sums = seconds.setdefault(key, {})
+        sums["blocked_waits"] = sums.get("blocked_waits", 0) + 1
+        sums["blocked_seconds"] = sums.get("blocked_seconds", 0.0) + wait
+        per_write[w["resource"], w["rv"]] = max(per_write.get((w["resource"], w["rv"]), 0.0), wait)
+    stalls = {}
+    for (resource, _), wait in per_write.items():
+        stalls[resource] = stalls.get(resource, 0.0) + wait
+    for t in tables["watch_terminations"].iter_rows(named=True):
+        sums = seconds.setdefault((t["resource"], t["watcher"]), {})
+        frozen = (us(t["recovered_ts"]) - us(t["ts"])) / 1e6
+        sums["terminations"] = sums.get("terminations", 0) + 1
+        sums["rewatches"] = sums.get("rewatches", 0) + (t["recovery"] == "rewatch")
+        sums["frozen_seconds"] = sums.get("frozen_seconds", 0.0) + frozen
+        sums["max_frozen_seconds"] = max(sums.get("max_frozen_seconds", 0.0), frozen)
+    for r in tables["relists"].iter_rows(named=True):
+        sums = seconds.setdefault((r["resource"], r["watcher"]), {})
+        sums["relists"] = sums.get("relists", 0) + 1
+        sums["listed_objects"] = sums.get("listed_objects", 0) + r["objects"]
+        sums["list_seconds"] = sums.get("list_seconds", 0.0) + (
+            us(r["end_ts"]) - us(r["start_ts"])) / 1e6
+    rows = []
+    for w in tables["watchers"].iter_rows(named=True):
+        for resource in w["resources"].split(","):
+            sums = seconds.get((resource, w["watcher"]), {})
+            rows.append({"resource": resource, "watcher": w["watcher"],
+                         "blocked_waits": sums.get("blocked_waits", 0),
+                         "blocked_seconds": sums.get("blocked_seconds", 0.0),
+                         "resource_blocked_seconds": stalls.get(resource, 0.0),
+                         "terminations": sums.get("terminations", 0),
+                         "rewatches": sums.get("rewatches", 0),
+                         "relists": sums.get("relists", 0),
+                         "listed_objects": sums.get("listed_objects", 0),
+                         "list_seconds": sums.get("list_seconds", 0.0),
+                         "frozen_seconds": sums.get("frozen_seconds", 0.0),
+                         "max_frozen_seconds": sums.get("max_frozen_seconds")})
+    return pl.DataFrame(rows, schema={
+        "resource": pl.String, "watcher": pl.String, "blocked_waits": pl.Int64,
+        "blocked_seconds": pl.Float64, "resource_blocked_seconds": pl.Float64,
+        "terminations": pl.Int64, "rewatches": pl.Int64, "relists": pl.Int64,
+        "listed_objects": pl.Int64, "list_seconds": pl.Float64, "frozen_seconds": pl.Float64,
+        "max_frozen_seconds": pl.Float64})

@@ -16,12 +16,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "replay"
 # Layer of each module or package, lowest first; a module imports only from its own layer or below.
 LAYERS = (
     ("base", ("replay", "replay.errors", "replay.rng", "replay.arrays", "replay.atomic",
+              "replay.outputs", "replay.limits", "replay.workers", "replay.interrupts",
               "replay.progress", "replay.quantity", "replay.times")),
     ("trace", ("replay.trace",)),
     ("engine", ("replay.engine",)),
     ("models", ("replay.models",)),
     ("analysis", ("replay.analysis", "replay.queries")),
-    ("application", ("replay.api", "replay.reproduce")),
+    ("application", ("replay.api", "replay.calibrate", "replay.report", "replay.sweep",
+                     "replay.reproduce")),
     ("cli", ("replay.cli", "replay.__main__")),
 )
 

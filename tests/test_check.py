@@ -18,6 +18,7 @@ from replay.analysis.derive import derive
 from replay.api import run_replay
 from replay.cli.main import main
 from replay.engine.config import load_config
+from replay.engine.rundir import record_files
 
 from conftest import REPO, shared_data
 from strategies import GIB, bind, delete, node, pod, rows_to_trace
@@ -69,14 +70,19 @@ def test_the_runs_to_corrupt_keep_every_invariant(base, model):
 
 # --- corruptions ----------------------------------------------------------------------------------
 
-def corrupt(run_dir: Path, tmp_path: Path, edit, windows: bool = False) -> Path:
-    """A copy of ``run_dir`` whose tables ``edit(tables)`` changed (it returns the changed ones);
-    the capacity windows derived again if ``windows``."""
+def corrupt(run_dir: Path, tmp_path: Path, edit, windows: bool = False,
+            record: bool = True) -> Path:
+    """A copy of ``run_dir`` whose tables ``edit(tables)`` changed (it returns the changed ones),
+    their new checksums recorded in the manifest (as ``replay derive --accept-edits`` does)
+    unless not ``record``; the capacity windows derived again if ``windows``."""
     copy = tmp_path / run_dir.name
     shutil.copytree(run_dir, copy)
     tables = {t: pl.read_parquet(copy / f"{t}.parquet") for t in TABLES}
-    for name, table in edit(tables).items():
+    edited = edit(tables)
+    for name, table in edited.items():
         table.write_parquet(copy / f"{name}.parquet")
+    if record:
+        record_files(copy, edited)
     if windows:
         derive(copy)
     return copy
@@ -203,7 +209,14 @@ def late_kubelet(t):
         for c in ("sent_ts", "received_ts", "dequeued_ts", "applied_ts"))}
 
 
+def damage_a_table(t):
+    """A delivery's time changed behind the tool's back: the manifest's checksum no longer
+    matches (the corruption is not recorded)."""
+    return swap_applied(t)
+
+
 CORRUPTIONS = [
+    ("table_integrity", "godel", damage_a_table, False),
     ("rv_in_commit_order", "godel", earlier_commit, False),
     ("stage_times_ordered", "godel", received_before_sent, False),
     ("delivery_matches_event", "godel", commit_not_the_events, False),
@@ -227,7 +240,8 @@ CORRUPTIONS = [
                          ids=[f"{c[0]}-{c[2].__name__}" for c in CORRUPTIONS])
 def test_a_corrupted_run_fails_naming_the_invariant(base, tmp_path, invariant, model, edit,
                                                     windows):
-    findings = {f.invariant: f for f in check_run(corrupt(base[model], tmp_path, edit, windows))}
+    broken = corrupt(base[model], tmp_path, edit, windows, record=edit is not damage_a_table)
+    findings = {f.invariant: f for f in check_run(broken)}
     assert findings[invariant].status is Status.FAILED
     assert 1 <= len(findings[invariant].examples) <= findings[invariant].count
 
@@ -237,7 +251,7 @@ def test_every_invariant_has_a_corruption():
 
 
 def test_a_run_that_differs_from_its_replay_is_not_deterministic(base, tmp_path):
-    again = corrupt(base["godel"], tmp_path, swap_applied)
+    again = corrupt(base["godel"], tmp_path, swap_applied, record=False)
     assert compare_runs(base["godel"], base["godel"]).status is Status.OK
     different = compare_runs(base["godel"], again)
     assert different.status is Status.FAILED and different.examples == (

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from replay.cli.main import build_parser
+from conftest import SAMPLE_TRACE
+from replay.cli.main import build_parser, command_names
 
 
 def subcommands() -> list[str]:
-    actions = [a for a in build_parser()._actions if a.__class__.__name__ == "_SubParsersAction"]
-    return sorted(actions[0].choices)
+    return sorted(command_names(build_parser()))
 
 
 @pytest.mark.parametrize("command", subcommands())
@@ -45,3 +45,33 @@ def test_validate_exit_status_follows_the_verdict(cli, tmp_path):
     assert cli("validate", good).code == 0
     result = cli("validate", bad)
     assert result.code == 1 and "negative cpu_milli" in result.out
+
+
+def test_replay_trace_runs_and_answers(cli, tmp_path, monkeypatch):
+    """``replay TRACE``: the default model into the default run directory, then the headline
+    answers; run again, it replaces that run directory; run options work after the trace."""
+    monkeypatch.chdir(tmp_path)
+    first = cli(SAMPLE_TRACE)
+    assert first.code == 0, first.err
+    assert "wrote runs/sample-observe" in first.out
+    for headline in ("per_component_delay:", "conflict_rate:", "stale_capacity_by_role:"):
+        assert headline in first.out
+    again = cli(SAMPLE_TRACE, "--model", "oracle", "-p", "policy=most-allocated")
+    assert again.code == 0, again.err and "wrote runs/sample-oracle" in again.out
+    assert cli(SAMPLE_TRACE).code == 0  # replaces runs/sample-observe
+
+
+def test_replay_trace_refuses_what_replay_run_refuses(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    missing = cli(tmp_path / "nope.parquet")
+    assert missing.code == 1 and missing.err.count("\n") == 1 and "no such file" in missing.err
+    (tmp_path / "runs" / "sample-observe").mkdir(parents=True)
+    (tmp_path / "runs" / "sample-observe" / "mine.txt").write_text("keep me")
+    taken = cli(SAMPLE_TRACE)
+    assert taken.code == 1 and "not a run directory" in taken.err
+    assert (tmp_path / "runs" / "sample-observe" / "mine.txt").read_text() == "keep me"
+
+
+def test_help_shows_replay_trace_first(cli):
+    result = cli("--help")
+    assert result.code == 0 and result.out.startswith("usage: replay TRACE")

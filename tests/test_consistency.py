@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from replay import models
 from replay.analysis.check import Status, check_run, failed
 from replay.api import run_replay
-from replay.engine.cluster import POD_BIND, POD_CREATE
+from replay.engine.api import NO_NODE, Assumptions, Outcome, Reason, WriteKind
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.models.base import Param
 from replay.models.whatif import WhatIfModel
@@ -61,40 +61,32 @@ class TinyModel(WhatIfModel):
 
     def start(self, sim):
         self.sim, self.view = sim, sim.view(TINY)
-        self.assumed = {}
-        self.view.on_forget = self.forgotten
-        sim.react(TINY, {POD_CREATE}, lambda write: self.schedule(write.pod, sim.env.now, 3))
-
-    def forgotten(self, pod, now):
-        attempt = self.assumed.pop(pod, None)
-        if attempt is not None:
-            attempt.forgotten = now
+        self.assumptions = Assumptions(sim, self.view, None, sim.mark_forgotten)
+        sim.react(TINY, {WriteKind.POD_CREATE}, lambda write: self.schedule(write.pod, sim.now, 3))
 
     def schedule(self, pod, enqueued, tries):
         sim = self.sim
         if not pod.pending:
             return
-        self.view.sync(sim.env.now)
-        fits = [n for n in range(len(sim.truth.nodes)) if self.view.fits(n, pod.request)]
-        node = max(fits, key=lambda n: (int(self.view.free[0, n]), -n)) if fits else -1
-        attempt = sim.new_attempt(pod, TINY, enqueued, sim.env.now, node, 0)
-        sim.env.after(round(self.settings["think_ms"] * 1000), self.decide, attempt, tries)
+        free = self.view.snapshot().free
+        fits = [n for n in range(sim.node_count()) if self.view.fits(n, pod.request)]
+        node = max(fits, key=lambda n: (int(free[0, n]), -n)) if fits else NO_NODE
+        attempt = sim.new_attempt(pod, TINY, enqueued, node, 0)
+        sim.after(round(self.settings["think_ms"] * 1000), self.decide, attempt, tries)
 
     def decide(self, attempt, tries):
         sim, pod = self.sim, attempt.pod
-        attempt.decided = sim.env.now
+        sim.mark_decided(attempt)
         if not pod.pending:
-            sim.settle(attempt, "error", "pod_deleted")
+            sim.settle(attempt, Outcome.ERROR, Reason.POD_DELETED)
         elif attempt.node < 0:
-            attempt.committed = sim.env.now
-            sim.settle(attempt, "unschedulable", "no_fit")
+            sim.settle(attempt, Outcome.UNSCHEDULABLE, Reason.NO_FIT)
             if tries > 1:
-                sim.env.after(5000, self.schedule, pod, sim.env.now, tries - 1)
+                sim.after(5000, self.schedule, pod, sim.now, tries - 1)
         else:
-            self.view.assume(pod, attempt.node)
-            self.assumed[pod] = attempt
-            sim.commit(POD_BIND, pod, TINY, node=attempt.node, attempt=attempt)
-            sim.settle(attempt, "bound")
+            self.assumptions.assume(attempt)
+            sim.commit(WriteKind.POD_BIND, pod, TINY, node=attempt.node, attempt=attempt)
+            sim.settle(attempt, Outcome.BOUND)
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import polars as pl
 import pytest
 
@@ -66,5 +68,67 @@ def test_missing_file_and_registry(cli, tmp_path):
     result = cli("import", "alibaba-gpu-2023", "--pods", tmp_path / "no.csv", "--nodes",
                  tmp_path / "no.csv", "--out", tmp_path / "t.parquet")
     assert result.code == 1 and "no.csv: no such file" in result.err
-    assert "alibaba-gpu-2023" in importers()
+    assert "alibaba-gpu-2023" in importers()[0]
     assert cli("import", "alibaba-gpu-2023", "--help").code == 0
+
+
+PLUGIN = '''
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from replay.trace.importers.base import Imported, Importer
+
+
+@dataclass(frozen=True)
+class Options:
+    nodes: int = field(metadata={"help": "how many nodes"})
+
+
+class Tiny(Importer[Options]):
+    name = "tiny"
+    help = "a few nodes"
+    description = "A few node creates at time zero."
+    options = Options
+
+    def inputs(self, options):
+        return []
+
+    def source_args(self, options):
+        return {"nodes": str(options.nodes)}
+
+    def rows(self, options):
+        rows = pl.DataFrame({"ts": [0] * options.nodes, "verb": "create", "resource": "nodes",
+                             "name": [f"n{i}" for i in range(options.nodes)],
+                             "component": "kubelet", "code": 201})
+        rows = rows.with_columns(pl.col("ts").cast(pl.Datetime("us", "UTC")),
+                                 pl.col("code").cast(pl.Int32))
+        return Imported(rows, [f"{options.nodes} nodes and no pods"])
+'''
+
+
+def test_an_importer_plugin_gets_typed_options_and_returns_warnings(cli, tmp_path, monkeypatch):
+    (tmp_path / "tiny_importer.py").write_text(PLUGIN)
+    info = tmp_path / "tiny_importer-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-importer\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[replay.importers]\ntiny = tiny_importer:Tiny\nbroken = no_such_module:Importer\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    found, warnings = importers()
+    assert "tiny" in found and any("'broken' cannot be loaded" in w for w in warnings)
+    result = cli("import", "tiny", "--nodes", "3", "--out", tmp_path / "t.parquet")
+    assert result.code == 0, result.err
+    assert "wrote" in result.out and "3 create nodes" in result.out
+    assert "replay: warning: 3 nodes and no pods" in result.err
+    assert cli("validate", tmp_path / "t.parquet").code == 0
+    assert cli("import", "tiny", "--nodes", "x", "--out", tmp_path / "u.parquet").code == 2
+    no_code = ",\n                                 pl.col(\"code\").cast(pl.Int32)"
+    (tmp_path / "tiny_importer.py").write_text(
+        PLUGIN.replace(', "code": 201', "").replace(no_code, ""))
+    sys.modules.pop("tiny_importer", None)
+    bad = cli("import", "tiny", "--nodes", "2", "--out", tmp_path / "v.parquet")
+    assert bad.code == 1 and "importer 'tiny': " in bad.err and "'code'" in bad.err
+    assert not (tmp_path / "v.parquet").exists()
+    sys.modules.pop("tiny_importer", None)

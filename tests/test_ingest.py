@@ -309,7 +309,7 @@ def test_rows_built_by_column_equal_rows_built_one_by_one(tmp_path, monkeypatch)
         event(resource="events", namespace="", name="e.1", audit_id="d", second=4, code=None),
         event(level="Request", request=pod([{"requests": {"cpu": "1"}}]), audit_id="e", second=5),
         {**event(audit_id="f", second=6), "objectRef": {"resource": "pods", "uid": "u-1"}},
-        {**event(audit_id="g"), "stageTimestamp": "2026-03-01T11:00:07+01:00"},
+        {**event(audit_id="g"), "stageTimestamp": "2026-03-01T11:00:10+01:00"},
         {k: v for k, v in event(verb="delete", audit_id="h").items() if not k.endswith("Timestamp")}
         | {"timestamp": "2026-03-01T10:00:08.000000Z"},
     ]

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.arrays import lindley, segmented_cummax, segmented_lindley
-from replay.engine.config import PROFILES, RunConfig, WatcherSpec
+from replay.engine.config import PROFILES, ClientQueue, RunConfig, WatcherSpec
 from replay.engine.distributions import Z99, Constant, Empirical, Exponential, LogNormal
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, view_lag_us
 
 from conftest import budget
 from strategies import PER_WATCHER_PARAMS, STAGE_PARAMS, distributions
@@ -61,8 +61,14 @@ def zero_config(seed=0, **stages) -> RunConfig:
     return RunConfig(seed=seed, profile="zero", stages=costs)
 
 
+def observer(name, role="observer", **fields):
+    """A watcher of pods alone: one stream, whose number is the watcher's."""
+    return WatcherSpec(name, role, ("pods",), **fields)
+
+
 def scan(config, watchers, commit, targets):
-    """Run Pipeline.scan on per-write target lists; returns rows (watcher, write, *times)."""
+    """Run Pipeline.scan on per-write target lists (watchers of pods alone, so that a watcher's
+    stream is its index); returns rows (watcher, write, *times)."""
     write = np.array([i for i, t in enumerate(targets) for _ in t], dtype=np.int64)
     owner = np.array([w for t in targets for w in t], dtype=np.int64)
     order = np.lexsort((write, owner))
@@ -81,7 +87,7 @@ def test_hand_worked_example():
                          watcher_queue__service=Constant(0.3),
                          network__latency=Constant(2.0),
                          handler__service=Constant(4.0))
-    watchers = [WatcherSpec("a", "scheduler"), WatcherSpec("b", "observer")]
+    watchers = [observer("a", "scheduler"), observer("b")]
     # write 0 at t=0 to both; write 1 at t=100us to a only; write 2 at t=200us to both
     rows = scan(config, watchers, [0, 100, 200], [[0, 1], [0], [0, 1]])
     # cached: 0+1000+500=1500; max(1100,1500)+500=2000; max(1200,2000)+500=2500
@@ -100,11 +106,12 @@ def test_hand_worked_example():
 def test_a_stream_never_reorders():
     """A slow packet holds back the next one: received = max(sent + latency, previous)."""
     config = zero_config(network__latency=Empirical((10.0, 0.0), (1.0, 1.0)))
-    rows = scan(config, [WatcherSpec("a", "observer")], list(range(0, 4000, 100)),
+    rows = scan(config, [observer("a")], list(range(0, 4000, 100)),
                 [[0]] * 40)
     received = [r[6] for r in rows]
     assert received == sorted(received)
-    assert {r[6] - r[5] for r in rows} > {0}  # some waited behind a slow one
+    # some drew no latency but waited behind a slow one: neither 0 nor 10 ms after it was sent
+    assert {r[6] - r[5] for r in rows} - {0, 10_000}
 
 
 stage_keys = [f"{stage}__{param}" for stage, param in STAGE_PARAMS]
@@ -122,7 +129,7 @@ def with_own_costs(index: int, own: dict) -> WatcherSpec:
     stages: dict = {}
     for (stage, param), dist in own.items():
         stages.setdefault(stage, {})[param] = dist
-    return WatcherSpec(f"w{index}", "observer", stages=stages)
+    return observer(f"w{index}", stages=stages)
 
 
 @settings(max_examples=budget(150), deadline=None)
@@ -157,7 +164,7 @@ def test_invariants_and_step_equals_scan(case):
         rv, cached, dispatched, deliveries = pipeline.step(commit[i], t)
         assert rv == i + 1
         stepped += [(w, i, commit[i], cached, dispatched, sent, received, dequeued, applied)
-                    for w, sent, received, dequeued, applied in deliveries]
+                    for w, _, _, sent, received, dequeued, applied, _, _ in deliveries]
     assert sorted(stepped) == sorted(rows)
 
 
@@ -173,20 +180,18 @@ def test_scanning_a_part_at_a_time_gives_the_same_times(cuts):
                             for w in range(3)])
     costs = {"watcher_queue__service": Exponential(0.5), "network__latency": LogNormal(0.5, 5.0),
              "handler__service": Exponential(1.0)}
-    pipeline = Pipeline(zero_config(3, **costs), [WatcherSpec(f"w{i}", "observer") for i in range(3)])
+    pipeline = Pipeline(zero_config(3, **costs), [observer(f"w{i}") for i in range(3)])
     whole = pipeline.scan(commit, write, owner)
-    shared = pipeline.shared_stages(commit, np.bincount(write, minlength=len(commit)))
-    parts, resume = [], None
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        parts.append(pipeline.watcher_stages(shared, write[lo:hi], owner[lo:hi], resume))
-        resume = Resume.after(parts[-1], owner[lo:hi], resume) if hi < 2000 and \
-            owner[hi] == owner[hi - 1] else None
-    for column in STAGE_COLUMNS:
-        assert np.concatenate([p[column] for p in parts]).tolist() == whole[column].tolist()
+    sizes = np.diff(cuts)
+    for size in sorted(set(sizes.tolist())):  # parts of one size; the last may be shorter
+        scan = Scan(pipeline, commit, write, owner, part=int(size))
+        parts = list(scan.parts())
+        for column in STAGE_COLUMNS:
+            assert np.concatenate([p[column] for p in parts]).tolist() == whole[column].tolist()
 
 
 def test_zero_cost_pipeline_applies_at_commit():
-    watchers = [WatcherSpec(f"w{i}", "observer") for i in range(3)]
+    watchers = [observer(f"w{i}") for i in range(3)]
     commit = list(range(0, 5000, 7))
     rows = scan(zero_config(), watchers, commit, [[0, 1, 2]] * len(commit))
     assert all(len(set(r[2:])) == 1 for r in rows)
@@ -194,7 +199,7 @@ def test_zero_cost_pipeline_applies_at_commit():
 
 def test_same_seed_same_draws_other_seed_other_draws():
     costs = {"network__latency": LogNormal(0.5, 5.0), "handler__service": Exponential(0.1)}
-    args = ([WatcherSpec("a", "observer")], list(range(0, 10**6, 1000)), [[0]] * 1000)
+    args = ([observer("a")], list(range(0, 10**6, 1000)), [[0]] * 1000)
     assert scan(zero_config(1, **costs), *args) == scan(zero_config(1, **costs), *args)
     assert scan(zero_config(1, **costs), *args) != scan(zero_config(2, **costs), *args)
 
@@ -202,39 +207,44 @@ def test_same_seed_same_draws_other_seed_other_draws():
 def test_another_watcher_does_not_change_my_draws():
     costs = {"network__latency": LogNormal(0.5, 5.0)}
     commit = list(range(0, 10**6, 1000))
-    alone = scan(zero_config(3, **costs), [WatcherSpec("a", "observer")], commit, [[0]] * 1000)
-    crowd = scan(zero_config(3, **costs), [WatcherSpec("a", "observer"),
-                                           WatcherSpec("b", "observer")], commit,
+    alone = scan(zero_config(3, **costs), [observer("a")], commit, [[0]] * 1000)
+    crowd = scan(zero_config(3, **costs), [observer("a"),
+                                           observer("b")], commit,
                  [[0, 1]] * 1000)
     assert alone == [r for r in crowd if r[0] == 0]
 
 
-def client_queue_wait_ms(service, rate_per_s=100.0, n=200_000, seed=5):
-    """Mean wait in the client queue of one watcher whose only cost is its handler."""
+def client_queue_wait_ms(service, queue=ClientQueue.FIFO, rate_per_s=100.0, n=200_000, seed=5):
+    """Mean wait in the client queue of one watcher whose only cost is its handler (each event
+    of another object: every client queue is then the same queue)."""
     gaps = np.random.default_rng(seed).exponential(1e6 / rate_per_s, n)
     commit = np.cumsum(np.rint(gaps)).astype(np.int64)
     config = zero_config(seed, handler__service=service)
-    times = Pipeline(config, [WatcherSpec("a", "observer")]).scan(
+    times = Pipeline(config, [observer("a", client_queue=queue)]).scan(
         commit, np.arange(n), np.zeros(n, dtype=np.int64))
     return float(np.mean(times["dequeued_ts"] - times["received_ts"])) / 1000
 
 
+@pytest.mark.parametrize("queue", list(ClientQueue))
 @pytest.mark.parametrize("rho", [0.5, 0.8])
-def test_mm1_wait_matches_theory(rho):
+def test_mm1_wait_matches_theory(rho, queue):
     """M/M/1: Wq = rho / (mu - lambda); 200k events at rate 100/s, tolerance 5%."""
     lam = 100.0
     mu = lam / rho
     expected_ms = rho / (mu - lam) * 1000
-    assert client_queue_wait_ms(Exponential(1000 / mu)) == pytest.approx(expected_ms, rel=0.05)
+    assert client_queue_wait_ms(Exponential(1000 / mu), queue) == pytest.approx(expected_ms,
+                                                                               rel=0.05)
 
 
+@pytest.mark.parametrize("queue", list(ClientQueue))
 @pytest.mark.parametrize("rho", [0.5, 0.8])
-def test_md1_wait_matches_theory(rho):
+def test_md1_wait_matches_theory(rho, queue):
     """M/D/1: Wq = rho / (2 mu (1 - rho)); 200k events at rate 100/s, tolerance 3%."""
     lam = 100.0
     mu = lam / rho
     expected_ms = rho / (2 * mu * (1 - rho)) * 1000
-    assert client_queue_wait_ms(Constant(1000 / mu)) == pytest.approx(expected_ms, rel=0.03)
+    assert client_queue_wait_ms(Constant(1000 / mu), queue) == pytest.approx(expected_ms,
+                                                                            rel=0.03)
 
 
 def test_mg1_wait_matches_pollaczek_khinchine():

@@ -17,9 +17,12 @@ from replay.analysis.output import render_table, write_result
 
 from conftest import REPO
 
-QUERIES = ("per_component_delay", "per_component_delay_timeline", "conflict_rate",
+QUERIES = ("per_component_delay", "per_component_delay_timeline", "delay_cdf", "conflict_rate",
            "conflict_rate_by_lag", "stale_capacity_windows", "phantom_capacity_windows",
-           "stale_capacity_summary")
+           "stale_capacity_summary", "stale_capacity_by_role", "stale_capacity_timeline",
+           "stale_capacity_by_node", "stale_capacity_durations", "reaction_lag", "sweep_summary",
+           "watch_health",
+           "omega_metrics")
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +122,7 @@ con.execute(open({str(queries_dir() / 'views.sql')!r}).read())
 rows = con.sql(open({str(queries_dir() / 'conflict_rate.sql')!r}).read()).fetchall()
 con.execute("SET VARIABLE run_dirs = ?", [[{str(runs[0])!r}]])
 derived = con.sql(open({str(queries_dir() / 'derived' / 'capacity_windows.sql')!r}).read())
-stored = con.sql("SELECT * EXCLUDE (run, model) FROM capacity_windows")
+stored = con.sql("SELECT * EXCLUDE (run, model, sweep) FROM capacity_windows")
 assert derived.fetchall() == stored.fetchall()
 assert 'replay' not in sys.modules
 print(len(rows))
@@ -152,6 +155,9 @@ def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
     run = tmp_path / "old"
     shutil.copytree(runs[0], run)
     pl.read_parquet(run / "pods.parquet").drop("bound_rv").write_parquet(run / "pods.parquet")
+    manifest = json.loads((run / "manifest.json").read_text())
+    del manifest["files"]  # older versions recorded no sizes and checksums
+    (run / "manifest.json").write_text(json.dumps(manifest))
     for command in (["query", run], ["derive", run]):
         result = cli(*command)
         assert result.code == 1

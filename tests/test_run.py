@@ -6,21 +6,25 @@ import datetime as dt
 import json
 
 import polars as pl
+import pyarrow as pa
 import pytest
 
+from replay import models
 from replay.analysis.check import check_run, failed
 from replay.api import run_replay
 from replay.engine.config import load_config
+from replay.engine.rundir import TABLES as RUN_TABLES
 from replay.engine.rundir import conform_table, write_run
 from replay.errors import ReplayError
 from replay.models.observe import ObserveModel
 from replay.trace.io import write_trace
+from replay.trace.synth import SynthSpec, synthesize
 from replay.trace.validate import read_trace
 
 from conftest import SAMPLE_TRACE
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
-MODEL_TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+MODEL_TABLES = tuple(RUN_TABLES)  # events, deliveries, ..., watch_terminations, relists
 TABLES = MODEL_TABLES + ("capacity_windows",)  # derived by replay run
 
 
@@ -44,6 +48,11 @@ def test_run_directory_is_complete(sample_run):
     assert manifest["config"]["stages"]["network"]["latency"]["dist"] == "lognormal"
     assert tables["deliveries"].schema["applied_ts"] == pl.Datetime("us", "UTC")
     assert tables["deliveries"].schema["watcher"] == pl.String
+    # a light load: no buffer ever full, so nothing waited, was terminated or re-listed
+    for name in ("dispatch_waits", "watch_terminations", "relists"):
+        assert tables[name].height == 0 and tables[name].columns == RUN_TABLES[name].names
+    assert set(tables["deliveries"]["source"]) == {"watch"}
+    assert not tables["deliveries"]["coalesced"].any()
 
 
 def test_observe_keeps_the_recorded_truth(sample_run):
@@ -91,6 +100,25 @@ def test_the_sample_observed_keeps_every_invariant(sample_run):
     """Determinism across processes and threads, for every model:
     tests/test_consistency.py."""
     assert failed(check_run(sample_run)) == []
+
+
+@pytest.mark.parametrize(("model", "bind"), [("observe", "least-allocated"), ("godel", None),
+                                             ("omega", None)])
+def test_dictionary_columns_hold_each_value_once(tmp_path, model, bind):
+    """Parquet writes an Arrow dictionary holding a value twice with other bytes from one
+    process to the next (the same rows): byte-identical tables need each value once."""
+    synthesize(SynthSpec(nodes=8, pods=60, arrival_rate=30.0, mean_lifetime=5.0, bind=bind),
+               tmp_path / "trace.parquet")
+    trace = read_trace(tmp_path / "trace.parquet")
+    replay_model = models.load(model)()
+    config = load_config(model=model)
+    for name, table in replay_model.tables(trace, config, replay_model.default_watchers(trace)):
+        table = conform_table(name, table)
+        for column in table.columns:
+            for chunk in column.chunks:
+                if pa.types.is_dictionary(chunk.type):
+                    values = chunk.dictionary.to_pylist()
+                    assert len(values) == len(set(values)), (name, chunk.type)
 
 
 def test_another_seed_changes_delays_not_truth(tmp_path):

@@ -33,28 +33,50 @@
 --   conflicts         phantom windows only: attempts of the watcher, as a scheduler, on the node,
 --                     decided during the window and ending in conflict
 --
--- How: a view differs from the truth on a node while a change to the node is committed but not
--- yet applied by the watcher, and while an assumption of its own is held longer than the truth
--- needs.  A watcher applies writes in commit order, so most such lags overlap no other lag or
--- change on the same node: each of those is a window by itself.  Only the others are cut into
+-- How: each watcher is compared with the truth as its kind of cache counts it (claims,
+-- capacity_viewers.counts_assumed).  A view differs from the truth on a node while a change to
+-- the node is committed but not yet applied by the watcher, and while an assumption of its own
+-- is held longer than the truth needs.  A watcher mostly applies a node's changes in commit
+-- order, so most such lags overlap no other lag or change on the same node: each of those is a
+-- window by itself.  Only the others (and every change of a node whose changes the watcher
+-- applied out of commit order) are cut into
 -- segments at every instant where the truth or the view changes, and merged into windows.
 -- Watchers and nodes are numbered in the order of their names, so that the millions of rows are
 -- joined and ordered by numbers, not names.
 WITH bounds AS MATERIALIZED (
     FROM run_bounds
+), every_change AS MATERIALIZED (
+    FROM capacity_changes
+), counted_apart AS MATERIALIZED (
+    -- runs where caches that count assumed pods and caches that do not see different changes
+    SELECT DISTINCT run FROM every_change WHERE counts_assumed IS NOT NULL
 ), viewers AS MATERIALIZED (
-    SELECT run, watcher, node AS only_node, row_number() OVER (ORDER BY run, watcher) AS viewer_id
+    -- class: which changes the viewer's cache counts, in a run where that matters (else null)
+    SELECT run, watcher, node AS only_node,
+           CASE WHEN run IN (SELECT run FROM counted_apart) THEN counts_assumed END AS class,
+           row_number() OVER (ORDER BY run, watcher) AS viewer_id
     FROM capacity_viewers
 ), all_changes AS MATERIALIZED (
-    FROM capacity_changes
+    -- every change once per class of cache that counts it (once, class null, where they agree)
+    SELECT every_change.* EXCLUDE (counts_assumed), NULL::BOOLEAN AS class
+    FROM every_change
+    ANTI JOIN counted_apart USING (run)
+    UNION ALL
+    SELECT every_change.* EXCLUDE (counts_assumed), classes.class
+    FROM every_change
+    SEMI JOIN counted_apart USING (run)
+    JOIN (VALUES (true), (false)) AS classes(class)
+      ON every_change.counts_assumed IS NULL OR every_change.counts_assumed = classes.class
 ), nodes AS MATERIALIZED (
     SELECT run, node, row_number() OVER (ORDER BY run, node) AS node_id
     FROM (SELECT DISTINCT run, node FROM all_changes)
 ), changes AS MATERIALIZED (
-    -- each change with, on its node: the truth's free capacity after it, the previous change
-    -- and the next one's commit; for a binding, the assumption its scheduler held: from the
-    -- binding's commit (or the decision, if later) until the scheduler forgot it
-    SELECT all_changes.run, all_changes.rv, all_changes.commit_ts, all_changes.node, nodes.node_id,
+    -- each change with, on its node as its class of cache counts it: the truth's free capacity
+    -- after it, the previous change and the next one's commit; for a claim, the assumption its
+    -- scheduler held: from the claim's commit (or the decision, if later) until the scheduler
+    -- forgot it
+    SELECT row_number() OVER () AS change_id, all_changes.class,
+           all_changes.run, all_changes.rv, all_changes.commit_ts, all_changes.node, nodes.node_id,
            all_changes.cpu_milli, all_changes.memory_bytes, all_changes.gpu_milli,
            (sum(all_changes.cpu_milli) OVER by_node)::BIGINT AS truth_cpu,
            (sum(all_changes.memory_bytes) OVER by_node)::BIGINT AS truth_memory,
@@ -72,12 +94,12 @@ WITH bounds AS MATERIALIZED (
     JOIN bounds USING (run)
     LEFT JOIN attempts
       ON attempts.run = all_changes.run AND attempts.attempt_id = all_changes.attempt_id
-    WINDOW by_node AS (PARTITION BY nodes.node_id ORDER BY all_changes.rv)
+    WINDOW by_node AS (PARTITION BY nodes.node_id, all_changes.class ORDER BY all_changes.rv)
 ), received AS MATERIALIZED (
     -- each change as each viewer received it.  view_ts: when it entered the view, at its commit
-    -- for the viewer's own binding if it assumed the pod from then until it applied the binding
-    -- (a pod counts once: holding the assumption longer changes nothing)
-    SELECT viewers.viewer_id, changes.node_id, changes.rv, changes.previous_rv,
+    -- for the viewer's own claim if it assumed the pod from then until it applied the claim (a
+    -- pod counts once: holding the assumption longer changes nothing)
+    SELECT viewers.viewer_id, changes.change_id, changes.node_id, changes.rv, changes.previous_rv,
            changes.commit_ts, changes.next_commit_ts, deliveries.applied_ts,
            CASE WHEN changes.assumed_by = deliveries.watcher AND changes.assumed_here
                      AND changes.assumed_from = changes.commit_ts
@@ -91,20 +113,23 @@ WITH bounds AS MATERIALIZED (
     JOIN viewers
       ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher
      AND (viewers.only_node IS NULL OR viewers.only_node = changes.node)
+     AND viewers.class IS NOT DISTINCT FROM changes.class
 ), shortfall AS (
     -- viewers that received fewer changes than they watch
     SELECT viewers.*
     FROM viewers
     LEFT JOIN (SELECT viewer_id, count(*) AS changes FROM received GROUP BY viewer_id) AS got
       USING (viewer_id)
-    LEFT JOIN (SELECT run, count(*) AS changes FROM changes GROUP BY run) AS per_run USING (run)
-    LEFT JOIN (SELECT run, node, count(*) AS changes FROM changes GROUP BY run, node) AS per_node
+    LEFT JOIN (SELECT run, class, count(*) AS changes FROM changes GROUP BY run, class) AS per_run
+      ON per_run.run = viewers.run AND per_run.class IS NOT DISTINCT FROM viewers.class
+    LEFT JOIN (SELECT run, node, class, count(*) AS changes FROM changes GROUP BY ALL) AS per_node
       ON per_node.run = viewers.run AND per_node.node = viewers.only_node
+     AND per_node.class IS NOT DISTINCT FROM viewers.class
     WHERE coalesce(got.changes, 0)
           < coalesce(CASE WHEN only_node IS NULL THEN per_run.changes ELSE per_node.changes END, 0)
 ), missed AS (
     -- changes a viewer never received: it stays blind to them until the end of the run
-    SELECT shortfall.viewer_id, changes.node_id, changes.rv, changes.previous_rv,
+    SELECT shortfall.viewer_id, changes.change_id, changes.node_id, changes.rv, changes.previous_rv,
            changes.commit_ts, changes.next_commit_ts, NULL::TIMESTAMPTZ AS applied_ts,
            bounds.end_ts AS view_ts, coalesce(changes.assumed_by = shortfall.watcher, false) AS own,
            changes.cpu_milli, changes.memory_bytes, changes.gpu_milli,
@@ -115,18 +140,23 @@ WITH bounds AS MATERIALIZED (
           UNION ALL
           SELECT run, NULL, node_id FROM nodes) AS watched   -- a scheduler every node
       ON watched.run = shortfall.run AND watched.only_node IS NOT DISTINCT FROM shortfall.only_node
-    JOIN changes USING (node_id)
-    ANTI JOIN received USING (viewer_id, rv)
+    JOIN changes
+      ON changes.node_id = watched.node_id AND changes.class IS NOT DISTINCT FROM shortfall.class
+    ANTI JOIN received USING (viewer_id, change_id)
 ), lags AS (
     FROM received
     UNION ALL
     FROM missed
 ), unplaced_attempts AS MATERIALIZED (
-    -- attempts whose binding did not place their pod (it failed, or the pod was bound already)
+    -- attempts whose claim did not place their pod (it failed, or the pod was placed already)
     -- but that their scheduler held after their commit
     SELECT *
     FROM attempts
-    ANTI JOIN placements USING (run, attempt_id)
+    ANTI JOIN (SELECT run, attempt_id  -- the attempts that wrote a binding or an assume patch
+               FROM events
+               WHERE attempt_id IS NOT NULL AND resource = 'pods'
+                 AND ((verb = 'create' AND subresource = 'binding') OR pod_state = 'assumed'))
+      USING (run, attempt_id)
     WHERE node IS NOT NULL
       AND (forgotten_ts IS NULL OR forgotten_ts > greatest(decided_ts, committed_ts))
 ), other_attempts AS MATERIALIZED (
@@ -147,13 +177,15 @@ WITH bounds AS MATERIALIZED (
      AND creates.commit_ts <= unplaced.decided_ts
     GROUP BY ALL
 ), other_placements AS (
-    -- the binding that placed the same pod, if it placed it on the node the attempt chose:
-    -- once it is in the scheduler's view, the pod counts as bound, not as assumed
+    -- the claim that placed the same pod, if it placed it on the node the attempt chose: once it
+    -- is in the scheduler's view, the pod counts as placed, not as assumed
     SELECT other.attempt_id, arg_min(placed.rv, placed.rv) AS rv,
            arg_min(placed.node, placed.rv) AS node
     FROM other_attempts AS other
     JOIN all_changes AS placed
-      ON placed.run = other.run AND placed.pod = other.pod AND placed.change = 'binding'
+      ON placed.run = other.run AND placed.pod = other.pod
+     AND placed.change IN ('binding', 'assumed') AND placed.class IS NOT false
+     AND (placed.cpu_milli < 0 OR placed.memory_bytes < 0 OR placed.gpu_milli < 0)  -- it takes
      AND placed.rv > other.created_rv
     WHERE NOT EXISTS (SELECT 1 FROM events AS later
                       WHERE later.run = other.run AND later.resource = 'pods'
@@ -162,9 +194,9 @@ WITH bounds AS MATERIALIZED (
                         AND later.rv > other.created_rv AND later.rv < placed.rv)
     GROUP BY other.attempt_id
 ), held AS (
-    -- assumptions held longer than the truth needs: own bindings not folded above, and other
-    -- attempts from their commit (or failure); each until forgotten, or until the pod's binding
-    -- on that node is in the scheduler's view (from then on the pod counts as bound)
+    -- assumptions held longer than the truth needs: own claims not folded above, and other
+    -- attempts from their commit (or failure); each until forgotten, or until the pod's claim
+    -- on that node is in the scheduler's view (from then on the pod counts as placed)
     SELECT viewer_id, node_id, start_ts, end_ts, at_end, cpu_milli, memory_bytes, gpu_milli
     FROM (
         SELECT lags.viewer_id, nodes.node_id, changes.assumed_from AS start_ts,
@@ -173,7 +205,7 @@ WITH bounds AS MATERIALIZED (
                changes.cpu_milli, changes.memory_bytes, changes.gpu_milli
         FROM lags
         JOIN viewers USING (viewer_id)
-        JOIN changes USING (rv, node_id)
+        JOIN changes USING (change_id)
         JOIN nodes ON nodes.run = changes.run AND nodes.node = changes.assumed_on
         WHERE lags.own AND lags.view_ts IS DISTINCT FROM lags.commit_ts
           AND (viewers.only_node IS NULL OR viewers.only_node = changes.assumed_on)
@@ -196,20 +228,34 @@ WITH bounds AS MATERIALIZED (
                           lags.applied_ts IS NULL AS missed
                    FROM other_placements
                    JOIN other_attempts USING (attempt_id)
-                   JOIN lags USING (rv)
+                   JOIN nodes AS placed_on
+                     ON placed_on.run = other_attempts.run AND placed_on.node = other_placements.node
+                   JOIN lags
+                     ON lags.rv = other_placements.rv AND lags.node_id = placed_on.node_id
                    WHERE other_placements.node = other_attempts.node) AS placement
           ON placement.attempt_id = other.attempt_id AND placement.viewer_id = viewers.viewer_id
     )
     WHERE end_ts > start_ts
+), inverted AS (
+    -- (viewer, node) pairs with a change applied before the change committed before it (its
+    -- nodes and pods informers are separate queues; a re-list applies its deltas by key)
+    SELECT DISTINCT lags.viewer_id, lags.node_id
+    FROM lags
+    JOIN lags AS previous
+      ON previous.viewer_id = lags.viewer_id AND previous.rv = lags.previous_rv
+    WHERE previous.applied_ts > lags.applied_ts
 ), irregular AS (
-    -- (viewer, node) pairs with a missed change or a held assumption: cut into segments
+    -- (viewer, node) pairs with a missed change, a held assumption or changes applied out of
+    -- commit order: cut into segments
     SELECT DISTINCT viewer_id, node_id FROM missed
     UNION
     SELECT DISTINCT viewer_id, node_id FROM held
+    UNION
+    FROM inverted
 ), classified AS MATERIALIZED (
     -- alone: the change's lag overlaps or touches no other change of the node (touching
-    -- windows may merge); the watcher applies writes in commit order, so only the previous
-    -- change's lag can reach into this one
+    -- windows may merge); the other pairs apply the node's changes in commit order, so only the
+    -- previous change's lag can reach into this one
     SELECT lags.viewer_id, lags.node_id, lags.rv, lags.commit_ts, lags.view_ts,
            lags.cpu_milli, lags.memory_bytes, lags.gpu_milli,
            lags.truth_cpu, lags.truth_memory, lags.truth_gpu, lags.applied_ts IS NULL AS missed,
@@ -218,7 +264,8 @@ WITH bounds AS MATERIALIZED (
            AND (lags.next_commit_ts IS NULL OR lags.next_commit_ts > lags.view_ts) AS alone
     FROM lags
     LEFT JOIN lags AS previous
-      ON previous.viewer_id = lags.viewer_id AND previous.rv = lags.previous_rv
+      ON previous.viewer_id = lags.viewer_id AND previous.node_id = lags.node_id
+     AND previous.rv = lags.previous_rv
     LEFT JOIN irregular
       ON irregular.viewer_id = lags.viewer_id AND irregular.node_id = lags.node_id
 ), lone_windows AS MATERIALIZED (
@@ -372,9 +419,10 @@ WITH bounds AS MATERIALIZED (
     WHERE attempts.outcome = 'conflict' AND NOT windows.stale
     GROUP BY ALL
 )
--- names by number from a list rather than by joining millions of rows with them
-SELECT (SELECT list(watcher ORDER BY viewer_id) FROM viewers)[viewer_id] AS watcher,
-       (SELECT list(node ORDER BY node_id) FROM nodes)[node_id] AS node,
+-- names by joining the numbered watchers and nodes (a list of names indexed per row, which an
+-- earlier version used, is copied row by row by DuckDB once the list depends on the changes:
+-- minutes and gigabytes for a 50,000-pod run)
+SELECT viewers.watcher, nodes.node,
        resource,
        CASE WHEN stale THEN 'stale' ELSE 'phantom' END AS kind,
        start_ts, end_ts, open_at_end,
@@ -383,6 +431,8 @@ SELECT (SELECT list(watcher ORDER BY viewer_id) FROM viewers)[viewer_id] AS watc
        CASE WHEN stale THEN wasted.start_ts IS NOT NULL END AS wasted,
        CASE WHEN NOT stale THEN coalesce(conflicted.conflicts, 0) END AS conflicts
 FROM windows
+JOIN viewers USING (viewer_id)
+JOIN nodes USING (node_id)
 LEFT JOIN wasted USING (viewer_id, node_id, resource, start_ts)
 LEFT JOIN conflicted USING (viewer_id, node_id, resource, start_ts)
 ORDER BY viewer_id, node_id, resource, start_ts

@@ -9,7 +9,9 @@ import replay
 from replay.errors import ReplayError
 
 VIEWS = "views"
-HEADLINE = ("per_component_delay", "conflict_rate", "stale_capacity_summary")
+HEADLINE = ("per_component_delay", "conflict_rate", "stale_capacity_by_role")
+# A headline query that leaves rows out (a kubelet per node), and the query with every row
+HEADLINE_ALL_ROWS = {"stale_capacity_by_role": "stale_capacity_summary"}
 
 
 @dataclass(frozen=True)

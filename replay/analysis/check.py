@@ -35,14 +35,18 @@ import pyarrow.parquet as pq
 from replay.analysis.history import (
     STAGES,
     Deliveries,
+    codes,
     free_after_each_change,
     ints,
     iso,
     lives,
     pod_history,
 )
-from replay.analysis.runs import duckdb_errors, open_runs
-from replay.engine.rundir import OUTCOMES, read_manifest
+from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
+from replay.arrays import stable_order
+from replay.engine.config import from_description
+from replay.engine.pipeline import Source
+from replay.engine.rundir import OUTCOMES, read_manifest, verify_run
 from replay.errors import ReplayError
 
 EXAMPLES = 5  # offending rows shown per invariant
@@ -80,6 +84,7 @@ class Finding:
 class Reads(enum.Enum):
     """What an invariant's check reads, which says where ``check_run`` runs it."""
 
+    FILES = "files"  # the table files and the manifest, before anything reads them
     SQL = "sql"  # DuckDB over the run's tables only
     ARRAYS = "arrays"  # the events and pod incarnations as arrays (and DuckDB)
     DELIVERIES = "deliveries"  # numpy scans of the deliveries (and events) only
@@ -89,7 +94,7 @@ class Reads(enum.Enum):
 class Invariant:
     id: str
     summary: str  # one line, for `replay check --list` and docs/consistency.md
-    check: Callable[[RunTables], Finding] = field(repr=False)
+    check: Callable[[Any], Finding] = field(repr=False)  # of RunTables (of a Path: FILES)
     reads: Reads = Reads.SQL
 
 
@@ -100,6 +105,12 @@ def check_run(run_dir: str | Path) -> list[Finding]:
     the deliveries and the events into arrays, groups the pod writes into incarnations and scans
     the deliveries, while this one has DuckDB answer the invariants that need none of that, then
     those that do."""
+    integrity = table_integrity(Path(run_dir))
+    if not integrity.ok:
+        if not (Path(run_dir) / "manifest.json").is_file():
+            check_run_dir(str(run_dir), verify=False)  # not a run directory: say so, and stop
+        return [integrity] + [_not_applicable(i.id, "not checked: a table is damaged")
+                              for i in INVARIANTS if i.reads is not Reads.FILES]
     run = RunTables(Path(run_dir))
     try:
         with ThreadPoolExecutor(max_workers=1) as second:
@@ -111,7 +122,7 @@ def check_run(run_dir: str | Path) -> list[Finding]:
             arrays.result()
             found |= {i.id: i.check(run) for i in INVARIANTS if i.reads is Reads.ARRAYS}
             found |= {name: future.result() for name, future in scanned.items()}
-        return [found[invariant.id] for invariant in INVARIANTS]
+        return [integrity] + [found[i.id] for i in INVARIANTS if i.reads is not Reads.FILES]
     finally:
         run.close()
 
@@ -176,15 +187,19 @@ class RunTables:
             FROM watchers""")
         return "watch"
 
-    def truth(self) -> str:
+    def truth(self, bound_only: bool = False) -> str:
         """``capacity_changes`` (views.sql) with the truth's free capacity on the node after each
         change (negative: over-committed), and the rv of the node's latest allocatable decrease
-        at or before it (``last_shrink_rv``)."""
-        if "truth" not in self._registered:
+        at or before it (``last_shrink_rv``).  The API server's truth counts a Gödel scheduler's
+        assume patch as a claim (``claims``); with ``bound_only``, as a kubelet counts: bound
+        pods only."""
+        name, excluded = ("bound_truth", "true") if bound_only else ("truth", "false")
+        if name not in self._registered:
             with duckdb_errors("replay check"):
-                changes = self.con.sql("FROM capacity_changes").to_arrow_table()
-            self.register("truth", free_after_each_change(changes))
-        return "truth"
+                changes = self.con.sql(f"FROM capacity_changes WHERE counts_assumed IS DISTINCT "
+                                       f"FROM {excluded}").to_arrow_table()
+            self.register(name, free_after_each_change(changes))
+        return name
 
     def register(self, name: str, table: pa.Table) -> None:
         """Make the Arrow ``table`` a view of the connection (DuckDB reads it in place)."""
@@ -266,6 +281,50 @@ class RunTables:
         node[write_at] = index(events["node"])[binding_at]
         return node
 
+    def resource_of(self, rv: np.ndarray) -> np.ndarray:
+        """The resource code of each rv's event (-1 where there is none)."""
+        at, known = self.at_rv(rv)
+        return np.where(known, self.event_columns["resource"][at], -1) if len(at) else \
+            np.zeros(0, dtype=np.int64)
+
+    @cached_property
+    def object_keys(self) -> np.ndarray:
+        """Per event (in rv order), a number for its object: its resource, namespace and name
+        (a watcher's client queue is keyed by namespace/name within one resource's informer)."""
+        events = self.events
+        namespace, name = (codes(pc.fill_null(events[c], "")).indices.to_numpy(
+            zero_copy_only=False).astype(np.int64) for c in ("namespace", "name"))
+        resource = self.event_columns["resource"]
+        return (namespace * (int(name.max(initial=0)) + 1) + name) * (
+            int(resource.max(initial=0)) + 1) + resource
+
+    def object_of(self, rv: np.ndarray) -> np.ndarray:
+        """A small number per rv for its event's object (equal rvs, equal objects), -1 where
+        there is no event with that rv."""
+        at, known = self.at_rv(rv)
+        if not len(at):
+            return np.zeros(0, dtype=np.int64)
+        key = np.where(known, self.object_keys[at], -1)
+        return np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+    def watcher_flags(self, names: list[str], test: Callable[[dict], bool]) -> np.ndarray:
+        """Whether ``test(row)`` holds of each watcher of ``names``, by its row of watchers."""
+        rows = {w["watcher"]: w for w in self.watchers}
+        return np.array([name in rows and test(rows[name]) for name in names], dtype=bool)
+
+    @cached_property
+    def by_object(self) -> tuple[np.ndarray, np.ndarray]:
+        """The order of the deliveries by watcher, then object, then rv; and each delivery's
+        object (``object_of``)."""
+        d = self.deliveries
+        key = self.object_of(d.rv)
+        objects = int(key.max(initial=0)) + 1
+        return stable_order(d.watcher * objects + key, len(d.names) * objects), key
+
+    @cached_property
+    def watchers(self) -> list[dict[str, Any]]:
+        return pq.read_table(self.dir / "watchers.parquet").to_pylist()
+
     @cached_property
     def deliveries(self) -> Deliveries:
         return Deliveries.read(self.dir / "deliveries.parquet")
@@ -319,6 +378,19 @@ def _not_applicable(invariant: str, why: str) -> Finding:
     return Finding(invariant, Status.NOT_APPLICABLE, note=why)
 
 
+# -- the files ------------------------------------------------------------------------------------
+
+def table_integrity(run_dir: Path) -> Finding:
+    """Every table is the one the run wrote: its size, footer and SHA-256 are those manifest.json
+    records (``verify_run`` in full).  The other invariants are checked only then: a damaged
+    table's numbers say nothing about the model."""
+    try:
+        verify_run(run_dir, full=True)
+    except ReplayError as err:
+        return _finding("table_integrity", 1, [{"problem": str(err)}])
+    return _finding("table_integrity", 0, [])
+
+
 # -- the watch pipeline --------------------------------------------------------------------------
 
 def rv_in_commit_order(run: RunTables) -> Finding:
@@ -333,13 +405,21 @@ def rv_in_commit_order(run: RunTables) -> Finding:
 
 
 def stage_times_ordered(run: RunTables) -> Finding:
-    """commit <= cached <= dispatched <= sent <= received <= dequeued <= applied, none null."""
+    """commit <= cached <= dispatched <= sent <= received <= dequeued <= applied, none null;
+    except that a re-list's delivery may be sent (the list's response) before its write was
+    dispatched: the list reads the watch cache's store, which holds a write before the
+    dispatcher hands it out (there cached <= sent)."""
     d = run.deliveries
     bad = np.zeros(len(d.rv), dtype=bool)
     for column in STAGES:
         bad |= d.times[column] == -1
+    relisted = d.source == Source.RELIST
     for earlier, later in zip(STAGES, STAGES[1:]):
-        bad |= d.times[later] < d.times[earlier]
+        if later == "sent_ts":
+            bad |= np.where(relisted, d.times[later] < d.times["cached_ts"],
+                            d.times[later] < d.times[earlier])
+        else:
+            bad |= d.times[later] < d.times[earlier]
     return _rows_finding("stage_times_ordered", d, np.flatnonzero(bad))
 
 
@@ -352,7 +432,8 @@ def _rows_finding(invariant: str, d: Deliveries, rows: np.ndarray, **extra) -> F
 def delivery_matches_event(run: RunTables) -> Finding:
     """Each delivery is of a committed write, carries that write's commit_ts, and the shared
     stages' times (cached_ts, dispatched_ts) are the same in every delivery of one write that
-    went through the pipeline (an instant watcher's has every time at the commit)."""
+    went through the pipeline (an instant watcher's has every time at the commit), whatever its
+    source (a documented one: watch, rewatch or relist)."""
     d, events = run.deliveries, run.event_columns
     commit = np.full(max(len(events["rv"]), int(events["rv"].max(initial=0))) + 2, -2,
                      dtype=np.int64)
@@ -361,7 +442,8 @@ def delivery_matches_event(run: RunTables) -> Finding:
     rv = np.clip(d.rv, 0, len(commit) - 1)
     problems = ["", "cached_ts differs among the write's deliveries",
                 "dispatched_ts differs among the write's deliveries",
-                "commit_ts is not the event's", "no such event"]
+                "commit_ts is not the event's", "source is not watch, rewatch or relist",
+                "no such event"]
     problem = np.zeros(len(d.rv), dtype=np.int8)
     shared = {c: np.full(len(commit), -2, dtype=np.int64) for c in ("cached_ts", "dispatched_ts")}
     piped = d.piped
@@ -370,6 +452,7 @@ def delivery_matches_event(run: RunTables) -> Finding:
         differs = piped & (d.times[column] != per_write[rv])
         problem[differs] = problems.index(f"{column} differs among the write's deliveries")
     problem[d.times["commit_ts"] != commit[rv]] = problems.index("commit_ts is not the event's")
+    problem[d.source < 0] = problems.index("source is not watch, rewatch or relist")
     problem[(d.rv != rv) | (commit[rv] == -2)] = problems.index("no such event")
     rows = np.flatnonzero(problem)
     return _rows_finding("delivery_matches_event", d, rows,
@@ -377,43 +460,156 @@ def delivery_matches_event(run: RunTables) -> Finding:
 
 
 def stream_order(run: RunTables) -> Finding:
-    """Per (watcher, resource) stream, in rv order: each rv once, and sent_ts, received_ts and
-    applied_ts never decrease (a watch stream is a TCP stream applied by one FIFO)."""
-    d, events = run.deliveries, run.event_columns
-    resource = np.full(int(max(d.rv.max(initial=0), events["rv"].max(initial=0))) + 1, -1,
-                       dtype=np.int64)
-    resource[events["rv"]] = events["resource"]
-    mine = resource[np.clip(d.rv, 0, len(resource) - 1)]
+    """Per (watcher, resource) stream, in rv order: each rv once, and sent_ts and received_ts
+    never decrease (a watch stream is one TCP stream, a re-list's rows share the list's
+    response), across terminations and re-lists.  A ``fifo`` client queue applies the stream's
+    watch and re-watch rows in rv order; ``delta_fifo`` and ``workqueue`` (and a re-list's
+    Replace, in key order) only each object's, so per (watcher, object) applied_ts never
+    decreases in rv order, whatever the queue."""
+    d, resource = run.deliveries, run.resource_of(run.deliveries.rv)
+    fifo = run.watcher_flags(d.names, lambda w: w["client_queue"] == "fifo")[d.watcher]
+    live = fifo & (d.source != Source.RELIST)
     bad, problems = [], []
-    for code in np.flatnonzero(np.bincount(mine + 1)) - 1:
-        at = np.flatnonzero(mine == code)
-        same = d.watcher[at[1:]] == d.watcher[at[:-1]]
+
+    def compare(at: np.ndarray, checks: list[tuple[str, Callable[[np.ndarray, np.ndarray],
+                                                                  np.ndarray]]]) -> None:
+        """Each row of ``at`` (in order) against the one before it of the same watcher."""
         later, earlier = at[1:], at[:-1]
-        checks = [("rv delivered twice", d.rv[later] == d.rv[earlier])]
-        checks += [(f"{c} before the previous delivery's", d.times[c][later] < d.times[c][earlier])
-                   for c in ("sent_ts", "received_ts", "applied_ts")]
+        same = d.watcher[later] == d.watcher[earlier]
         for what, broken in checks:
-            rows = later[same & broken]
+            rows = later[same & broken(later, earlier)]
             bad.append(rows)
-            problems += [what] * len(rows)
+            problems.extend([what] * len(rows))
+
+    def decreases(column: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        return lambda later, earlier: d.times[column][later] < d.times[column][earlier]
+
+    for code in np.flatnonzero(np.bincount(resource + 1)) - 1:
+        at = np.flatnonzero(resource == code)
+        compare(at, [("rv delivered twice", lambda later, earlier: d.rv[later] == d.rv[earlier]),
+                     ("sent_ts before the previous delivery's", decreases("sent_ts")),
+                     ("received_ts before the previous delivery's", decreases("received_ts"))])
+        compare(at[live[at]], [("applied_ts before the previous delivery's (fifo)",
+                                decreases("applied_ts"))])
+    by_object, key = run.by_object
+    compare(by_object, [("applied_ts before the previous delivery's of its object",
+                         lambda later, earlier: (key[later] == key[earlier])
+                         & (d.times["applied_ts"][later] < d.times["applied_ts"][earlier]))])
     rows = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
     order = np.argsort(rows, kind="stable")
     rows, problems = rows[order], [problems[i] for i in order[:EXAMPLES]]
     return _rows_finding("stream_order", d, rows, problem=problems)
 
 
+def coalesced_shares_handling(run: RunTables) -> Finding:
+    """A delivery marked ``coalesced`` was absorbed by its object's queued item (a
+    ``workqueue``; or a ``delta_fifo`` delete merged with the next): only those client queues
+    coalesce, and it is applied by the handling that absorbed it, so it shares its applied_ts
+    with a delivery of the same object to the same watcher."""
+    d = run.deliveries
+    if not d.coalesced.any():
+        return _finding("coalesced_shares_handling", 0, [])
+    fifo = run.watcher_flags(d.names, lambda w: w["client_queue"] == "fifo")[d.watcher]
+    order, key = run.by_object
+    applied, watcher = d.times["applied_ts"][order], d.watcher[order]
+    same = (key[order][1:] == key[order][:-1]) & (watcher[1:] == watcher[:-1]) & (
+        applied[1:] == applied[:-1])
+    shares = np.zeros(len(order), dtype=bool)
+    shares[order[1:][same]] = True  # with the one before it
+    shares[order[:-1][same]] = True  # with the one after it
+    rows = np.flatnonzero(d.coalesced & (fifo | ~shares))
+    return _rows_finding("coalesced_shares_handling", d, rows, problem=[
+        "coalesced by a fifo client queue" if fifo[i] else
+        "applied apart from every other delivery of its object" for i in rows[:EXAMPLES]])
+
+
+def missed_writes_recovered(run: RunTables) -> Finding:
+    """A write a terminated watch missed reaches its watcher by the recovery: after a
+    termination (``watch_terminations``), the write its stream could not take and every later
+    one are re-sent from the watch cache's window (``rewatch``, ahead of anything the new watch
+    sends) or covered by the watcher's next re-list (``relist``: every write up to the list's rv,
+    sent no earlier than the list started and applied by its end, ``relists``); and no
+    delivery is re-sent or re-listed without a termination before it.  With ``exactly_once``
+    this is: every write reaches the watcher once, by the live stream or by its recovery."""
+    d = run.deliveries
+    terminated = run.value("SELECT count(*) FROM watch_terminations")
+    if not terminated and not np.any(d.source != Source.WATCH):
+        return _finding("missed_writes_recovered", 0, [])
+    return _from_sql(run, "missed_writes_recovered", """
+        WITH stream AS (
+            SELECT deliveries.rv, deliveries.watcher, events.resource,
+                   deliveries.source::VARCHAR AS source, deliveries.sent_ts, deliveries.applied_ts
+            FROM deliveries
+            JOIN events USING (rv)
+            SEMI JOIN (SELECT watcher FROM watch_terminations
+                       UNION SELECT watcher FROM deliveries WHERE source <> 'watch') USING (watcher)
+        ), terms AS (
+            -- each termination with the first write its watch missed: the write it could not
+            -- take, or an earlier one still in its buffer, re-sent or re-listed after it
+            SELECT terms.watcher, terms.resource, terms.ts, terms.rv,
+                   terms.recovery::VARCHAR AS recovery,
+                   coalesce((SELECT min(stream.rv) FROM stream
+                             WHERE stream.watcher = terms.watcher
+                               AND stream.resource = terms.resource AND stream.source <> 'watch'
+                               AND stream.sent_ts >= terms.ts AND stream.rv <= terms.rv),
+                            terms.rv) AS missed_rv,
+                   (SELECT min(relists.rv) FROM relists
+                    WHERE relists.watcher = terms.watcher AND relists.resource = terms.resource
+                      AND relists.start_ts >= terms.ts) AS listed_rv
+            FROM watch_terminations AS terms
+        ), after AS (
+            -- each delivery with the stream's latest termination whose missed writes start at
+            -- or before its rv
+            SELECT stream.*, terms.ts AS terminated_ts, terms.rv AS terminated_rv,
+                   terms.missed_rv, terms.recovery, terms.listed_rv
+            FROM stream
+            ASOF LEFT JOIN terms
+              ON terms.watcher = stream.watcher AND terms.resource = stream.resource
+             AND terms.missed_rv <= stream.rv
+        ), ordered AS (
+            SELECT *, bool_or(source = 'watch') OVER (
+                          PARTITION BY watcher, resource, missed_rv ORDER BY rv
+                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS after_live,
+                      source <> 'watch' AND (terminated_rv IS NULL OR sent_ts < terminated_ts)
+                          AS unprompted,
+                      rv = terminated_rv AND source = 'watch' AS taken_while_closed,
+                      recovery = 'relist' AND rv >= terminated_rv
+                          AND rv <= coalesce(listed_rv, rv) AND source <> 'relist' AS not_listed
+            FROM after
+        )
+        SELECT rv, watcher, resource, source, terminated_rv, recovery,
+               CASE WHEN unprompted THEN source || ' without a termination before it'
+                    WHEN taken_while_closed THEN 'the write the watch could not take, sent on it'
+                    WHEN not_listed THEN 'missed while terminated, not covered by the re-list'
+                    WHEN source = 'rewatch' AND coalesce(after_live, false)
+                    THEN 're-sent after the new watch had sent a later write'
+                    ELSE 'outside every re-list of its stream' END AS problem
+        FROM ordered
+        WHERE unprompted OR taken_while_closed OR not_listed
+           OR (source = 'rewatch' AND coalesce(after_live, false))
+           OR (source = 'relist' AND NOT EXISTS (
+                SELECT 1 FROM relists
+                WHERE relists.watcher = ordered.watcher AND relists.resource = ordered.resource
+                  AND relists.rv >= ordered.rv AND relists.start_ts <= ordered.sent_ts
+                  AND relists.end_ts >= ordered.applied_ts))""", order="watcher, rv")
+
+
 def shared_queues_fifo(run: RunTables) -> Finding:
-    """The API server's shared queues (the watch cache, its dispatch loop) are FIFO: cached_ts
-    and dispatched_ts never decrease with rv (over the deliveries that went through them)."""
+    """The API server's shared queues are FIFO, one pair per resource (its watch cache and its
+    dispatch loop): cached_ts and dispatched_ts never decrease with rv among the writes of one
+    resource (over the deliveries that went through them)."""
     d = run.deliveries
     piped = np.flatnonzero(d.piped & (d.rv >= 0))
     first = np.full(int(d.rv.max(initial=0)) + 1, -1, dtype=np.int64)  # a delivery of each rv
     first[d.rv[piped[::-1]]] = piped[::-1]
     first = first[first >= 0]  # in rv order
+    resource = run.resource_of(d.rv[first])
+    first = first[stable_order(resource + 1, int(resource.max(initial=0)) + 2)]
+    same = np.sort(resource)[1:] == np.sort(resource)[:-1]
     rows = []
     for column in ("cached_ts", "dispatched_ts"):
         times = d.times[column][first]
-        rows.append(first[1:][times[1:] < times[:-1]])
+        rows.append(first[1:][same & (times[1:] < times[:-1])])
     return _rows_finding("shared_queues_fifo", d, np.unique(np.concatenate(rows)))
 
 
@@ -528,10 +724,11 @@ def truth_within_capacity(run: RunTables) -> Finding:
                          order="rv", note=why)
     return _from_sql(
         run, "truth_within_capacity",
-        f"SELECT {columns} FROM {truth} AS truth WHERE change = 'binding' AND ({OVER}) "
+        f"SELECT {columns} FROM {truth} AS truth WHERE change IN ('binding', 'assumed') "
+        f"AND ({OVER}) "
         f"AND (last_shrink_rv IS NULL OR NOT {in_wake})",
         reported=f"SELECT {columns} FROM {truth} AS truth WHERE {ANY_OVER} "
-                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake})",
+                 f"AND (change NOT IN ('binding', 'assumed') OR NOT ({OVER}) OR {in_wake})",
         order="rv", note="over-commitment after an allocatable decrease is reported")
 
 
@@ -551,17 +748,28 @@ def kubelet_admission(run: RunTables) -> Finding:
         return _not_applicable("kubelet_admission",
                                "observe keeps the recorded cluster's decisions: "
                                "truth_within_capacity reports what it over-committed")
-    truth, watch = run.truth(), run.watch()
+    truth, watch = run.truth(bound_only=True), run.watch()
     run.table("kubelets", f"""
         SELECT DISTINCT watcher, only_node AS node FROM {watch}
         WHERE only_node IS NOT NULL AND resource = 'pods'""")
     run.table("admissions", f"""
-        WITH bindings AS (
-            SELECT truth.rv, truth.node, truth.pod, kubelets.watcher, placements.delete_rv,
-                   placements.deleted_ts, placements.bind_rv
+        WITH releases AS (
+            -- each binding with the write that gave its node back (a delete, or a status write
+            -- that failed the pod), if any
+            SELECT taken.rv AS bind_rv, min(given.rv) AS delete_rv,
+                   arg_min(given.commit_ts, given.rv) AS deleted_ts
+            FROM claims AS taken
+            LEFT JOIN claims AS given
+              ON given.pod = taken.pod AND given.life = taken.life AND NOT given.takes
+             AND given.rv > taken.rv AND given.counts_assumed IS DISTINCT FROM true
+            WHERE taken.change = 'binding' AND taken.takes
+            GROUP BY taken.rv
+        ), bindings AS (
+            SELECT truth.rv, truth.node, truth.pod, kubelets.watcher, releases.delete_rv,
+                   releases.deleted_ts, releases.bind_rv
             FROM {truth} AS truth
             JOIN kubelets USING (node)
-            JOIN placements ON placements.bind_rv = truth.rv
+            JOIN releases ON releases.bind_rv = truth.rv
             WHERE truth.change = 'binding'
         ), failed AS (
             SELECT DISTINCT bindings.rv, bindings.watcher
@@ -592,7 +800,7 @@ def kubelet_admission(run: RunTables) -> Finding:
               ON admitted.rv = truth.rv AND admitted.watcher = kubelets.watcher
             LEFT JOIN admissions AS removed
               ON removed.delete_rv = truth.rv AND removed.watcher = kubelets.watcher
-             AND truth.change = 'delete'
+             AND truth.change IN ('delete', 'failed')
         )
         SELECT watcher, rv, commit_ts, node, change, pod, cpu_milli, memory_bytes, gpu_milli,
                (sum(cpu_milli) OVER by_view)::BIGINT AS free_cpu,
@@ -794,12 +1002,14 @@ def zero_delay_zero_windows(run: RunTables) -> Finding:
               AND truth.commit_ts <= attempts.committed_ts)""", order="since, who")
 
 
-def _zero_delay(config: dict) -> bool:
-    stages = [d for params in config.get("stages", {}).values() for d in params.values()]
-    for watcher in config.get("watchers") or ():
-        stages += [d for params in watcher.get("stages", {}).values() for d in params.values()]
-    return bool(stages) and all(d.get("dist") == "constant" and round(d.get("ms", 1) * 1000) == 0
-                                for d in stages)
+def _zero_delay(described: dict) -> bool:
+    """Whether every stage of the recorded configuration costs nothing, for every watcher and
+    resource."""
+    config = from_description(described)
+    layers = [config.stages, *(w.stages for w in config.watchers or ()),
+              *(r.stages for r in config.resources.values())]
+    return all(d.is_zero for stages in layers for params in stages.values()
+               for d in params.values())
 
 
 def deterministic(run: RunTables) -> Finding:
@@ -819,6 +1029,8 @@ def compare_runs(original: str | Path, again: str | Path) -> Finding:
 
 
 INVARIANTS: tuple[Invariant, ...] = (
+    Invariant("table_integrity", "every table is the one the run wrote (manifest.json's sizes "
+              "and SHA-256)", table_integrity, reads=Reads.FILES),
     Invariant("rv_in_commit_order", "writes are numbered 1, 2, ... in commit order",
               rv_in_commit_order, reads=Reads.ARRAYS),
     Invariant("stage_times_ordered", "commit <= cached <= dispatched <= sent <= received <= "
@@ -831,6 +1043,12 @@ INVARIANTS: tuple[Invariant, ...] = (
               "once each", exactly_once, reads=Reads.ARRAYS),
     Invariant("stream_order", "per watcher and resource, sent, received and applied never "
               "decrease in rv order", stream_order, reads=Reads.DELIVERIES),
+    Invariant("coalesced_shares_handling", "a coalesced delivery shares the handling of its "
+              "object's queued item (workqueue, delta_fifo only)", coalesced_shares_handling,
+              reads=Reads.DELIVERIES),
+    Invariant("missed_writes_recovered", "a write a terminated watch missed comes by its "
+              "re-watch or re-list, never on the closed stream", missed_writes_recovered,
+              reads=Reads.ARRAYS),
     Invariant("shared_queues_fifo", "cached_ts and dispatched_ts never decrease in rv order",
               shared_queues_fifo, reads=Reads.DELIVERIES),
     Invariant("truth_within_capacity", "no binding pushes a node over its allocatable",

@@ -11,16 +11,22 @@ stays the definition: a derived table is exactly what its file's query returns.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
 from replay.analysis.catalog import queries_dir
-from replay.analysis.runs import duckdb_errors, open_runs
-from replay.atomic import atomic_file
-from replay.engine.rundir import DERIVED_TABLES, TableFile, read_manifest, write_manifest
+from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
+from replay.atomic import atomic_file, temporary_dir
+from replay.engine.rundir import (
+    DERIVED_TABLES,
+    TABLES,
+    TableFile,
+    read_manifest,
+    record_files,
+    write_manifest,
+)
 
 BATCH_ROWS = 1 << 20
 
@@ -29,30 +35,43 @@ def derived_sql(name: str) -> str:
     return (queries_dir() / "derived" / f"{name}.sql").read_text()
 
 
-def derive(run_dir: str | os.PathLike) -> dict[str, int]:
+def derive(run_dir: str | os.PathLike, accept_edits: bool = False) -> dict[str, int]:
     """Compute every derived table of ``run_dir`` and write it in place of the old one (each
-    file atomically), then record their row counts in the manifest; returns them."""
+    file atomically), then record their row counts, sizes and checksums in the manifest;
+    returns the row counts.
+
+    A table that differs from what the manifest records is refused, unless ``accept_edits``
+    (it was edited on purpose): then its new size and checksum are recorded first.  DuckDB
+    spills to a scratch folder inside the run directory (on the disk that holds the run, not in
+    a small /tmp), which a killed derivation leaves for the next one to remove."""
     run_dir = Path(run_dir)
-    con = open_runs([str(run_dir)], derived=False)
-    with tempfile.TemporaryDirectory(prefix="replay-derive-") as spill:
-        _limit_memory(con, spill)
-        rows = {name: _write(con, name, run_dir / f"{name}.parquet") for name in DERIVED_TABLES}
-    con.close()
-    _record_rows(run_dir, rows)
-    return rows
+    if accept_edits:
+        check_run_dir(str(run_dir), derived=False, verify=False)
+        record_files(run_dir, TABLES)
+    check_run_dir(str(run_dir), derived=False)
+    with temporary_dir(run_dir, "spill") as spill:
+        con = open_runs([str(run_dir)], derived=False, settings=_memory_settings(spill))
+        try:
+            files = {name: _write(con, name, run_dir / f"{name}.parquet")
+                     for name in DERIVED_TABLES}
+        finally:
+            con.close()
+    _record(run_dir, files)
+    return {name: rows for name, (rows, _) in files.items()}
 
 
-def _limit_memory(con: duckdb.DuckDBPyConnection, spill: str) -> None:
+def _memory_settings(spill: Path) -> dict[str, str]:
     """Let DuckDB use at most three quarters of the memory available now, and spill the rest to
     ``spill``.  Its default, 80 % of all memory, ignores what this process and others hold: the
     windows of a 1M-pod what-if run took 12 GB on top of the replay's own."""
-    con.execute("SET temp_directory = ?", [spill])
-    available = _available_mib()
+    settings = {"temp_directory": str(spill)}
+    available = available_mib()
     if available is not None:
-        con.execute(f"SET memory_limit = '{max(available * 3 // 4, 1024)}MiB'")
+        settings["memory_limit"] = f"{max(available * 3 // 4, 1024)}MiB"
+    return settings
 
 
-def _available_mib() -> int | None:
+def available_mib() -> int | None:
     """MemAvailable from /proc/meminfo (Linux), in MiB; None elsewhere."""
     try:
         with open("/proc/meminfo") as meminfo:
@@ -64,9 +83,9 @@ def _available_mib() -> int | None:
     return None
 
 
-def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> int:
+def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, dict]:
     """Stream the query's result into ``dest`` in batches, so that a table of millions of rows
-    is never whole in memory."""
+    is never whole in memory; returns its rows and its digest for the manifest."""
     rows = 0
     with duckdb_errors(f"queries/derived/{name}.sql"), atomic_file(dest) as tmp:
         reader = con.sql(derived_sql(name)).to_arrow_reader(BATCH_ROWS)
@@ -79,10 +98,14 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> int:
                 file.add(reader.schema.empty_table())
         finally:
             file.close()
-    return rows
+    return rows, file.digest
 
 
-def _record_rows(run_dir: Path, rows: dict[str, int]) -> None:
+def _record(run_dir: Path, files: dict[str, tuple[int, dict]]) -> None:
     manifest = read_manifest(run_dir)
-    manifest["tables"] = {**manifest.get("tables", {}), **rows}
+    manifest["tables"] = {**manifest.get("tables", {}),
+                          **{name: rows for name, (rows, _) in files.items()}}
+    if isinstance(manifest.get("files"), dict):  # a run written with checksums keeps them whole
+        manifest["files"] = {**manifest["files"],
+                             **{name: digest for name, (_, digest) in files.items()}}
     write_manifest(run_dir, manifest)

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replay.arrays import segmented_cummax, stable_order
+from replay.engine.pipeline import SOURCES
 
 STAGES = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts", "dequeued_ts",
           "applied_ts")
@@ -32,29 +33,38 @@ KINDS = ("create", "binding", "delete", "other")  # what a write to a pod does
 @dataclass
 class Deliveries:
     """The deliveries as numpy arrays (times in µs, -1 for null), ordered by watcher and then
-    rv whatever the file's order; ``watcher`` codes index ``names``."""
+    rv whatever the file's order; ``watcher`` codes index ``names``; ``source`` is a
+    ``Source`` value (-1: none of them); ``coalesced`` a boolean per delivery."""
 
     rv: np.ndarray
     watcher: np.ndarray
     names: list[str]
     times: dict[str, np.ndarray]
     nulls: dict[str, int]
+    source: np.ndarray
+    coalesced: np.ndarray
 
     @classmethod
     def read(cls, path: Path) -> Deliveries:
-        table = pq.read_table(path, columns=["rv", "watcher", *STAGES],
-                              read_dictionary=["watcher"]).unify_dictionaries()
-        watcher = table["watcher"].combine_chunks()
-        if not pa.types.is_dictionary(watcher.type):
-            watcher = watcher.dictionary_encode()
+        table = pq.read_table(path, columns=["rv", "watcher", *STAGES, "source", "coalesced"],
+                              read_dictionary=["watcher", "source"]).unify_dictionaries()
+        watcher = codes(table["watcher"])
         rv, code = ints(table["rv"]), watcher.indices.to_numpy(zero_copy_only=False)
         times = {c: ints(table[c]) for c in STAGES}
         nulls = {c: table[c].null_count for c in STAGES}
+        source = codes(table["source"])
+        known = np.array([SOURCES.index(s) if s in SOURCES else -1
+                          for s in source.dictionary.to_pylist()] + [-1], dtype=np.int8)
+        source_code = known[pc.fill_null(source.indices, len(known) - 1).to_numpy(
+            zero_copy_only=False)]
+        coalesced = pc.fill_null(table["coalesced"], False).to_numpy()
         order = watcher_then_rv(code, rv)
         if order is not None:
             rv, code = rv[order], code[order]
             times = {c: t[order] for c, t in times.items()}
-        return cls(rv, code.astype(np.int64), watcher.dictionary.to_pylist(), times, nulls)
+            source_code, coalesced = source_code[order], coalesced[order]
+        return cls(rv, code.astype(np.int64), watcher.dictionary.to_pylist(), times, nulls,
+                   source_code, coalesced)
 
     @cached_property
     def starts(self) -> np.ndarray:
@@ -73,7 +83,9 @@ class Deliveries:
         return ~skips
 
     def row(self, i: int) -> dict[str, Any]:
+        source = int(self.source[i])
         return {"rv": int(self.rv[i]), "watcher": self.names[self.watcher[i]],
+                "source": SOURCES[source] if source >= 0 else None,
                 **{c: iso(self.times[c][i]) for c in STAGES}}
 
 
@@ -111,8 +123,8 @@ def segmented_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return total - (total - values)[first]
 
 
-def pod_history(events: pa.Table, pods: np.ndarray) -> pa.Table:
-    """The committed writes to named pods (``pods``: which events are pod writes; in rv order),
+def pod_history(events: pa.Table, is_pod: np.ndarray) -> pa.Table:
+    """The committed writes to named pods (``is_pod``: which events are pod writes; in rv order),
     each with its pod (``namespace/name``),
     its ``kind`` (create, binding, delete, other), its incarnation ``life`` (how many creates of
     the name came before it, its own included: 0 for writes to a pod created before the trace)
@@ -122,7 +134,7 @@ def pod_history(events: pa.Table, pods: np.ndarray) -> pa.Table:
     names in DuckDB costs seconds.
     """
     named = pc.fill_null(pc.not_equal(events["name"], ""), False).to_numpy(zero_copy_only=False)
-    pods = events.filter(pa.array(pods & named))
+    pods = events.filter(pa.array(is_pod & named))
     pod = pc.binary_join_element_wise(pods["namespace"], pods["name"], "/",
                                       null_handling="skip")
     verb, sub = pods["verb"], pods["subresource"]

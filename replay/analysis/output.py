@@ -2,22 +2,26 @@
 
 CSV and Parquet are DuckDB's own writers; JSON is one array of objects, serialised by DuckDB.
 Everything is written to a temporary file first: ``--out FILE`` appears only when complete
-(``atomic_file``), and nothing reaches stdout if the query fails half way.
+(``atomic_file``), and nothing reaches stdout if the query fails half way.  ``--out`` is refused
+where it would touch what the query reads (``replay.outputs``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 import sys
 import tempfile
-from pathlib import Path
+from collections.abc import Iterable
 
 import duckdb
 
-from replay.atomic import atomic_file
+from replay.atomic import atomic_file, temporary_dir
 from replay.errors import ReplayError
+from replay.interrupts import interruptible
+from replay.outputs import check_output
 
 FORMATS = ("table", "csv", "json", "parquet")
 TABLE_ROWS = 40  # a table is for reading; the other formats hold every row
@@ -44,16 +48,19 @@ def _rounded(result: duckdb.DuckDBPyRelation) -> duckdb.DuckDBPyRelation:
     return result.project(", ".join(map(column, result.columns, result.types)))
 
 
-def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None) -> None:
-    """Write ``result`` in ``fmt`` to the file ``out``, or to stdout when ``out`` is None."""
+def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None,
+                 inputs: Iterable[str | os.PathLike] = ()) -> None:
+    """Write ``result`` in ``fmt`` to the file ``out``, or to stdout when ``out`` is None;
+    ``out`` must not touch ``inputs`` (the run directories and the query file)."""
     if fmt == "parquet" and out is None:
         raise ReplayError("--format parquet writes a file: give --out FILE")
     if out is not None:
+        check_output(out, inputs)
         with atomic_file(out) as tmp:
             _write_file(result, fmt, tmp)
         return
-    with tempfile.TemporaryDirectory(prefix="replay-query-") as folder:
-        tmp = Path(folder) / f"result.{fmt}"
+    with temporary_dir(tempfile.gettempdir(), "replay-query") as folder:
+        tmp = folder / f"result.{fmt}"
         _write_file(result, fmt, tmp)
         with tmp.open("rb") as source:
             sys.stdout.flush()
@@ -61,23 +68,38 @@ def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None) -> 
             sys.stdout.buffer.flush()
 
 
-def _write_file(result: duckdb.DuckDBPyRelation, fmt: str, path: Path) -> None:
+def _write_file(result: duckdb.DuckDBPyRelation, fmt: str, path: os.PathLike) -> None:
     if fmt == "table":
-        path.write_text(render_table(result))
-    elif fmt == "csv":
-        result.write_csv(str(path), header=True)
-    elif fmt == "parquet":
-        result.write_parquet(str(path), compression="zstd")
+        with open(path, "w") as out:
+            out.write(render_table(result))
+    elif fmt in ("csv", "parquet"):
+        _copy(result, fmt, path)
     elif fmt == "json":
         _write_json(result, path)
     else:
         raise ValueError(f"unknown format {fmt!r}")
 
 
-def _write_json(result: duckdb.DuckDBPyRelation, path: Path) -> None:
+def _copy(result: duckdb.DuckDBPyRelation, fmt: str, path: os.PathLike) -> None:
+    """Write ``result`` with DuckDB's own CSV or Parquet writer, in a connection of its own
+    that reads the result as it streams: the query's connection is sandboxed, and writes
+    nothing."""
+    writer = interruptible(duckdb.connect())
+    try:
+        writer.execute("SET TimeZone = 'UTC'")
+        relation = writer.from_arrow(result.to_arrow_reader())
+        if fmt == "csv":
+            relation.write_csv(str(path), header=True)
+        else:
+            relation.write_parquet(str(path), compression="zstd")
+    finally:
+        writer.close()
+
+
+def _write_json(result: duckdb.DuckDBPyRelation, path: os.PathLike) -> None:
     """A JSON array with one object per row; DuckDB turns each row into JSON."""
     rows = result.set_alias("row").project("to_json(row) AS json").to_arrow_reader()
-    with path.open("w") as out:
+    with open(path, "w") as out:
         out.write("[")
         separator = "\n"
         for batch in rows:

@@ -4,11 +4,23 @@ The views come from ``queries/views.sql``, pointed at the runs through the ``run
 query parameters (``from_ts``, ``to_ts``, ``watcher``, and any ``--var``) are set with
 ``SET VARIABLE`` and bound values, never pasted into SQL.  DuckDB's errors become one-line
 ``ReplayError``s that say which query failed.
+
+A query runs in a sandbox, since a ``.sql`` file may come from anyone: once the views exist, the
+connection may read files only inside the run directories it was opened on
+(``enable_external_access = false`` with ``allowed_directories``) and its configuration is
+locked (``lock_configuration``), so no extension can be installed or loaded, no database
+attached, no setting changed; and a query may hold only reads (SELECT, WITH, FROM, VALUES,
+DESCRIBE, SUMMARIZE, SHOW, ...) and ``SET VARIABLE``/``RESET VARIABLE``, checked statement by
+statement with DuckDB's own parser (``check_statements``), since the allowed directories alone
+would still let ``COPY ... TO 'RUN/events.parquet'`` overwrite a table.  Opening a run also
+verifies it cheaply (``replay.engine.rundir.verify_run``), so a damaged table is an error rather
+than numbers.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -20,17 +32,23 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replay.analysis.catalog import Query, views_sql
-from replay.engine.rundir import DERIVED_TABLES, TABLES
+from replay.engine.rundir import DERIVED_TABLES, TABLES, verify_run
 from replay.errors import ReplayError
+from replay.interrupts import interruptible
 
 RUNS_VARIABLE = "run_dirs"
+SWEEP_INDEX = "sweep.parquet"  # in a sweep's directory (replay sweep): one row per point
 PARAMETERS = ("from_ts", "to_ts", "watcher")  # optional in every shipped query
 _GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
+_LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
+_SETS_A_VARIABLE = re.compile(r"(?:SET|RESET)\s+VARIABLE\b", re.IGNORECASE)
 
 
-def check_run_dir(path: str, derived: bool = True) -> None:
+def check_run_dir(path: str, derived: bool = True, full: bool = False,
+                  verify: bool = True) -> None:
     """A run directory has a manifest and every table (the derived ones too, unless not
-    ``derived``); say what is missing otherwise."""
+    ``derived``), none of them damaged (``verify_run``, ``full`` or cheap, unless not
+    ``verify``); say what is wrong otherwise."""
     run = Path(path)
     if not run.is_dir():
         raise ReplayError(f"{path}: no such run directory")
@@ -39,12 +57,14 @@ def check_run_dir(path: str, derived: bool = True) -> None:
     missing = [t for t in TABLES if not (run / f"{t}.parquet").is_file()]
     if missing:
         raise ReplayError(f"{path}: incomplete run directory (no {', '.join(missing)} table)")
-    for table, schema in TABLES.items():
-        _check_columns(run / f"{table}.parquet", schema)
     missing = [t for t in DERIVED_TABLES if derived and not (run / f"{t}.parquet").is_file()]
     if missing:
         raise ReplayError(f"{path}: no {', '.join(missing)} table; `replay derive {path}` "
                           f"computes it from the run's other tables")
+    if verify:
+        verify_run(run, full, tables=[*TABLES, *(DERIVED_TABLES if derived else ())])
+    for table, schema in TABLES.items():
+        _check_columns(run / f"{table}.parquet", schema)
 
 
 def _check_columns(path: Path, schema: pa.Schema) -> None:
@@ -59,30 +79,89 @@ def _check_columns(path: Path, schema: pa.Schema) -> None:
                           f"version of replay: replay its trace again")
 
 
-def open_runs(run_dirs: list[str], derived: bool = True) -> duckdb.DuckDBPyConnection:
+def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False,
+              settings: Mapping[str, str] | None = None) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the views of ``views.sql`` over these runs (which
-    need not have their derived tables yet, if not ``derived``).
+    need not have their derived tables yet, if not ``derived``), sandboxed to them.
 
-    Times are shown in UTC whatever the machine's time zone, so output is the same everywhere."""
-    con = duckdb.connect()
+    Each run is verified, in full with ``verify``.  ``settings`` are DuckDB settings to make
+    before the configuration is locked (``temp_directory``, ``memory_limit``).  Times are shown
+    in UTC whatever the machine's time zone, so output is the same everywhere."""
+    con = interruptible(duckdb.connect())
     con.execute("SET TimeZone = 'UTC'")
-    point_at(con, run_dirs, derived)
+    for name, value in (settings or {}).items():
+        con.execute(f"SET {name} = ?", [value])
+    point_at(con, run_dirs, derived, verify=verify)
     with duckdb_errors("queries/views.sql"):
         con.execute(views_sql(derived))
+    sandbox(con, run_dirs)
     return con
 
 
-def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool = True) -> None:
-    """Point the views at these run directories: they read them when a query runs, so one
-    connection serves one set of runs after another."""
+def sandbox(con: duckdb.DuckDBPyConnection, run_dirs: list[str]) -> None:
+    """From now on ``con`` reads files only inside ``run_dirs``, and its settings are final."""
+    allowed = sorted({os.path.join(os.path.abspath(form), "") for path in run_dirs
+                      for form in (path, os.path.realpath(path))})
+    con.execute("SET allowed_directories = ?", [allowed])
+    con.execute("SET enable_external_access = false")
+    con.execute("SET lock_configuration = true")
+
+
+def check_statements(query: Query) -> None:
+    """Refuse a query that is empty, or holds anything but reads and ``SET VARIABLE``, or does
+    not end with a read (whose rows are the answer); the error names what was refused."""
+    try:
+        statements = duckdb.extract_statements(query.sql)
+    except duckdb.Error as err:
+        raise ReplayError(f"{query.name}: {_first_line(err)}") from None
+    if not statements:
+        raise ReplayError(f"{query.name}: holds no SQL statement (it is empty, or only comments)")
+    for number, statement in enumerate(statements, 1):
+        text = _LEADING_COMMENTS.sub("", statement.query, count=1)
+        if statement.type == duckdb.StatementType.SELECT or (
+                statement.type == duckdb.StatementType.SET and _SETS_A_VARIABLE.match(text)):
+            continue
+        keyword = " ".join(text.split()[:2]).rstrip(";") or statement.type.name
+        raise ReplayError(
+            f"{query.name}: statement {number} ({keyword} ...) is refused: replay query runs "
+            f"only reads (SELECT, WITH, FROM, ...) and SET VARIABLE, never COPY, CREATE, "
+            f"INSERT, ATTACH, INSTALL, LOAD, PRAGMA or other statements; for those, open the "
+            f"views in the duckdb shell (queries/README.md)")
+    if statements[-1].type != duckdb.StatementType.SELECT:
+        raise ReplayError(f"{query.name}: ends with a SET VARIABLE; the last statement must be "
+                          f"a query, whose rows are the answer")
+
+
+def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool = True, *,
+             verify: bool = False) -> None:
+    """Point the views at these run directories (a sweep's directory stands for its finished
+    points): they read them when a query runs, so one connection serves one set of runs after
+    another (inside the directories it was opened on: the sandbox allows no other)."""
+    run_dirs = [run for path in run_dirs for run in points_of(path)]
     for path in run_dirs:
-        check_run_dir(path, derived)
+        check_run_dir(path, derived, full=verify)
     names = Counter(Path(p).resolve().name for p in run_dirs)
     twice = sorted(name for name, count in names.items() if count > 1)
     if twice:
         raise ReplayError(f"two run directories are named {twice[0]!r}: a run is known by its "
                           f"directory's name, so give them different names")
     con.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [[str(Path(p)) for p in run_dirs]])
+
+
+def points_of(path: str) -> list[str]:
+    """``path`` itself, or for a sweep's directory, the run directory of each point its index
+    records as done, in the index's order."""
+    index = Path(path) / SWEEP_INDEX
+    if (Path(path) / "manifest.json").exists() or not index.is_file():
+        return [path]
+    try:
+        points = pq.read_table(index, columns=["point", "status"]).to_pylist()
+    except (OSError, pa.ArrowInvalid, KeyError) as err:
+        raise ReplayError(f"{index}: not a sweep's index ({err})") from None
+    done = [str(Path(path) / p["point"]) for p in points if p["status"] == "done"]
+    if not done:
+        raise ReplayError(f"{path}: a sweep with no finished point yet")
+    return done
 
 
 def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> None:
@@ -101,7 +180,8 @@ def run_query(con: duckdb.DuckDBPyConnection, query: Query,
     """The query's result as a relation (run when it is read), after setting its variables.
 
     A variable the query reads that is neither given nor optional is an error, not a silent
-    NULL."""
+    NULL; a statement that is not a read is refused (``check_statements``)."""
+    check_statements(query)
     optional = {RUNS_VARIABLE, *PARAMETERS}
     given = {name for name, value in variables.items() if value is not None}
     missing = sorted(set(_GETVARIABLE.findall(query.sql)) - optional - given)
@@ -119,5 +199,8 @@ def duckdb_errors(where: str) -> Iterator[None]:
     try:
         yield
     except duckdb.Error as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ReplayError(f"{where}: {first}") from None
+        raise ReplayError(f"{where}: {_first_line(err)}") from None
+
+
+def _first_line(err: BaseException) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

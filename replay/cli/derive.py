@@ -15,16 +15,20 @@ def add_parser(commands) -> None:
         description="Compute the derived tables of each RUN_DIR "
                     f"({', '.join(DERIVED_TABLES)}) from its other tables, with the SQL in "
                     "queries/derived/, and replace them. `replay run` derives them when it writes "
-                    "a run; derive them again after changing a table or that SQL, or for a run "
-                    "written by an older version.")
+                    "a run; derive them again after changing that SQL, or a table (with "
+                    "--accept-edits), or for a run written by an older version.")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    parser.add_argument("--accept-edits", action="store_true",
+                        help="you edited the run's tables on purpose: record their new sizes "
+                             "and checksums in the manifest instead of refusing them as "
+                             "damaged")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     for run_dir in args.run_dirs:
         started = time.perf_counter()
-        rows = derive(run_dir)
+        rows = derive(run_dir, accept_edits=args.accept_edits)
         counts = ", ".join(f"{name} {count:,} rows" for name, count in rows.items())
         print(f"{run_dir}: {counts} ({time.perf_counter() - started:.1f} s)")
     return 0

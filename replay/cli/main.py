@@ -1,7 +1,9 @@
 """Entry point of the ``replay`` command: parses arguments, runs a subcommand, reports errors.
 
-Bad input raises ``ReplayError`` (or a ``ValueError`` from argument parsing) and is printed as one
-line on stderr with exit status 1; usage errors exit 2 as argparse does.
+Bad input raises ``ReplayError`` and is printed as one line on stderr with exit status 1, and so
+is any operating-system error (``PATH: cause``: a full disk, a read-only folder); usage errors
+exit 2 as argparse does.  Ctrl-C prints ``replay: interrupted`` and exits 130, after every
+partial output has been removed (the writers' own cleanup, ``replay.atomic``).
 """
 
 from __future__ import annotations
@@ -9,35 +11,89 @@ from __future__ import annotations
 import argparse
 import sys
 
-from replay import __version__
-from replay.cli import check, derive, importer, ingest, models, query, run, synth, validate
-from replay.errors import ReplayError
+import polars as pl
 
-COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, check)
+from replay import __version__, interrupts
+from replay.cli import (calibrate, check, default, derive, importer, ingest, models, query, report,
+                        run, sweep, synth, validate)
+from replay.errors import ReplayError, os_error_message
+
+COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, calibrate, report, sweep,
+            check)
+# What DuckDB's Python client raises, rather than KeyboardInterrupt, when Ctrl-C stops a query
+# (replay.interrupts)
+DUCKDB_INTERRUPTED = "Query interrupted"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="replay",
-        description="Replay Kubernetes scheduler traces through a model of list-watch delay.",
+        prog="replay", usage=f"{default.USAGE}\n       replay COMMAND ...",
+        description="Replay Kubernetes scheduler traces through a model of list-watch delay. "
+                    "`replay TRACE` replays a trace with the default model and prints the "
+                    "headline answers (`replay run TRACE --force` then `replay query RUN_DIR`; "
+                    "the options of `replay run` work after it); the commands below do each "
+                    "step on its own.",
     )
     parser.add_argument("--version", action="version", version=f"replay {__version__}")
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True,
+                                     prog="replay")
     for command in COMMANDS:
         command.add_parser(commands)
     return parser
 
 
+def command_names(parser: argparse.ArgumentParser) -> list[str]:
+    """The names of the commands ``parser`` knows."""
+    return [name for action in parser._actions if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices]
+
+
+def is_trace_shortcut(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
+    """``replay TRACE ...``: the first argument is neither an option nor a command."""
+    return bool(argv) and not argv[0].startswith("-") and argv[0] not in command_names(parser)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    _load_numpy_interfaces()
+    interrupts.install()
     try:
+        if is_trace_shortcut(parser, argv):
+            return default.main(argv)
+        args = parser.parse_args(argv)
         return args.run(args) or 0
     except ReplayError as err:
-        print(f"replay: error: {err}", file=sys.stderr)
-        return 1
+        return _failed(str(err).strip().splitlines()[0] if str(err).strip() else "failed")
     except KeyboardInterrupt:
-        print("replay: interrupted", file=sys.stderr)
-        return 130
+        return _failed("interrupted", prefix="replay: ", status=130)
+    except RuntimeError as err:
+        if str(err) != DUCKDB_INTERRUPTED:
+            raise
+        return _failed("interrupted", prefix="replay: ", status=130)
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`); nothing more to say
         return 0
+    except MemoryError:
+        return _failed("out of memory")
+    except OSError as err:
+        return _failed(os_error_message(err))
+    except BaseException as err:  # Ctrl-C inside a native library surfaces as its own exception
+        if isinstance(err, SystemExit) or not interrupts.received():
+            raise
+        return _failed("interrupted", prefix="replay: ", status=130)
+
+
+def _load_numpy_interfaces() -> None:
+    """Load polars' NumPy interface now.  Loaded lazily, on a first ``to_numpy``, it runs Python
+    code inside a Rust call, where a Ctrl-C panics the Rust side and prints its backtrace."""
+    pl.Series([0]).to_numpy()
+
+
+def _failed(message: str, prefix: str = "replay: error: ", status: int = 1) -> int:
+    """Print ``message`` as the one line of a failure."""
+    try:
+        print(f"{prefix}{message}", file=sys.stderr, flush=True)
+    except OSError:
+        pass  # stderr is gone too
+    return status

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import shlex
+from typing import Any
 from pathlib import Path
 
-from replay.analysis.catalog import HEADLINE, load_query, shipped
+from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
 from replay.analysis.runs import duckdb_errors, open_runs, run_query
 from replay.errors import ReplayError
@@ -33,6 +35,10 @@ def add_parser(commands) -> None:
     parser.add_argument("--watcher", metavar="GLOB",
                         help="only watchers (schedulers, for conflicts) whose name matches GLOB, "
                              "e.g. 'kubelet/*'")
+    parser.add_argument("--verify", action="store_true",
+                        help="verify every byte of each run's tables against the checksums in "
+                             "its manifest first (by default: sizes, footers and the small "
+                             "tables)")
     parser.add_argument("--var", dest="variables", action="append", default=[],
                         metavar="NAME=VALUE",
                         help="set the DuckDB variable NAME (a string) for your own query; "
@@ -65,14 +71,26 @@ def run(args: argparse.Namespace) -> int:
                  **parse_variables(args.variables)}
     if name is None and (args.out or args.format != "table"):
         raise ReplayError("--format and --out need a query NAME or FILE.sql")
-    queries = [load_query(name)] if name else [load_query(q) for q in HEADLINE]
-    con = open_runs(runs)
-    if name:
-        query = queries[0]
-        with duckdb_errors(query.name):
-            write_result(run_query(con, query, variables), args.format, args.out)
+    if not name:
+        print_headline(runs, variables, verify=args.verify)
         return 0
-    for query in queries:
-        with duckdb_errors(query.name):
-            print(f"{query.name}:\n{render_table(run_query(con, query, variables))}")
+    query = load_query(name)
+    con = open_runs(runs, verify=args.verify)
+    inputs = [*runs, *([name] if name.endswith(".sql") else [])]
+    with duckdb_errors(query.name):
+        write_result(run_query(con, query, variables), args.format, args.out, inputs)
     return 0
+
+
+def print_headline(runs: list[str], variables: dict[str, Any] | None = None,
+                   verify: bool = False) -> None:
+    """The headline answers about ``runs``, one table each (``verify``: every table's checksum
+    first, as ``replay check`` does)."""
+    con = open_runs(runs, verify=verify)
+    for query in [load_query(q) for q in HEADLINE]:
+        with duckdb_errors(query.name):
+            print(f"{query.name}:\n{render_table(run_query(con, query, variables or {}))}")
+        if query.name in HEADLINE_ALL_ROWS:
+            every = shlex.join(["replay", "query", *runs, HEADLINE_ALL_ROWS[query.name]])
+            print(f"Watchers of one node each (kubelets): the 3 worst, then ALL of the role. "
+                  f"Every watcher: {every}\n")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from replay.api import run_replay
-from replay.engine.config import load_config
+from replay.api import RunResult, load_config, run_replay
 
 
-def add_parser(commands) -> None:
+def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = commands.add_parser(
         "run", help="replay a trace through a model of the watch pipeline",
         description="Replay TRACE event by event through the list-watch delay pipeline and a "
@@ -16,6 +15,14 @@ def add_parser(commands) -> None:
                     "(docs/run-directory.md). Default model: observe when the trace records "
                     "bindings. The configuration (stage costs, watchers, model parameters) is "
                     "documented in docs/config.md.")
+    add_run_options(parser)
+    parser.add_argument("--force", action="store_true",
+                        help="replace RUN_DIR if it exists (only once the new run is complete)")
+    parser.set_defaults(run=run)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """The trace and the options that choose what to replay (shared with ``replay TRACE``)."""
     parser.add_argument("trace", metavar="TRACE", help="trace file (trace format v1)")
     parser.add_argument("--model", help="model name (see `replay models`)")
     parser.add_argument("--config", metavar="FILE.toml", help="run configuration")
@@ -24,14 +31,20 @@ def add_parser(commands) -> None:
     parser.add_argument("--seed", type=int, help="random seed (overrides the config's)")
     parser.add_argument("--out", metavar="RUN_DIR",
                         help="run directory to write (default: runs/<trace stem>-<model>)")
-    parser.add_argument("--force", action="store_true",
-                        help="replace RUN_DIR if it exists (only once the new run is complete)")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    print_summary(replay_from(args, force=args.force))
+    return 0
+
+
+def replay_from(args: argparse.Namespace, force: bool) -> RunResult:
+    """The replay that the run options in ``args`` ask for."""
     config = load_config(args.config, overrides=args.params, seed=args.seed, model=args.model)
-    result = run_replay(args.trace, config, out=args.out, force=args.force)
+    return run_replay(args.trace, config, out=args.out, force=force)
+
+
+def print_summary(result: RunResult) -> None:
     print(f"model {result.model}: {result.rows['events']:,} events, "
           f"{result.watchers:,} watchers, {result.rows['deliveries']:,} deliveries")
     for role, deliveries, p50, p99 in result.delay_by_role.iter_rows():
@@ -42,4 +55,3 @@ def run(args: argparse.Namespace) -> int:
           f"(derived in {result.seconds['derive']:.1f} s, after {result.seconds['replay']:.1f} s "
           f"of replay)")
     print(f"wrote {result.out}")
-    return 0

@@ -1,9 +1,11 @@
-"""The simulation core: integer-microsecond time and a queue of callbacks.
+"""The simulation core: integer-microsecond time and a queue of timers.
 
-Like SimPy's environment, but with plain callbacks instead of generator processes: the models are
-reactive (a delivered write, a finished decision, a timer), and a callback costs a fraction of a
-generator step at millions of events.  Callbacks due at the same microsecond run in the order they
-were scheduled, so a run never depends on anything but its inputs.
+Like SimPy's ``Environment`` (``now``, ``schedule``, ``step``, ``peek``, ``run(until=...)``), but
+with plain callbacks instead of generator processes: the models are reactive (a delivered write,
+a finished decision, a timer), and a callback costs a fraction of a generator step at millions of
+events.  ``at`` and ``after`` return a ``Timer`` that can be cancelled until it fires, so a model
+never has to check whether a timer it set is still wanted.  Timers due at the same microsecond fire
+in the order they were set, so a run never depends on anything but its inputs.
 """
 
 from __future__ import annotations
@@ -13,36 +15,92 @@ from collections.abc import Callable
 from typing import Any
 
 
+class Timer:
+    """A callback due at ``time``; ``cancel()`` it before then and it never runs."""
+
+    __slots__ = ("time", "callback", "args", "cancelled", "fired")
+
+    def __init__(self, time: int, callback: Callable[..., Any], args: tuple[Any, ...]):
+        self.time = time
+        self.callback = callback
+        self.args = args
+        self.cancelled = False
+        self.fired = False
+
+    @property
+    def pending(self) -> bool:
+        """Set, and neither fired nor cancelled yet."""
+        return not (self.fired or self.cancelled)
+
+    def cancel(self) -> None:
+        """Make sure the callback does not run (nothing happens if it already has)."""
+        self.cancelled = True
+
+
 class Environment:
-    """Simulated time (``now``, µs since the epoch) and the callbacks still to run."""
+    """Simulated time (``now``, µs since the epoch) and the timers still to fire."""
 
     def __init__(self, start: int = 0):
         self.now = start
-        self._queue: list[tuple[int, int, Callable[..., Any], tuple]] = []
+        self._queue: list[tuple[int, int, Timer]] = []
         self._order = 0
 
-    def at(self, time: int, callback: Callable[..., Any], *args: Any) -> None:
+    def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` at ``time`` (never earlier than now)."""
         if time < self.now:
             raise ValueError(f"cannot schedule at {time}, before now ({self.now})")
         self._order += 1
-        heapq.heappush(self._queue, (time, self._order, callback, args))
+        timer = Timer(time, callback, args)
+        heapq.heappush(self._queue, (time, self._order, timer))
+        return timer
 
-    def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> None:
+    def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` ``delay`` microseconds from now."""
-        self.at(self.now + delay, callback, *args)
+        return self.at(self.now + delay, callback, *args)
 
-    def run(self, on_step: Callable[[int], None] | None = None, every: int = 4096) -> None:
-        """Run callbacks in time order until none is left; ``on_step(now)`` every ``every``."""
+    def peek(self) -> int | None:
+        """When the next timer that will fire is due; None if there is none."""
+        queue = self._queue
+        while queue and queue[0][2].cancelled:
+            heapq.heappop(queue)
+        return queue[0][0] if queue else None
+
+    def step(self) -> bool:
+        """Fire the next timer (advancing ``now`` to its time); False if none was left."""
+        queue = self._queue
+        while queue:
+            time, _, timer = heapq.heappop(queue)
+            if timer.cancelled:
+                continue
+            self.now = time
+            timer.fired = True
+            timer.callback(*timer.args)
+            return True
+        return False
+
+    def run(self, until: int | None = None, on_step: Callable[[int], None] | None = None,
+            every: int = 4096) -> None:
+        """Fire timers in time order until none is left, or until the next is due at or after
+        ``until`` (then ``now`` becomes ``until``, as in SimPy); ``on_step(now)`` every
+        ``every`` timers fired."""
         queue, pop = self._queue, heapq.heappop
         steps = 0
         while queue:
-            time, _, callback, args = pop(queue)
+            time, _, timer = queue[0]
+            if until is not None and time >= until:
+                break
+            pop(queue)
+            if timer.cancelled:
+                continue
             self.now = time
-            callback(*args)
+            timer.fired = True
+            timer.callback(*timer.args)
             steps += 1
             if on_step is not None and steps % every == 0:
                 on_step(time)
+        if until is not None and until > self.now:
+            self.now = until
 
     def __len__(self) -> int:
+        """Timers still set (cancelled ones included until they come up)."""
         return len(self._queue)

@@ -1,11 +1,12 @@
 """The run directory: the tables a replay writes, their columns, and how they are written.
 
 One Parquet file per table (zstd; integer and time columns delta-encoded, which is both smaller
-and several times faster to write than the default for these sorted columns) and a
-``manifest.json``; then the derived tables, computed from the others by SQL
-(``replay.analysis.derive``).  The whole directory is built under a temporary name and renamed
-into place, so an interrupted run never leaves a directory that looks complete.
-``docs/run-directory.md`` describes every column.
+and several times faster to write than the default for these sorted columns; a CRC32 checksum in
+every page) and a ``manifest.json``, which records each table's rows, size and SHA-256; then the
+derived tables, computed from the others by SQL (``replay.analysis.derive``).  The whole
+directory is built under a temporary name and renamed into place, so an interrupted run never
+leaves a directory that looks complete.  ``verify_run`` finds a table damaged since it was
+written.  ``docs/run-directory.md`` describes every column.
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from replay import __version__
-from replay.atomic import atomic_dir, atomic_file
+from replay.atomic import TEMPORARY_SUFFIX, atomic_dir, atomic_file
+from replay.engine.cluster import Outcome
 from replay.errors import ReplayError
 
 TS = pa.timestamp("us", tz="UTC")
@@ -35,18 +37,20 @@ TABLES: dict[str, pa.Schema] = {
         ("subresource", pa.string()), ("namespace", pa.string()), ("name", pa.string()),
         ("node", pa.string()), ("cpu_milli", pa.int64()), ("memory_bytes", pa.int64()),
         ("gpu_milli", pa.int64()), ("code", pa.int32()), ("component", pa.string()),
-        ("origin", pa.string()), ("attempt_id", pa.int64()),
+        ("origin", pa.string()), ("attempt_id", pa.int64()), ("pod_state", pa.string()),
     ]),
     "deliveries": pa.schema([
         ("rv", pa.int64()), ("watcher", pa.string()), ("role", pa.string()),
         ("commit_ts", TS), ("cached_ts", TS), ("dispatched_ts", TS), ("sent_ts", TS),
         ("received_ts", TS), ("dequeued_ts", TS), ("applied_ts", TS),
+        ("source", pa.string()), ("coalesced", pa.bool_()),
     ]),
     "attempts": pa.schema([
         ("attempt_id", pa.int64()), ("pod", pa.string()), ("scheduler", pa.string()),
         ("enqueued_ts", TS), ("started_ts", TS), ("decided_ts", TS), ("committed_ts", TS),
         ("node", pa.string()), ("outcome", pa.string()), ("reason", pa.string()),
-        ("view_lag_ms", pa.float64()), ("forgotten_ts", TS),
+        ("view_lag_ms", pa.float64()), ("forgotten_ts", TS), ("cycle_id", pa.int64()),
+        ("throttled_ms", pa.float64()),
     ]),
     "pods": pa.schema([
         ("pod", pa.string()), ("created_ts", TS), ("first_attempt_ts", TS), ("bound_ts", TS),
@@ -56,12 +60,29 @@ TABLES: dict[str, pa.Schema] = {
     ]),
     "watchers": pa.schema([
         ("watcher", pa.string()), ("role", pa.string()), ("resources", pa.string()),
-        ("node", pa.string()),
+        ("node", pa.string()), ("client_queue", pa.string()),
+    ]),
+    "dispatch_waits": pa.schema([
+        ("resource", pa.string()), ("watcher", pa.string()), ("rv", pa.int64()),
+        ("start_ts", TS), ("end_ts", TS), ("terminated", pa.bool_()),
+    ]),
+    "watch_terminations": pa.schema([
+        ("watcher", pa.string()), ("resource", pa.string()), ("ts", TS), ("rv", pa.int64()),
+        ("reason", pa.string()), ("recovery", pa.string()), ("recovered_ts", TS),
+    ]),
+    "relists": pa.schema([
+        ("watcher", pa.string()), ("resource", pa.string()), ("start_ts", TS), ("end_ts", TS),
+        ("objects", pa.int64()), ("rv", pa.int64()),
     ]),
 }
 # Computed from the tables above by queries/derived/NAME.sql, with the same conventions.
 DERIVED_TABLES = ("capacity_windows",)
-OUTCOMES = ("bound", "conflict", "unschedulable", "error")
+MANIFEST = "manifest.json"
+OWN_FILES = frozenset([MANIFEST, *(f"{name}.parquet" for name in (*TABLES, *DERIVED_TABLES))])
+# Tables up to this size have their checksum verified whenever a run is opened; larger ones their
+# size and footer only (a full verification reads them all: ``verify_run(..., full=True)``).
+SMALL_TABLE_BYTES = 8 << 20
+OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
 @dataclass
@@ -73,8 +94,14 @@ class RunTables:
     attempts: pa.Table | pl.DataFrame
     pods: pa.Table | pl.DataFrame
     watchers: pa.Table | pl.DataFrame
+    dispatch_waits: pa.Table | pl.DataFrame = field(
+        default_factory=lambda: TABLES["dispatch_waits"].empty_table())
+    watch_terminations: pa.Table | pl.DataFrame = field(
+        default_factory=lambda: TABLES["watch_terminations"].empty_table())
+    relists: pa.Table | pl.DataFrame = field(
+        default_factory=lambda: TABLES["relists"].empty_table())
 
-    def items(self):
+    def items(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         return ((name, getattr(self, name)) for name in TABLES)
 
 
@@ -103,7 +130,8 @@ def _cast(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
 def _is_string_like(kind: pa.DataType) -> bool:
     if pa.types.is_dictionary(kind):
         kind = kind.value_type
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind)
+                or pa.types.is_string_view(kind))
 
 
 class TableFile:
@@ -119,13 +147,15 @@ class TableFile:
         self.path = path
         self._thread = ThreadPoolExecutor(max_workers=1)
         self._writer: pq.ParquetWriter | None = None
-        self._done: list[Future] = []
+        self._done: list[Future[None]] = []
+        self.digest: dict[str, Any] = {}  # once closed: {"bytes": size, "sha256": hex digest}
 
     def add(self, part: pa.Table) -> None:
         self._done.append(self._thread.submit(self._write, part))
 
     def close(self) -> None:
-        """Wait until every part is written, and raise the first error if any."""
+        """Wait until every part is written (and the file's digest taken), and raise the first
+        error if any."""
         self._done.append(self._thread.submit(self._finish))
         self._thread.shutdown()
         for future in self._done:
@@ -144,15 +174,21 @@ class TableFile:
             self._writer = pq.ParquetWriter(
                 self.path, part.schema, compression="zstd", use_dictionary=strings,
                 column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-                write_statistics=summarised, store_schema=False)
+                write_statistics=summarised, store_schema=False, write_page_checksum=True)
         self._writer.write_table(part, row_group_size=1 << 20)
 
     def _finish(self) -> None:
         if self._writer is not None:
             self._writer.close()
+            self.digest = file_digest(self.path)
 
 
-def sha256_of(path: str | os.PathLike) -> str:
+def file_digest(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """What the manifest records of a table file: its size in bytes and its SHA-256."""
+    return {"bytes": os.path.getsize(path), "sha256": sha256_of(path)}
+
+
+def sha256_of(path: str | os.PathLike[str]) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -160,7 +196,7 @@ def sha256_of(path: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
-def write_run(dest: str | os.PathLike,
+def write_run(dest: str | os.PathLike[str],
               tables: RunTables | Iterable[tuple[str, pa.Table | pl.DataFrame]],
               manifest: Mapping[str, Any], *, force: bool = False,
               derive: Callable[[Path], dict[str, int]] | None = None) -> dict[str, int]:
@@ -175,10 +211,7 @@ def write_run(dest: str | os.PathLike,
     and returns their row counts.
     """
     dest = Path(dest)
-    if dest.exists() and not force:
-        raise ReplayError(f"{dest}: already exists; choose another --out or pass --force")
-    if dest.exists() and not (dest / "manifest.json").exists() and any(dest.iterdir()):
-        raise ReplayError(f"{dest}: exists and is not a run directory; not replacing it")
+    check_replaceable(dest, force)
     rows: dict[str, int] = {}
     with atomic_dir(dest, replace=force) as tmp:
         files: dict[str, TableFile] = {}
@@ -187,26 +220,140 @@ def write_run(dest: str | os.PathLike,
                 part = conform_table(name, table)
                 rows[name] = rows.get(name, 0) + part.num_rows
                 files.setdefault(name, TableFile(tmp / f"{name}.parquet")).add(part)
+            for name in TABLES:  # a table nobody produced (nothing was re-listed...) is empty
+                if name not in files:
+                    rows[name] = 0
+                    files[name] = TableFile(tmp / f"{name}.parquet")
+                    files[name].add(TABLES[name].empty_table())
         finally:
             for file in files.values():
                 file.close()
-        write_manifest(tmp, {**manifest, "tables": rows, "replay_version": __version__})
+        digests = {name: file.digest for name, file in files.items()}
+        write_manifest(tmp, {**manifest, "tables": rows, "files": digests,
+                             "replay_version": __version__})
         if derive is not None:
             rows.update(derive(tmp))
     return rows
 
 
-def write_manifest(run_dir: str | os.PathLike, document: Mapping[str, Any]) -> None:
+def check_replaceable(dest: Path, force: bool) -> None:
+    """Refuse to write the run directory ``dest`` over anything but a run directory this tool
+    wrote (``force``), or an empty directory: ``--force`` must never delete a user's files."""
+    if not dest.exists() and not dest.is_symlink():
+        return
+    if not force:
+        raise ReplayError(f"{dest}: already exists; choose another --out or pass --force")
+    if dest.is_symlink() or not dest.is_dir():
+        raise ReplayError(f"{dest}: exists and is not a directory; not replacing it")
+    entries = [entry.name for entry in dest.iterdir()]
+    if not entries:
+        return
+    if MANIFEST not in entries or "replay_version" not in _manifest_or_none(dest):
+        raise ReplayError(f"{dest}: is not a run directory written by replay (no manifest.json "
+                          f"of its own); not replacing it")
+    foreign = sorted(name for name in entries
+                     if name not in OWN_FILES and not name.endswith(TEMPORARY_SUFFIX))
+    if foreign:
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ReplayError(f"{dest}: holds files replay did not write ({', '.join(foreign[:3])}"
+                          f"{more}); not replacing it")
+
+
+def _manifest_or_none(run_dir: Path) -> dict[str, Any]:
+    try:
+        document = json.loads((run_dir / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return document if isinstance(document, dict) else {}
+
+
+def write_manifest(run_dir: str | os.PathLike[str], document: Mapping[str, Any]) -> None:
     """Write (or replace, atomically) the run directory's ``manifest.json``."""
-    with atomic_file(Path(run_dir) / "manifest.json") as tmp:
+    with atomic_file(Path(run_dir) / MANIFEST) as tmp:
         tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
 
 
-def read_manifest(run_dir: str | os.PathLike) -> dict[str, Any]:
-    path = Path(run_dir) / "manifest.json"
+def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(run_dir) / MANIFEST
     try:
-        return json.loads(path.read_text())
+        document: Any = json.loads(path.read_text())
     except FileNotFoundError:
         raise ReplayError(f"{run_dir}: not a run directory (no manifest.json)") from None
-    except (OSError, json.JSONDecodeError) as err:
-        raise ReplayError(f"{path}: unreadable manifest ({err})") from None
+    except (OSError, ValueError) as err:
+        raise ReplayError(f"{path}: unreadable manifest ({str(err).splitlines()[0]})") from None
+    if not isinstance(document, dict):
+        raise ReplayError(f"{path}: unreadable manifest (not a JSON object)")
+    return document
+
+
+def verify_run(run_dir: str | os.PathLike[str], full: bool = False,
+               tables: Iterable[str] | None = None) -> None:
+    """Refuse a run directory a table of which changed since it was written, naming the table
+    and how to regenerate it.
+
+    Checks each table's size against the manifest, and its footer; then the SHA-256 of every
+    table up to ``SMALL_TABLE_BYTES`` (``full``: of every table).  Cheap enough to run whenever
+    a run is opened; ``full`` reads every byte.  A run written before checksums were recorded
+    passes the cheap check, and fails the full one, which cannot vouch for it.
+    """
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    recorded = manifest.get("files")
+    if not isinstance(recorded, dict):
+        if full:
+            raise ReplayError(f"{run_dir}: written by an older version of replay, without "
+                              f"checksums; replay its trace again to have a run that can be "
+                              f"verified")
+        return
+    wanted = set(recorded if tables is None else tables)
+    for name, expected in sorted(recorded.items()):
+        if name not in wanted:
+            continue
+        problem = _damage(run_dir / f"{name}.parquet", expected, full)
+        if problem:
+            raise ReplayError(f"{run_dir}: the {name} table is damaged ({problem}); "
+                              f"{_regenerate(run_dir, name, manifest)}")
+
+
+def record_files(run_dir: str | os.PathLike[str], tables: Iterable[str]) -> None:
+    """Record the present size and checksum of these tables in the manifest, as if this tool had
+    written them: for tables edited on purpose (``replay derive --accept-edits``)."""
+    run_dir = Path(run_dir)
+    manifest = read_manifest(run_dir)
+    files = manifest.get("files")
+    recorded: dict[str, Any] = files if isinstance(files, dict) else {}
+    manifest["files"] = {**recorded, **{name: file_digest(run_dir / f"{name}.parquet")
+                                        for name in tables
+                                        if (run_dir / f"{name}.parquet").is_file()}}
+    write_manifest(run_dir, manifest)
+
+
+def _damage(path: Path, expected: Any, full: bool) -> str | None:
+    """What is wrong with the table file ``path`` whose manifest entry is ``expected``."""
+    if not isinstance(expected, dict) or not isinstance(expected.get("bytes"), int):
+        return "manifest.json's entry for it is not a size and checksum"
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        return "the file is missing"
+    if size != expected["bytes"]:
+        return f"{size:,} bytes, where manifest.json records {expected['bytes']:,}"
+    if full or size <= SMALL_TABLE_BYTES:
+        if sha256_of(path) != expected.get("sha256"):
+            return "its SHA-256 differs from the one manifest.json records"
+        return None
+    try:
+        pq.read_metadata(path)
+    except (pa.ArrowException, OSError) as err:
+        return f"unreadable footer: {str(err).splitlines()[0]}"
+    return None
+
+
+def _regenerate(run_dir: Path, table: str, manifest: dict[str, Any]) -> str:
+    if table in DERIVED_TABLES:
+        return f"`replay derive {run_dir}` computes it again"
+    trace = manifest.get("trace", {}).get("path", "its trace") \
+        if isinstance(manifest.get("trace"), dict) else "its trace"
+    return (f"replay {trace} again with the configuration manifest.json records "
+            f"(`replay run {trace} --out {run_dir} --force` with the same --model, --config and "
+            f"-p options)")

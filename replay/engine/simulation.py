@@ -2,287 +2,473 @@
 
 It owns time (``core.Environment``), the truth (``cluster.Truth``), the watch pipeline
 (``Pipeline.step``, the same definitions the observe model scans with), randomness (named
-streams) and the run's tables.  A model plugs in by creating views for its watchers, asking to
-be told about the writes it reacts to (``react``), setting timers (``env.at``) and committing
-writes (``commit``); see ``replay.models.whatif`` and docs/models.md.
+streams) and the run's tables.  A model plugs in through the public methods of ``Simulation``
+(docs/models.md is their reference; ``replay.engine.api`` gathers everything a model imports):
+it creates views for its watchers, asks to be told about the writes it reacts to (``react``),
+sets timers (``at``, ``after``) and commits writes (``commit``).
 
 Every write commits at the simulation's current time, so commits are in time order and get
 resource versions 1, 2, ... in that order.  Each watcher whose filter matches a write is sent it
-through the pipeline; the delivery is appended to the watcher's view inbox (applied lazily) and,
-if the model reacts to it, an event is scheduled at its applied time.
+through the pipeline; the delivery is handed to the watcher's view (applied lazily) and, if the
+model reacts to it, a timer is set at its applied time.  A delivery the pipeline holds back (a
+watch closed or full, a client queue that may still merge it) is handed over when the pipeline
+makes it, at a timer set for the pipeline's next event.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from typing import Any
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from replay.engine.cluster import (
-    NODE_DELETE,
-    NODE_OTHER,
-    NODE_SET,
-    OTHER,
-    POD_BIND,
-    POD_CREATE,
-    POD_DELETE,
-    SHAPE,
-    Attempt,
-    Pod,
-    Truth,
-    Write,
-)
+from replay.engine.client import Client
+from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome, Pod, Reason,
+                                   Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.core import Environment
-from replay.engine.pipeline import Pipeline
+from replay.engine.core import Environment, Timer
+from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source
 from replay.engine.rundir import RunTables
 from replay.engine.view import View
-from replay.engine.watchers import watchers_table
-from replay.engine.workload import NEVER, Workload
+from replay.engine.watchcache import capacities
+from replay.engine.watchers import Streams, watchers_table
+from replay.engine.workload import Workload
 from replay.progress import progress
 from replay.rng import stream
 
 TS = pl.Datetime("us", "UTC")
-NODE_KINDS = (NODE_SET, NODE_DELETE, NODE_OTHER)
+Handler = Callable[[Write], None]
+Wants = Callable[[Write], bool]
 
 
 class Simulation:
+    """One what-if replay.  Its public methods are the model API; the rest is the engine's."""
+
     def __init__(self, trace: pl.DataFrame, config: RunConfig, watchers: list[WatcherSpec],
                  instant: frozenset[str] = frozenset()):
         """``instant`` names watchers that see every write at its commit, outside the pipeline
         (the oracle's)."""
-        self.trace, self.config, self.watchers = trace, config, watchers
-        self.workload = Workload.of(trace)
-        self.truth = Truth(self.workload.node_names)
-        start = int(self.workload.ts[0]) if len(self.workload.ts) else 0
-        self.env = Environment(start)
-        self.index = {w.name: i for i, w in enumerate(watchers)}
-        self.instant = [w.name in instant for w in watchers]
+        self._trace, self._config, self._watchers = trace, config, watchers
+        self._workload = Workload.of(trace)
+        self._truth = Truth(self._workload.node_names)
+        start = int(self._workload.ts[0]) if len(self._workload.ts) else 0
+        self._env = Environment(start)
+        self._index = {w.name: i for i, w in enumerate(watchers)}
+        self._instant = [w.name in instant for w in watchers]
         piped = [i for i, w in enumerate(watchers) if w.name not in instant]
-        self.pipeline = Pipeline(config, [watchers[i] for i in piped])
-        self.piped_of = {i: k for k, i in enumerate(piped)}
-        self.watcher_of_piped = piped
-        self.all_piped = len(piped) == len(watchers)
+        streams = Streams([watchers[i] for i in piped],
+                          ["pods", "nodes", *trace["resource"].unique()])
+        self._pipeline: Pipeline[Write] = Pipeline(
+            config, [watchers[i] for i in piped], streams.resources, capacities(
+                streams.resources, streams.codes(trace["resource"]),
+                trace["ts"].dt.epoch("us").to_numpy()))
+        self._identify_objects(trace)
+        self._wakeup: Timer | None = None
+        self._piped_index = {i: k for k, i in enumerate(piped)}
+        self._watcher_of_piped = piped
+        self._all_piped = len(piped) == len(watchers)
         self._filters(watchers)
-        self.views: dict[int, View] = {}
-        self.reactions: dict[int, tuple[frozenset[int], Callable[[Write], bool] | None,
-                                        Callable[[Write], None]]] = {}
-        self.pods: list[Pod] = []
-        self.pod_of_incarnation: dict[int, Pod] = {}
+        self._views: dict[int, View] = {}
+        self._reactions: dict[int, tuple[frozenset[WriteKind], Wants | None, Handler]] = {}
+        self._pods: list[Pod] = []
+        self._pod_of_incarnation: dict[int, Pod] = {}
         # Incarnations created again under a name whose previous incarnation still exists here
         # (it started later than recorded, so it ends later): each waits for the name, in order
-        self.named: dict[str, Pod] = {}
-        self.waiting_for_name: dict[str, list[tuple[int, int]]] = {}
-        self.attempts: list[Attempt] = []
-        self.listeners: list[Callable[[Write], None]] = []
+        self._named: dict[str, Pod] = {}
+        self._waiting_for_name: dict[str, list[tuple[int, int]]] = {}
+        self._attempts: list[Attempt] = []
+        self._placed_members: dict[str, int] = {}  # per gang: members bound or deleted
+        self._listeners: list[Handler] = []
         self._resources = trace["resource"].to_numpy()
         self._log = _Log()
 
-    # -- what a model uses --------------------------------------------------------------------
-    def view(self, watcher: str) -> View:
-        """The cache of ``watcher`` (made on first use): only watchers with a view keep one."""
-        index = self.index[watcher]
-        if index not in self.views:
-            self.views[index] = View(len(self.truth.nodes), self._alloc_of)
-        return self.views[index]
+    # -- time -----------------------------------------------------------------------------------
+    @property
+    def now(self) -> int:
+        """The simulated time, µs since the epoch."""
+        return self._env.now
 
-    def react(self, watcher: str, kinds: set[int], handler: Callable[[Write], None],
-              wants: Callable[[Write], bool] | None = None) -> None:
-        """Call ``handler(write)`` when ``watcher`` has applied a write of one of ``kinds`` (and,
-        with ``wants``, for which ``wants(write)``, asked when the write commits); its view is
-        synced first."""
-        self.reactions[self.index[watcher]] = (frozenset(kinds), wants, handler)
+    def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Run ``callback(*args)`` at ``time`` (not before now); ``cancel()`` the timer to stop it."""
+        return self._env.at(time, callback, *args)
 
-    def on_commit(self, listener: Callable[[Write], None]) -> None:
-        """Call ``listener(write)`` as each write commits, after the truth has applied it (for
-        what the API server itself does on a write, such as assigning a pod to a scheduler)."""
-        self.listeners.append(listener)
+    def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Run ``callback(*args)`` ``delay`` µs from now; ``cancel()`` the timer to stop it."""
+        return self._env.at(self._env.now + delay, callback, *args)
 
     def random(self, name: str) -> np.random.Generator:
         """A generator of the model's own, named, derived from the run's seed."""
-        return stream(self.config.seed, "model", name)
+        return stream(self._config.seed, "model", name)
 
-    def new_attempt(self, pod: Pod, scheduler: str, enqueued: int, started: int, node: int,
-                    lag_us: int) -> Attempt:
-        pod.attempts += 1
-        if pod.first_attempt < 0:
-            pod.first_attempt = started
-        attempt = Attempt(len(self.attempts) + 1, pod, scheduler, enqueued, started, node=node,
-                          view_lag_us=lag_us)
-        self.attempts.append(attempt)
-        return attempt
+    # -- watchers -------------------------------------------------------------------------------
+    def view(self, watcher: str) -> View:
+        """The cache of ``watcher`` (made on first use): only watchers with a view keep one.  A
+        scheduler's cache counts pods assumed by Gödel schedulers (their assume patches); the
+        others (Gödel's binder, a kubelet) count only bound pods."""
+        index = self._index[watcher]
+        if index not in self._views:
+            self._views[index] = View(len(self._truth.nodes), self._clock,
+                                      counts_assumed=self._watchers[index].role == "scheduler")
+        return self._views[index]
 
-    def settle(self, attempt: Attempt, outcome: str, reason: str | None = None) -> None:
-        """Record the attempt's outcome.  A placement that fails before its scheduler assumed it
-        (unschedulable, or its pod deleted meanwhile) was never held: it is forgotten at its
-        decision, as the attempts table's forgotten_ts says."""
-        attempt.outcome, attempt.reason = outcome, reason
-        if outcome in ("unschedulable", "error") and attempt.node >= 0 and attempt.forgotten < 0:
-            view = self.views.get(self.index.get(attempt.scheduler, -1))
-            if view is None or attempt.pod not in view.assumed:
-                attempt.forgotten = attempt.decided if attempt.decided >= 0 else self.env.now
+    def react(self, watcher: str, kinds: Collection[WriteKind], handler: Handler,
+              wants: Wants | None = None) -> None:
+        """Call ``handler(write)`` when ``watcher`` has applied a write of one of ``kinds`` (and,
+        with ``wants``, for which ``wants(write)``, asked when the write commits); its view has
+        applied every delivery due by then."""
+        self._reactions[self._index[watcher]] = (frozenset(kinds), wants, handler)
 
-    def commit(self, kind: int, pod: Pod | None, component: str, node: int = -1,
-               attempt: Attempt | None = None, row: int = -1, code: int = 0,
-               alloc: tuple[int, int, int] | None = None, by_model: bool = True) -> Write:
+    def on_commit(self, listener: Handler) -> None:
+        """Call ``listener(write)`` as each write commits, after the truth has applied it (for
+        what the API server itself does on a write, such as assigning a pod to a scheduler)."""
+        self._listeners.append(listener)
+
+    def client(self, qps: float, burst: int, latency_us: int) -> Client:
+        """A component's API client: its writes wait for a token bucket of ``qps`` and ``burst``
+        (client-go's rate limiter; ``qps`` <= 0: no limit), then take ``latency_us`` to commit."""
+        return Client(self._env, qps, burst, latency_us)
+
+    def kubelets(self) -> list[tuple[str, int]]:
+        """(watcher name, node index) of every kubelet watcher bound to a node of the trace."""
+        index = self._truth.node_index
+        return [(w.name, index[w.node]) for w in self._watchers
+                if w.role == "kubelet" and w.node is not None and w.node in index]
+
+    def message(self, watcher: str, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Send ``watcher`` a message straight from a peer (no API server, no watch): it arrives
+        after one network hop, drawn like ``watcher``'s network stage from a stream of its own."""
+        index = self._index[watcher]
+        delay = 0 if self._instant[index] else self._pipeline.hop(self._piped_index[index])
+        return self.after(delay, callback, *args)
+
+    # -- the cluster ----------------------------------------------------------------------------
+    @property
+    def node_count(self) -> int:
+        return len(self._truth.nodes)
+
+    def allocatable(self, node: int) -> Request:
+        """The node's allocatable (cpu_milli, memory_bytes, gpu_milli) in the truth now."""
+        a = self._truth.nodes[node].alloc
+        return a[0], a[1], a[2]
+
+    def node_version(self, node: int) -> int | None:
+        """The node's change count in the truth (Omega's sequence number); None if the node
+        does not exist now."""
+        truth = self._truth.nodes[node]
+        return truth.changes if truth.present else None
+
+    def fits(self, placements: list[tuple[Pod, int]]) -> bool:
+        """Whether the truth has room now for all these (pod, node) placements at once."""
+        return self._truth.fits(placements)
+
+    def gang_size(self, group: str) -> int:
+        """How many pods of the workload belong to gang ``group``."""
+        return self._workload.group_size.get(group, 1)
+
+    def gang_unplaced(self, group: str) -> int:
+        """How many pods of gang ``group`` are still to be placed: its size less the members
+        bound or deleted so far (a gang partly placed waits only for the rest)."""
+        return self.gang_size(group) - self._placed_members.get(group, 0)
+
+    def scheduler_names(self) -> list[str]:
+        """The distinct ``spec.schedulerName`` values of the workload's pods, sorted."""
+        return sorted({n for n in self._workload.scheduler_name if n is not None})
+
+    # -- writes and attempts --------------------------------------------------------------------
+    def commit(self, kind: WriteKind, pod: Pod | None, component: str, node: int = NO_NODE,
+               attempt: Attempt | None = None) -> Write:
         """Commit a write now: apply it to the truth, log it and send it to its watchers.
 
         The attempt's ``committed`` time is its first write's (a Gödel scheduler's assume patch,
         not the binder's binding that follows it)."""
-        now = self.env.now
+        return self._commit(kind, pod, component, node, attempt)
+
+    def assign(self, pod: Pod, instance: int) -> None:
+        """Record that ``pod`` is assigned to scheduler instance ``instance`` (``pod.instance``:
+        its spec.schedulerName, or Gödel's dispatcher annotation)."""
+        pod.instance = instance
+
+    def replacement(self, pod: Pod, suffix: str) -> Pod:
+        """A new pod like ``pod`` (a controller's replacement for a failed one), to be created
+        with ``commit(WriteKind.POD_CREATE, ...)``."""
+        new = Pod(len(self._pods), pod.namespace, f"{pod.name}-{suffix}", pod.request,
+                  created=self.now, run_us=pod.run_us, scheduler_name=pod.scheduler_name,
+                  group=pod.group, priority=pod.priority)
+        self._pods.append(new)
+        return new
+
+    def new_attempt(self, pod: Pod, scheduler: str, enqueued: int, node: int, view_lag_us: int,
+                    seen_version: int = 0, cycle: Attempt | None = None) -> Attempt:
+        """A scheduling attempt of ``pod`` by ``scheduler`` starting now, choosing ``node``
+        (NO_NODE: none fits) on a view ``view_lag_us`` behind; ``seen_version`` is the node's
+        sequence number in that view; ``cycle`` the first attempt of the scheduling cycle it
+        belongs to (a gang's members are decided in one), None if it is the first."""
+        now = self.now
+        pod.attempts += 1
+        if pod.first_attempt < 0:
+            pod.first_attempt = now
+        number = len(self._attempts) + 1
+        attempt = Attempt(number, pod, scheduler, enqueued, now, node, view_lag_us, seen_version,
+                          cycle.id if cycle is not None else number)
+        self._attempts.append(attempt)
+        return attempt
+
+    def attempt(self, attempt_id: int) -> Attempt:
+        """The attempt with this id (a write's ``attempt``)."""
+        return self._attempts[attempt_id - 1]
+
+    def mark_decided(self, attempt: Attempt) -> None:
+        """The scheduler has decided ``attempt`` now."""
+        attempt.decided = self.now
+
+    def mark_forgotten(self, attempt: Attempt, at: int) -> None:
+        """The scheduler dropped its assumption of ``attempt`` at ``at`` (ForgetPod)."""
+        attempt.forgotten = at
+
+    def settle(self, attempt: Attempt, outcome: Outcome, reason: Reason | None = None) -> None:
+        """``attempt`` ended with ``outcome``; one that ends without a committed write ends now
+        (its ``committed`` time)."""
+        attempt.outcome, attempt.reason = outcome, reason
+        if attempt.committed == NEVER and outcome != Outcome.BOUND:
+            attempt.committed = self.now
+        if (outcome in (Outcome.UNSCHEDULABLE, Outcome.ERROR) and attempt.node >= 0
+                and attempt.forgotten == NEVER and not self._assumed_by(attempt)):
+            # a placement that failed before its scheduler assumed it (a gang member left
+            # unplaced, its pod deleted during the decision) was never held: it is forgotten at
+            # its decision, or the capacity windows would hold it until the end of the run
+            attempt.forgotten = attempt.decided if attempt.decided != NEVER else self.now
+
+    def _assumed_by(self, attempt: Attempt) -> bool:
+        """Whether the view of ``attempt``'s scheduler holds its pod as assumed."""
+        view = self._views.get(self._index.get(attempt.scheduler, -1))
+        return view is not None and view.assumes(attempt.pod)
+
+    # -- the engine: committing, feeding the workload -------------------------------------------
+    def _commit(self, kind: WriteKind, pod: Pod | None, component: str, node: int = NO_NODE,
+                attempt: Attempt | None = None, row: int = -1, code: int = 0,
+                alloc: Request | None = None, by_model: bool = True) -> Write:
+        now = self._env.now
         rv = self._log.rv + 1
-        code = code or (201 if SHAPE[kind][0] == "create" else 200)
-        write = Write(rv, now, kind, pod, node, component, attempt.id if attempt else 0, row, code)
-        self.truth.apply(write, alloc)
-        for listener in self.listeners:
+        code = code or (201 if kind.api_call[0] == "create" else 200)
+        write = Write(rv, now, kind, pod, node, component, attempt.id if attempt else 0, row, code,
+                      alloc)
+        self._truth.apply(write)
+        if pod is not None and pod.group is not None and (
+                kind == WriteKind.POD_BIND or (kind == WriteKind.POD_DELETE and pod.node < 0)):
+            self._placed_members[pod.group] = self._placed_members.get(pod.group, 0) + 1
+        for listener in self._listeners:
             listener(write)
         self._log.event(write, by_model)
         if attempt is not None and attempt.committed < 0:
             attempt.committed = now
-        if kind == POD_BIND and pod.run_us != NEVER:
-            self.env.at(now + pod.run_us, self._end_of_run, pod)
+        if kind == WriteKind.POD_BIND and pod is not None and pod.run_us != NEVER:
+            self._env.at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
-        if kind == POD_DELETE and self.waiting_for_name.get(pod.key):
-            self.env.at(now, self._create, *self.waiting_for_name[pod.key].pop(0), True)
+        if kind == WriteKind.POD_DELETE and pod is not None and self._waiting_for_name.get(pod.key):
+            self._env.at(now, self._create, *self._waiting_for_name[pod.key].pop(0), True)
         return write
 
-    # -- the workload -------------------------------------------------------------------------
     def _feed(self, i: int) -> None:
         """Commit workload write ``i`` and schedule the next one at its recorded time."""
-        w = self.workload
-        kind, row = int(w.kind[i]), int(w.row[i])
-        if kind == POD_CREATE:
+        w = self._workload
+        kind, row = WriteKind(int(w.kind[i])), int(w.row[i])
+        if kind == WriteKind.POD_CREATE:
             self._create(int(w.pod[i]), row)
-        elif kind == POD_DELETE:
-            pod = self.pod_of_incarnation.get(int(w.pod[i]))
+        elif kind == WriteKind.POD_DELETE:
+            pod = self._pod_of_incarnation.get(int(w.pod[i]))
             if pod is not None and pod.deleted < 0:
-                self.commit(POD_DELETE, pod, "workload", row=row, by_model=False)
+                self._commit(kind, pod, "workload", row=row, by_model=False)
             elif pod is None:  # deleted before its name was free: it never exists here
-                for waiting in self.waiting_for_name.values():
+                for waiting in self._waiting_for_name.values():
                     waiting[:] = [(k, r) for k, r in waiting if k != int(w.pod[i])]
         else:
-            alloc = tuple(int(v) for v in w.alloc[i]) if kind == NODE_SET else None
-            self.commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
-                        by_model=False)
+            a = w.alloc[i]
+            alloc = (int(a[0]), int(a[1]), int(a[2])) if kind == WriteKind.NODE_SET else None
+            self._commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
+                         by_model=False)
         if i + 1 < len(w.row):
-            self.env.at(int(w.ts[i + 1]), self._feed, i + 1)
+            self._env.at(int(w.ts[i + 1]), self._feed, i + 1)
 
     def _create(self, incarnation: int, row: int, waited: bool = False) -> None:
         """Create a pod of the workload now, or once the previous incarnation of its name is
         deleted: a name exists once in etcd, and a StatefulSet controller creates a pod again
         only after its predecessor is gone."""
-        w = self.workload
-        key = w.name[incarnation] if w.namespace[incarnation] is None else \
-            f"{w.namespace[incarnation]}/{w.name[incarnation]}"
-        previous = self.named.get(key)
+        w = self._workload
+        namespace, name = w.namespace[incarnation], w.name[incarnation]
+        key = name if namespace is None else f"{namespace}/{name}"
+        previous = self._named.get(key)
         if (previous is not None and previous.deleted < 0) or (
-                not waited and self.waiting_for_name.get(key)):
-            self.waiting_for_name.setdefault(key, []).append((incarnation, row))
+                not waited and self._waiting_for_name.get(key)):
+            self._waiting_for_name.setdefault(key, []).append((incarnation, row))
             return
-        self.named[key] = self._new_pod(incarnation)
-        self.commit(POD_CREATE, self.named[key], "workload", row=row, by_model=False)
+        self._named[key] = self._new_pod(incarnation)
+        self._commit(WriteKind.POD_CREATE, self._named[key], "workload", row=row, by_model=False)
 
     def _new_pod(self, incarnation: int) -> Pod:
-        w = self.workload
-        pod = Pod(len(self.pods), w.namespace[incarnation], w.name[incarnation],
-                  tuple(int(v) for v in w.request[incarnation]), created=self.env.now,
+        w = self._workload
+        r = w.request[incarnation]
+        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation],
+                  (int(r[0]), int(r[1]), int(r[2])), created=self.now,
                   run_us=int(w.run_us[incarnation]), scheduler_name=w.scheduler_name[incarnation],
                   group=w.group[incarnation], priority=int(w.priority[incarnation]))
-        self.pods.append(pod)
-        self.pod_of_incarnation[incarnation] = pod
+        self._pods.append(pod)
+        self._pod_of_incarnation[incarnation] = pod
         return pod
-
-    def replacement(self, pod: Pod, suffix: str) -> Pod:
-        """A new pod like ``pod`` (a controller's replacement for a failed one), created now."""
-        new = Pod(len(self.pods), pod.namespace, f"{pod.name}-{suffix}", pod.request,
-                  created=self.env.now, run_us=pod.run_us, scheduler_name=pod.scheduler_name,
-                  group=pod.group, priority=pod.priority, origin="model")
-        self.pods.append(new)
-        return new
 
     def _end_of_run(self, pod: Pod) -> None:
         if pod.deleted < 0:
-            self.commit(POD_DELETE, pod, "workload", by_model=False)
+            self._commit(WriteKind.POD_DELETE, pod, "workload", by_model=False)
 
     # -- watch --------------------------------------------------------------------------------
     def _filters(self, watchers: list[WatcherSpec]) -> None:
-        self.by_resource: dict[str, list[int]] = {}
-        self.by_node: dict[tuple[int, str], list[int]] = {}
-        node_index = self.truth.node_index
+        self._by_resource: dict[str, list[int]] = {}
+        self._by_node: dict[tuple[int, str], list[int]] = {}
+        node_index = self._truth.node_index
         for i, w in enumerate(watchers):
             for resource in w.resources:
                 if w.node is None:
-                    self.by_resource.setdefault(resource, []).append(i)
+                    self._by_resource.setdefault(resource, []).append(i)
                 elif w.node in node_index:
-                    self.by_node.setdefault((node_index[w.node], resource), []).append(i)
+                    self._by_node.setdefault((node_index[w.node], resource), []).append(i)
+
+    def _identify_objects(self, trace: pl.DataFrame) -> None:
+        """What the pipeline needs to know of each write besides its watchers: its resource and
+        object (a client queue's key), and whether it deletes the object."""
+        code = self._pipeline.resource_code
+        self._pods_code, self._nodes_code = code("pods"), code("nodes")
+        self._row_code = self._pipeline.streams.codes(trace["resource"])
+        self._row_deletes = trace.select((pl.col("verb") == "delete")
+                                         & pl.col("subresource").is_null()).to_series() \
+            .fill_null(False).to_numpy()
+        self._row_names = trace.select(pl.concat_str(pl.col("namespace").fill_null(""), "name",
+                                                     separator="/")).to_series()
+        self._object_ids: dict[str, int] = {}  # by namespace/name: incarnations share their key
+        self._pod_ids: dict[Pod, int] = {}
+
+    def _object(self, name: str) -> int:
+        ids = self._object_ids
+        found = ids.get(name)
+        if found is None:
+            found = ids[name] = len(ids)
+        return found
+
+    def _pod_object(self, pod: Pod) -> int:
+        found = self._pod_ids.get(pod)
+        if found is None:
+            found = self._pod_ids[pod] = self._object(pod.key)
+        return found
 
     def _send(self, write: Write) -> None:
         """Send a committed write to every watcher whose filter matches it."""
         kind = write.kind
-        if kind == OTHER:
-            resource, node = self._resources[write.row], -1
+        if kind == WriteKind.OTHER:
+            row = write.row
+            resource, node = str(self._resources[row]), NO_NODE
+            code, deleted = int(self._row_code[row]), bool(self._row_deletes[row])
+            key = self._object(self._row_names[row] or "")
         elif kind in NODE_KINDS:
-            resource, node = "nodes", write.node
+            resource, node, code = "nodes", write.node, self._nodes_code
+            key, deleted = write.node, kind == WriteKind.NODE_DELETE
         else:
-            resource, node = "pods", write.pod.node
-        targets = self.by_resource.get(resource, [])
+            pod = write.pod
+            assert pod is not None
+            resource, node, code = "pods", pod.node, self._pods_code
+            key, deleted = self._pod_object(pod), kind == WriteKind.POD_DELETE
+        targets = self._by_resource.get(resource, [])
         if node >= 0:
-            targets = targets + self.by_node.get((node, resource), [])
-        if self.all_piped:  # pipeline watcher i is watcher i
-            _, cached, dispatched, deliveries = self.pipeline.step(write.commit, targets)
+            targets = targets + self._by_node.get((node, resource), [])
+        pipeline = self._pipeline
+        if self._all_piped:  # pipeline watcher i is watcher i
+            _, cached, dispatched, deliveries = pipeline.step(write.commit, targets, code, key,
+                                                              deleted, write)
         else:
-            piped = [self.piped_of[t] for t in targets if not self.instant[t]]
-            _, cached, dispatched, deliveries = self.pipeline.step(write.commit, piped)
-            now = write.commit
-            deliveries = [(self.watcher_of_piped[w], *times) for w, *times in deliveries] + [
-                (t, now, now, now, now) for t in targets if self.instant[t]]
+            piped = [self._piped_index[t] for t in targets if not self._instant[t]]
+            _, cached, dispatched, deliveries = pipeline.step(write.commit, piped, code, key,
+                                                              deleted, write)
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
-        views, reactions = self.views, self.reactions
-        record, rv, at = log.deliveries.extend, write.rv, self.env.at
-        for watcher, sent, received, dequeued, applied in deliveries:
-            record((rv, watcher, sent, received, dequeued, applied))
+        if pipeline.pending:
+            of = self._watcher_of_piped
+            for w in pipeline.pending:
+                view = self._views.get(of[w])
+                if view is not None:
+                    view._expect(write)
+        self._hand_over(deliveries, write.rv)
+        if not self._all_piped:
+            now = write.commit
+            self._hand_over([(t, write.rv, write, now, now, now, now, Source.WATCH, False)
+                             for t in targets if self._instant[t]], write.rv, piped=False)
+        if pipeline.next_wakeup is not None:
+            self._arm()
+
+    def _hand_over(self, deliveries: list[Delivery], current: int, piped: bool = True) -> None:
+        """Log each delivery, hand it to its watcher's view and set its reaction; a delivery of
+        a write other than ``current`` was held back by the pipeline and expected by the view."""
+        log = self._log
+        views, reactions = self._views, self._reactions
+        record, at, of = log.deliveries.extend, self._env.at, self._watcher_of_piped
+        mapped = piped and not self._all_piped
+        for w, rv, write, sent, received, dequeued, applied, source, coalesced in deliveries:
+            watcher = of[w] if mapped else w
+            record((rv, watcher, sent, received, dequeued, applied, source, coalesced))
             view = views.get(watcher)
             if view is not None:
-                view.inbox.append((applied, write))
+                view._deliver(applied, write, rv != current)
             reaction = reactions.get(watcher)
-            if reaction is not None and kind in reaction[0] and (
+            if reaction is not None and write.kind in reaction[0] and (
                     reaction[1] is None or reaction[1](write)):
                 at(applied, self._react, watcher, write)
 
-    def _react(self, watcher: int, write: Write) -> None:
-        view = self.views.get(watcher)
-        if view is not None:
-            view.sync(self.env.now)
-        self.reactions[watcher][2](write)
+    def _arm(self) -> None:
+        """A timer at the pipeline's next event (a watch's recovery, a held delivery, a client
+        queue's pop), unless one is set already by then."""
+        due = self._pipeline.next_wakeup
+        if due is None:
+            return
+        timer = self._wakeup
+        if timer is not None and timer.pending and timer.time <= due:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._wakeup = self._env.at(max(due, self._env.now), self._advance_pipeline)
 
-    def _alloc_of(self, write: Write) -> tuple[int, int, int]:
-        return tuple(self.truth.nodes[write.node].alloc) if write.kind == NODE_SET else (0, 0, 0)
+    def _advance_pipeline(self) -> None:
+        self._wakeup = None
+        self._hand_over(self._pipeline.advance(self._env.now), 0)
+        self._arm()
+
+    def _react(self, watcher: int, write: Write) -> None:
+        self._reactions[watcher][2](write)
+
+    def _clock(self) -> int:
+        return self._env.now
 
     # -- running and the tables ---------------------------------------------------------------
-    def run(self) -> RunTables:
-        w = self.workload
+    def replay(self) -> RunTables:
+        """Run the workload to its end (and every timer it set), then build the tables."""
+        w = self._workload
         if len(w.row):
-            self.env.at(int(w.ts[0]), self._feed, 0)
+            self._env.at(int(w.ts[0]), self._feed, 0)
         end = int(w.ts[-1]) if len(w.ts) else 0
-        with progress(max(end - self.env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
-            start, done = self.env.now, [0]
+        with progress(max(end - self._env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
+            start, done = self._env.now, [0]
 
             def tick(now: int) -> None:
                 seconds = min(now, end) - start
                 bar.update(max(seconds // 1_000_000 - done[0], 0))
                 done[0] = max(done[0], seconds // 1_000_000)
 
-            self.env.run(on_step=tick)
-        for view in self.views.values():  # deliveries still in flight at the end
-            view.sync(self.env.now)
+            self._env.run(on_step=tick)
+        self._hand_over(self._pipeline.finish(), 0)  # (the timers leave nothing: for safety)
+        for view in self._views.values():  # deliveries still in flight at the end
+            view._catch_up()
         return RunTables(events=self._events_table(), deliveries=self._log.deliveries_table(
-            self.watchers, self.instant), attempts=self._attempts_table(), pods=self._pods_table(),
-            watchers=watchers_table(self.watchers))
+            self._watchers, self._instant), attempts=self._attempts_table(), pods=self._pods_table(),
+            watchers=watchers_table(self._watchers), **self._pipeline.incidents())
 
     def _events_table(self) -> pl.DataFrame:
         """Writes replayed from the trace keep their recorded columns; the others are described
@@ -292,22 +478,23 @@ class Simulation:
         row = np.frombuffer(log.row, dtype=np.int64)
         pod = _index(np.frombuffer(log.pod, dtype=np.int64))
         node = np.frombuffer(log.node, dtype=np.int64)
-        names = pl.Series(self.workload.node_names, dtype=pl.String)
-        requests = np.array([p.request for p in self.pods], dtype=np.int64).reshape(-1, 3)
-        creates = (kind == POD_CREATE).to_numpy()
-        places = np.isin(kind.to_numpy(), (POD_BIND, *NODE_KINDS))
+        names = pl.Series(self._workload.node_names, dtype=pl.String)
+        requests = np.array([p.request for p in self._pods], dtype=np.int64).reshape(-1, 3)
+        creates = (kind == WriteKind.POD_CREATE).to_numpy()
+        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
         described = pl.DataFrame({
-            **{c: kind.replace_strict({k: v[i] for k, v in SHAPE.items()}, return_dtype=pl.String)
+            **{c: kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
+                                  return_dtype=pl.String)
                for i, c in enumerate(("verb", "resource", "subresource"))},
-            "namespace": pl.Series([p.namespace for p in self.pods], dtype=pl.String).gather(pod),
-            "name": pl.Series([p.name for p in self.pods], dtype=pl.String).gather(pod),
+            "namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String).gather(pod),
+            "name": pl.Series([p.name for p in self._pods], dtype=pl.String).gather(pod),
             "node": names.gather(_index(np.where(places, node, -1))),
             **{c: pl.Series(requests[:, i]).gather(_index(np.where(creates, pod.fill_null(-1), -1)))
                for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli"))},
             "code": np.frombuffer(log.code, dtype=np.int64).astype(np.int32),
             "component": pl.Series(log.component, dtype=pl.String),
         })
-        recorded = self.trace.select(described.columns)[np.maximum(row, 0)]
+        recorded = self._trace.select(described.columns)[np.maximum(row, 0)]
         from_trace = pl.Series(row >= 0)
         return pl.DataFrame({
             "rv": np.arange(1, len(row) + 1, dtype=np.int64),
@@ -318,11 +505,13 @@ class Simulation:
             origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8) == 1))
             .then(pl.lit("model")).otherwise(pl.lit("trace")),
             attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)).replace(0, None),
+            pod_state=kind.replace_strict({k.value: k.pod_state for k in WriteKind},
+                                          return_dtype=pl.String),
         )
 
     def _attempts_table(self) -> pl.DataFrame:
-        nodes = self.workload.node_names
-        a = self.attempts
+        nodes = self._workload.node_names
+        a = self._attempts
 
         return pl.DataFrame({
             "attempt_id": pl.Series([x.id for x in a], dtype=pl.Int64),
@@ -333,15 +522,19 @@ class Simulation:
             "decided_ts": _times([x.decided for x in a]),
             "committed_ts": _times([x.committed for x in a]),
             "node": pl.Series([nodes[x.node] if x.node >= 0 else None for x in a], dtype=pl.String),
-            "outcome": pl.Series([x.outcome or "pending" for x in a], dtype=pl.String),
-            "reason": pl.Series([x.reason for x in a], dtype=pl.String),
+            "outcome": pl.Series([x.outcome.value if x.outcome else "pending" for x in a],
+                                 dtype=pl.String),
+            "reason": pl.Series([x.reason.value if x.reason else None for x in a],
+                                dtype=pl.String),
             "view_lag_ms": pl.Series([x.view_lag_us / 1000 for x in a], dtype=pl.Float64),
             "forgotten_ts": _times([x.forgotten for x in a]),
+            "cycle_id": pl.Series([x.cycle for x in a], dtype=pl.Int64),
+            "throttled_ms": pl.Series([x.throttled_us / 1000 for x in a], dtype=pl.Float64),
         })
 
     def _pods_table(self) -> pl.DataFrame:
-        nodes = self.workload.node_names
-        p = self.pods
+        nodes = self._workload.node_names
+        p = self._pods
 
         requests = np.array([x.request for x in p], dtype=np.int64).reshape(-1, 3)
         return pl.DataFrame({
@@ -377,14 +570,14 @@ def _times(values: list[int]) -> pl.Series:
 class _Log:
     """The events and deliveries of a replay, kept in compact typed arrays until the end."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.rv = 0
         self.commit, self.row, self.pod, self.node = (array("q") for _ in range(4))
         self.code, self.attempt = array("q"), array("q")
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        # per delivery: rv, watcher, sent, received, dequeued, applied
+        # per delivery: rv, watcher, sent, received, dequeued, applied, source, coalesced
         self.deliveries = array("q")
 
     def event(self, write: Write, by_model: bool) -> None:
@@ -401,12 +594,12 @@ class _Log:
 
     def deliveries_table(self, watchers: list[WatcherSpec], instant: list[bool]) -> pa.Table:
         """``instant`` watchers skip the pipeline: each of their stage times is the commit."""
-        fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 6)
+        fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 8)
         rv = fields[:, 0].copy()
         at = rv - 1
         watcher = pa.array(fields[:, 1].astype(np.int32))
-        # each role once in its dictionary: a dictionary with repeated values is written to
-        # Parquet in one of two ways, and which depends on the process's history
+        # each role once in its dictionary: Parquet writes a dictionary with repeated values
+        # differently from one process to the next (the same rows, other bytes)
         roles = sorted({w.role for w in watchers})
         role_of = np.array([roles.index(w.role) for w in watchers], dtype=np.int8)
         ts = pa.timestamp("us", tz="UTC")
@@ -424,4 +617,7 @@ class _Log:
             **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts"), per_write + own)},
+            "source": pa.DictionaryArray.from_arrays(pa.array(fields[:, 6].astype(np.int8)),
+                                                     SOURCES),
+            "coalesced": pa.array(fields[:, 7] != 0),
         })

@@ -1,120 +1,250 @@
 """A watcher's cache of node capacity, as its informer has applied it, plus its own assumptions.
 
-Free capacity per node lives in numpy arrays so that a scheduler can filter and score thousands of
-nodes in one vectorised step.  Deliveries are applied lazily: the engine appends each one to the
-watcher's ``inbox`` at commit time (with its applied time, which never decreases along a watcher's
-deliveries), and ``sync(now)`` applies all that are due before anyone reads the cache.  So a write
-nobody reacts to costs no event in the simulation's queue.
+Kubernetes' scheduler cache (``pkg/scheduler/internal/cache``) in miniature: capacity per node
+from the node objects and the pods bound to them as the watch delivered them, plus the pods the
+scheduler has assumed itself (``AssumePod``) until it forgets them (``ForgetPod``: the binding came
+back through the watch, or the placement failed).  Free capacity per node lives in numpy arrays so
+that a scheduler can filter and score thousands of nodes in one vectorised step
+(``snapshot``, read-only).
 
-A pod counts on a node from its applied binding until its applied delete; a scheduler also counts
-the pods it assumed itself, from its decision until it forgets them: when it applies the pod's
-binding, its delete or a binder's rejection, or when the attempt fails.  This is the definition
-the analysis queries use (docs/run-directory.md).
+Deliveries are applied lazily: the engine hands each one to the watcher's view as soon as its
+applied time is known (``_deliver``; usually when the write commits), and every read first applies
+the deliveries due by the simulation's clock, as the informer would have by then.  So a write
+nobody reacts to costs no event in the simulation's queue, and a model never sees a view that is
+behind its own watch.  A watcher has one watch, and one informer, per resource: each keeps its
+own inbox, whose applied times never decrease.  A write whose delivery its watch holds back (the
+watch is closed, or its buffer full) is ``_expect``ed until then: the view's lag counts it.
+
+A pod counts on a node from its applied binding until its applied delete, or its applied failure
+(status.phase Failed: the scheduler's informer drops terminal pods); in a cache that counts
+assumed pods (a Gödel scheduler's: ``AssumedPodOfGodel`` in ``pkg/scheduler/cache``), also from
+its applied assume patch until its applied rejection.  The watcher's own assumptions count from
+``assume`` until it forgets them: when the watch brings its own write back (the binding, or its
+assume patch), or the placement failed.  This is the definition the analysis queries use
+(docs/run-directory.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
-from replay.engine.cluster import (
-    NODE_DELETE,
-    NODE_SET,
-    POD_BIND,
-    POD_DELETE,
-    POD_REJECT,
-    Pod,
-    Write,
-)
+from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
+
+Ints = npt.NDArray[np.int64]
+_INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
+          for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
+# The pod writes after which a pod no longer counts on its node in any cache
+_LEAVES = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.POD_FAIL})
+
+
+class Snapshot(NamedTuple):
+    """A view's capacity per node (read-only arrays, indexed by node): what a scheduler filters
+    and scores on (the scheduler's ``Snapshot`` of its cache)."""
+
+    alloc: Ints  # (3, nodes): cpu_milli, memory_bytes, gpu_milli allocatable
+    free: Ints  # (3, nodes): allocatable less the requests counted on the node
+    present: npt.NDArray[np.bool_]  # the node exists in this view
+    version: Ints  # the node's change count as this view last applied it
 
 
 class View:
-    def __init__(self, node_count: int, alloc_of: Callable[[Write], tuple[int, int, int]]):
-        self.alloc = np.zeros((3, node_count), dtype=np.int64)  # cpu_milli, memory, gpu_milli
-        self.free = np.zeros((3, node_count), dtype=np.int64)
-        self.present = np.zeros(node_count, dtype=bool)
-        self.seen = np.zeros(node_count, dtype=np.int64)  # the node's change count last applied
-        self.placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
-        self.assumed: dict[Pod, int] = {}  # pods this watcher placed itself, not yet confirmed
-        self.freed = 0  # how many applied changes gave capacity back (wakes unschedulable pods)
-        self.inbox: deque[tuple[int, Write]] = deque()  # (applied_us, write), not yet applied
-        self.on_forget: Callable[[Pod, int], None] | None = None  # called with (pod, now)
-        self._alloc_of = alloc_of
+    def __init__(self, node_count: int, clock: Callable[[], int], counts_assumed: bool = False):
+        """``clock()``: the simulation's time now; ``counts_assumed``: the cache counts pods
+        assumed by Gödel schedulers (assume patches) as it counts bound ones."""
+        self.counts_assumed = counts_assumed
+        self._alloc = np.zeros((3, node_count), dtype=np.int64)
+        self._free = np.zeros((3, node_count), dtype=np.int64)
+        self._present = np.zeros(node_count, dtype=bool)
+        self._version = np.zeros(node_count, dtype=np.int64)
+        self._placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
+        self._assumed: dict[Pod, int] = {}  # pods this watcher placed itself, not yet confirmed
+        # per informer (nodes, pods, other resources): (applied_us, write), not yet applied
+        self._inboxes: tuple[deque[tuple[int, Write]], ...] = (deque(), deque(), deque())
+        self._unapplied: deque[Write] = deque()  # sent to it, not yet applied, by rv ...
+        self._applied_early: set[int] = set()  # ... but for these rvs, already applied
+        self._clock = clock
+        self._snapshot = Snapshot(_read_only(self._alloc), _read_only(self._free),
+                                  _read_only(self._present), _read_only(self._version))
+        self._give_backs = 0
+        self.on_forget: Callable[[Pod, int], None] | None = None  # (pod, now) when forgotten
 
     # -- the informer ---------------------------------------------------------------------------
-    def sync(self, now: int) -> None:
-        """Apply every delivery due by ``now``."""
-        inbox = self.inbox
-        while inbox and inbox[0][0] <= now:
-            applied, write = inbox.popleft()
-            self.apply(write, applied)
+    def _expect(self, write: Write) -> None:
+        """The engine's word that ``write`` was sent to this watcher and will be delivered
+        later (``_deliver``), once its watch lets it through."""
+        self._unapplied.append(write)
+
+    def _deliver(self, applied: int, write: Write, expected: bool = False) -> None:
+        """The engine's hand-over of a delivery, to be applied at ``applied`` (``expected``: it
+        was ``_expect``ed)."""
+        self._inboxes[_INBOX[write.kind]].append((applied, write))
+        if not expected:
+            self._unapplied.append(write)
+
+    def _catch_up(self) -> None:
+        """Apply every delivery due by now."""
+        now = None
+        unapplied = self._unapplied
+        for inbox in self._inboxes:
+            if inbox:
+                if now is None:
+                    now = self._clock()
+                while inbox and inbox[0][0] <= now:
+                    applied, write = inbox.popleft()
+                    self._apply(write, applied)
+                    if unapplied and unapplied[0] is write:  # in the order it was sent
+                        unapplied.popleft()
+                        if self._applied_early:
+                            self._forget_applied_early()
+                    else:
+                        self._applied_early.add(write.rv)
+
+    def _forget_applied_early(self) -> None:
+        unapplied, early = self._unapplied, self._applied_early
+        while early and unapplied and unapplied[0].rv in early:
+            early.remove(unapplied.popleft().rv)
+
+    @property
+    def give_backs(self) -> int:
+        """How many applied changes gave capacity back (they may let an unschedulable pod fit)."""
+        self._catch_up()
+        return self._give_backs
 
     def oldest_unapplied(self) -> int | None:
         """Commit time of the oldest write sent to this watcher and not yet applied."""
-        return self.inbox[0][1].commit if self.inbox else None
+        self._catch_up()
+        return self._unapplied[0].commit if self._unapplied else None
 
-    def apply(self, write: Write, now: int) -> None:
+    def next_due(self, kinds: Collection[WriteKind]) -> int | None:
+        """When the next delivery of one of ``kinds`` already on its way will be applied."""
+        self._catch_up()
+        due = [next((applied for applied, write in inbox if write.kind in kinds), None)
+               for inbox in self._inboxes]
+        return min((t for t in due if t is not None), default=None)
+
+    def _apply(self, write: Write, now: int) -> None:
         kind, pod = write.kind, write.pod
-        if write.seq:
-            node = write.node if kind != POD_DELETE else pod.node
-            self.seen[node] = max(self.seen[node], write.seq)
-        if kind == NODE_SET:
-            self._set_node(write.node, self._alloc_of(write))
-        elif kind == NODE_DELETE:
+        if write.node_version:
+            self._version[write.node] = max(self._version[write.node], write.node_version)
+        if kind == WriteKind.NODE_SET:
+            self._set_node(write.node, write.alloc)
+        elif kind == WriteKind.NODE_DELETE:
             self._set_node(write.node, None)
-        elif kind == POD_BIND:
-            if pod not in self.placed:
-                mine = self.assumed.pop(pod, None)
-                if mine is not None and self.on_forget is not None:
-                    self.on_forget(pod, now)  # confirmed
-                if mine != write.node:
-                    if mine is not None:
-                        self._take(mine, pod.request, 1)
-                    self._take(write.node, pod.request, -1)
-                self.placed[pod] = write.node
-        elif kind == POD_DELETE or kind == POD_REJECT:
+        elif kind == WriteKind.POD_BIND or (kind == WriteKind.POD_ASSUME and self.counts_assumed):
+            assert pod is not None
+            self._place(pod, write.node, now)
+        elif kind in _LEAVES:
+            assert pod is not None
             self._forget(pod, now)
-            node = self.placed.pop(pod, None)
+            node = self._placed.pop(pod, None)
             if node is not None:
                 self._take(node, pod.request, 1)
 
-    def _set_node(self, node: int, alloc: tuple[int, int, int] | None) -> None:
-        new = np.zeros(3, dtype=np.int64) if alloc is None else np.asarray(alloc, dtype=np.int64)
-        grew = bool((new > self.alloc[:, node]).any())
-        self.free[:, node] += new - self.alloc[:, node]
-        self.alloc[:, node] = new
-        self.present[node] = alloc is not None
-        self.freed += grew
+    def _place(self, pod: Pod, node: int, now: int) -> None:
+        """The watch has brought ``pod`` on ``node``: it counts there from now on, once (an own
+        assumption of it ends: confirmed)."""
+        if self._placed.get(pod) == node:
+            return  # assumed there, now bound there
+        mine = self._assumed.pop(pod, None)
+        if mine is not None and self.on_forget is not None:
+            self.on_forget(pod, now)
+        held = self._placed.pop(pod, mine)
+        if held != node:
+            if held is not None:
+                self._take(held, pod.request, 1)
+            self._take(node, pod.request, -1)
+        self._placed[pod] = node
 
-    def _take(self, node: int, request: tuple[int, int, int], sign: int) -> None:
-        free = self.free
+    def _set_node(self, node: int, alloc: Request | None) -> None:
+        new = np.zeros(3, dtype=np.int64) if alloc is None else np.asarray(alloc, dtype=np.int64)
+        grew = bool((new > self._alloc[:, node]).any())
+        self._free[:, node] += new - self._alloc[:, node]
+        self._alloc[:, node] = new
+        self._present[node] = alloc is not None
+        self._give_backs += grew
+
+    def _take(self, node: int, request: Request, sign: int) -> None:
+        free = self._free
         free[0, node] += sign * request[0]
         free[1, node] += sign * request[1]
         free[2, node] += sign * request[2]
         if sign > 0:
-            self.freed += 1
+            self._give_backs += 1
+
+    # -- reading ----------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The capacity arrays as they are now (read-only: change them through ``assume``; they
+        are current when taken, so take one per decision)."""
+        self._catch_up()
+        return self._snapshot
+
+    def fits(self, node: int, request: Request) -> bool:
+        self._catch_up()
+        free = self._free
+        return bool(self._present[node] and free[0, node] >= request[0]
+                    and free[1, node] >= request[1] and free[2, node] >= request[2])
+
+    def has_placed(self, pod: Pod) -> bool:
+        """Whether this view counts ``pod`` from the watch: it has applied its binding (or, in a
+        cache that counts assumed pods, its assume patch), and not its delete, rejection or
+        failure."""
+        self._catch_up()
+        return pod in self._placed
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[Callable[[int, Request], None]]:
+        """A ``hold(node, request)`` that counts a request on a node until the block ends, for
+        placing the members of a gang one after another (each sees the room the others took)."""
+        self._catch_up()
+        held: list[tuple[int, Request]] = []
+        free = self._free
+
+        def hold(node: int, request: Request) -> None:
+            free[:, node] -= request
+            held.append((node, request))
+
+        try:
+            yield hold
+        finally:
+            for node, request in held:
+                free[:, node] += request
 
     # -- the watcher's own placements -----------------------------------------------------------
+    def assumes(self, pod: Pod) -> bool:
+        """Whether ``pod`` is one of the watcher's own placements, not yet confirmed or forgotten."""
+        self._catch_up()
+        return pod in self._assumed
+
     def assume(self, pod: Pod, node: int) -> None:
         """Count ``pod`` on ``node`` at once, before any write about it comes back."""
-        if pod not in self.placed and pod not in self.assumed:
-            self.assumed[pod] = node
+        self._catch_up()
+        if pod not in self._placed and pod not in self._assumed:
+            self._assumed[pod] = node
             self._take(node, pod.request, -1)
 
-    def forget(self, pod: Pod, now: int) -> None:
+    def forget(self, pod: Pod) -> None:
         """Drop an assumption that failed (the write was refused or the placement rejected)."""
-        self._forget(pod, now)
+        self._catch_up()
+        self._forget(pod, self._clock())
 
     def _forget(self, pod: Pod, now: int) -> None:
-        node = self.assumed.pop(pod, None)
+        node = self._assumed.pop(pod, None)
         if node is not None:
             self._take(node, pod.request, 1)
             if self.on_forget is not None:
                 self.on_forget(pod, now)
 
-    def fits(self, node: int, request: tuple[int, int, int]) -> bool:
-        free = self.free
-        return bool(self.present[node] and free[0, node] >= request[0]
-                    and free[1, node] >= request[1] and free[2, node] >= request[2])
+
+Array = TypeVar("Array", bound=npt.NDArray[Any])
+
+
+def _read_only(array: Array) -> Array:
+    out: Array = array.view()
+    out.flags.writeable = False
+    return out

@@ -3,16 +3,48 @@
 A watcher receives a write when the write's resource is one it watches and, for a watcher bound
 to a node (a kubelet), when the write concerns that node: the node object itself, or a pod bound to
 it (from its binding up to and including its delete, as a ``spec.nodeName`` field selector sees
-it).  ``WatcherSpec.receives`` states the same rule for one write.
+it).  ``receives`` states the same rule for one write.
+
+A watcher has one watch per resource it watches (a *stream*: its own buffer in the API server, its
+own order, its own informer and handler); ``Streams`` numbers them, by watcher and then resource.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
 
 import numpy as np
 import polars as pl
 
 from replay.arrays import stable_order
 from replay.engine.config import WatcherSpec
+
+
+class Streams:
+    """The watches of a list of watchers: stream ``s`` is watcher ``watcher[s]``'s watch of
+    resource ``resources[resource[s]]``, numbered by watcher and then resource code.
+
+    ``resources`` lists every resource the writes may name: first those watched (sorted), then
+    ``others`` (sorted), each resource's code being its position."""
+
+    def __init__(self, watchers: list[WatcherSpec], others: Iterable[str] = ()):
+        watched = sorted({r for w in watchers for r in w.resources})
+        self.watchers = watchers
+        self.resources = watched + sorted(set(others) - set(watched))
+        self.code = {name: code for code, name in enumerate(self.resources)}
+        pairs = [(w, self.code[r]) for w, spec in enumerate(watchers)
+                 for r in sorted(set(spec.resources), key=self.code.__getitem__)]
+        self.watcher = np.array([w for w, _ in pairs], dtype=np.int64)
+        self.resource = np.array([r for _, r in pairs], dtype=np.int64)
+        self.of = {pair: s for s, pair in enumerate(pairs)}  # (watcher, resource code) -> stream
+
+    def __len__(self) -> int:
+        return len(self.watcher)
+
+    def codes(self, names: pl.Series) -> np.ndarray:
+        """The code of each resource name (names not in ``resources`` are an error)."""
+        codes: np.ndarray = names.cast(pl.Enum(self.resources)).to_physical().to_numpy()
+        return codes.astype(np.int64)
 
 
 def receives(watcher: WatcherSpec, resource: str, node: str | None) -> bool:
@@ -36,45 +68,66 @@ def node_index(watchers: list[WatcherSpec], names: pl.Series) -> np.ndarray:
             .fill_null(-1).to_numpy())
 
 
-def match(watchers: list[WatcherSpec], resource: pl.Series,
+def match(streams: Streams, resource: np.ndarray,
           node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All (write index, watcher index) deliveries, sorted by watcher and then by write (the
-    watcher indices as int32: there are millions of them).
+    """All (write index, stream) deliveries, sorted by stream and then by write (the streams as
+    int32: there are millions of them).
 
-    ``resource`` gives, per write in commit order, its resource, and ``node`` the node it
-    concerns as an index into ``watched_nodes(watchers)`` (-1 when none).
+    ``resource`` gives, per write in commit order, its resource's code in ``streams``, and
+    ``node`` the node it concerns as an index into ``watched_nodes(streams.watchers)`` (-1 when
+    none).
     """
-    wanted: dict[tuple[str, ...], np.ndarray] = {}
+    watchers = streams.watchers
+    of_resource: dict[int, np.ndarray] = {}
 
-    def wants(resources: tuple[str, ...]) -> np.ndarray:
-        if resources not in wanted:
-            wanted[resources] = resource.is_in(list(resources)).to_numpy()
-        return wanted[resources]
+    def writes_of(code: int) -> np.ndarray:
+        if code not in of_resource:
+            of_resource[code] = np.flatnonzero(resource == code)
+        return of_resource[code]
 
     writes, owners = [], []
-    for index, watcher in enumerate(watchers):
-        if watcher.node is None:
-            hit = np.flatnonzero(wants(watcher.resources))
+    for s in range(len(streams)):
+        if watchers[streams.watcher[s]].node is None:
+            hit = writes_of(int(streams.resource[s]))
             writes.append(hit)
-            owners.append(np.full(len(hit), index, dtype=np.int32))
+            owners.append(np.full(len(hit), s, dtype=np.int32))
     if any(w.node is not None for w in watchers):
-        write, owner = _node_bound(watchers, node, wants)
-        order = stable_order(owner, len(watchers))  # by watcher; writes stay in commit order
+        write, owner = _node_bound(streams, resource, node)
+        order = stable_order(owner, len(streams))  # by stream; writes stay in commit order
         writes.append(write[order])
         owners.append(owner[order])
     if not writes:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
     write, owner = np.concatenate(writes), np.concatenate(owners)
     if len(owner) and np.any(owner[1:] < owner[:-1]):
-        order = stable_order(owner, len(watchers))
+        order = stable_order(owner, len(streams))
         write, owner = write[order], owner[order]
     return write, owner
 
 
-def _node_bound(watchers: list[WatcherSpec], node: np.ndarray,
-                wants) -> tuple[np.ndarray, np.ndarray]:
-    """The deliveries to node-bound watchers, in write order: each write concerning a node goes
-    to every watcher bound to that node that watches the write's resource."""
+def _node_bound(streams: Streams, resource: np.ndarray,
+                node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The deliveries to node-bound watchers' streams, in write order: each write concerning a
+    node goes to every watcher bound to that node that watches the write's resource."""
+    watchers = streams.watchers
+    wanted: dict[tuple[str, ...], np.ndarray] = {}
+
+    def wants(resources: tuple[str, ...]) -> np.ndarray:
+        if resources not in wanted:
+            codes = [streams.code[r] for r in resources]
+            wanted[resources] = np.isin(resource, codes)
+        return wanted[resources]
+
+    write, owner = _node_bound_watchers(watchers, node, wants)
+    lookup = np.full((len(watchers), len(streams.resources)), -1, dtype=np.int32)
+    lookup[streams.watcher, streams.resource] = np.arange(len(streams), dtype=np.int32)
+    return write, lookup[owner, resource[write]]
+
+
+def _node_bound_watchers(watchers: list[WatcherSpec], node: np.ndarray,
+                         wants: Callable[[tuple[str, ...]], np.ndarray]
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """The deliveries to node-bound watchers, in write order, as (write, watcher)."""
     bound = np.array([i for i, w in enumerate(watchers) if w.node is not None], dtype=np.int32)
     index = {name: k for k, name in enumerate(watched_nodes(watchers))}
     node_of = np.array([index[watchers[i].node] for i in bound], dtype=np.int64)
@@ -110,5 +163,6 @@ def watchers_table(watchers: list[WatcherSpec]) -> pl.DataFrame:
         "role": [w.role for w in watchers],
         "resources": [",".join(w.resources) for w in watchers],
         "node": [w.node for w in watchers],
+        "client_queue": [w.client_queue.value for w in watchers],
     }, schema={"watcher": pl.String, "role": pl.String, "resources": pl.String,
-               "node": pl.String})
+               "node": pl.String, "client_queue": pl.String})

@@ -18,18 +18,9 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from replay.engine.cluster import NODE_DELETE, NODE_OTHER, NODE_SET, OTHER, POD_CREATE, POD_DELETE
-from replay.trace.recorded import (
-    IS_BINDING,
-    IS_POD,
-    IS_POD_CREATE,
-    IS_POD_DELETE,
-    OK,
-    PodHistory,
-    mask,
-)
-
-NEVER = -1
+from replay.engine.cluster import NEVER, NODE_KINDS, WriteKind
+from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
+                                   PodHistory, mask)
 
 
 @dataclass
@@ -64,24 +55,24 @@ class Workload:
         is_node = mask(trace, pl.col("resource") == "nodes") & ok
         sets = is_node & mask(trace, pl.col("verb").is_in(["create", "update", "patch"])
                               & pl.col("cpu_milli").is_not_null())
-        kind[is_node] = NODE_OTHER
-        kind[sets] = NODE_SET
-        kind[is_node & mask(trace, pl.col("verb").is_in(["delete", "deletecollection"]))] = NODE_DELETE
-        kind[ok & ~mask(trace, IS_POD) & ~is_node] = OTHER
+        kind[is_node] = WriteKind.NODE_OTHER
+        kind[sets] = WriteKind.NODE_SET
+        kind[is_node & mask(trace, pl.col("verb").is_in(["delete", "deletecollection"]))] = WriteKind.NODE_DELETE
+        kind[ok & ~mask(trace, IS_POD) & ~is_node] = WriteKind.OTHER
 
         created = history.first(mask(trace, OK & IS_POD_CREATE))
         has_create = created >= 0
         deleted = history.last(mask(trace, OK & IS_POD_DELETE))
         started, never_ran = _starts(trace, history, created, ts)
-        kind[created[has_create]] = POD_CREATE
+        kind[created[has_create]] = WriteKind.POD_CREATE
         on_time = has_create & (deleted >= 0) & never_ran  # deleted at its recorded time
-        kind[deleted[on_time]] = POD_DELETE
+        kind[deleted[on_time]] = WriteKind.POD_DELETE
         run_us = np.where(has_create & (deleted >= 0) & ~never_ran,
                           ts[np.maximum(deleted, 0)] - started, NEVER)
 
         rows = np.flatnonzero(kind >= 0)
         row_names = trace["name"].to_numpy()[rows]
-        node_of_row = np.array([node_index.get(n, -1) if k in (NODE_SET, NODE_DELETE, NODE_OTHER)
+        node_of_row = np.array([node_index.get(n, -1) if k in NODE_KINDS
                                 else -1 for n, k in zip(row_names, kind[rows].tolist())],
                                dtype=np.int64)
         alloc = (trace.select(pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0))

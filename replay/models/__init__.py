@@ -6,7 +6,7 @@ package would in its own, so a user's package can add a model without touching t
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 
 from replay.errors import ReplayError
 from replay.models.base import Model
@@ -14,9 +14,9 @@ from replay.models.base import Model
 GROUP = "replay.models"
 
 
-def registered() -> dict[str, object]:
+def registered() -> dict[str, EntryPoint]:
     """Entry points of every registered model by name (not yet imported), sorted by name."""
-    found = {}
+    found: dict[str, EntryPoint] = {}
     for point in entry_points(group=GROUP):
         found.setdefault(point.name, point)
     return dict(sorted(found.items()))

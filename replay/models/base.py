@@ -8,6 +8,7 @@ clock or a global random generator.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -15,20 +16,30 @@ from typing import Any, ClassVar
 import polars as pl
 import pyarrow as pa
 
-from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.rundir import RunTables
+from replay.engine.api import RunConfig, RunTables, WatcherSpec
 from replay.errors import ReplayError
+from replay.limits import MAX_DURATION_MS
 
 
 @dataclass(frozen=True)
 class Param:
-    """A model parameter: its default (whose type is the parameter's type) and what it means."""
+    """A model parameter: its default (whose type is the parameter's type) and what it means.
+
+    A number must be finite and within ``minimum``..``maximum``; a parameter named ``*_ms`` is a
+    duration, at most ``MAX_DURATION_MS`` unless it says less, so that it fits in integer
+    microseconds added to any time of a trace.
+    """
 
     name: str
     default: Any
     help: str
     choices: tuple[Any, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name.endswith("_ms") and self.maximum is None:
+            object.__setattr__(self, "maximum", MAX_DURATION_MS)
 
     def parse(self, value: Any, model: str) -> Any:
         where = f"model {model!r} parameter {self.name!r}"
@@ -40,8 +51,12 @@ class Param:
         if self.choices is not None and value not in self.choices:
             raise ReplayError(f"{where}: expected one of {', '.join(map(str, self.choices))}, "
                               f"got {value!r}")
+        if kind is float and not math.isfinite(value):
+            raise ReplayError(f"{where}: expected a finite number, got {value!r}")
         if self.minimum is not None and value < self.minimum:
             raise ReplayError(f"{where}: must be >= {self.minimum}, got {value!r}")
+        if self.maximum is not None and value > self.maximum:
+            raise ReplayError(f"{where}: must be <= {self.maximum:g}, got {value!r}")
         return value
 
 

@@ -21,10 +21,9 @@ import polars as pl
 import pyarrow as pa
 
 from replay.arrays import stable_sort
-from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Resume, view_lag_us
-from replay.engine.rundir import OUTCOMES, RunTables
-from replay.engine.watchers import match, node_index, watchers_table
+from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunConfig, RunTables,
+                               Scan, Streams, WatcherSpec, capacities, match, node_index,
+                               view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks
 
@@ -37,7 +36,7 @@ ROLE_OF_COMPONENT = {
 TS = pa.timestamp("us", tz="UTC")
 EVENT_COLUMNS = ("verb", "resource", "subresource", "namespace", "name", "node", "cpu_milli",
                  "memory_bytes", "gpu_milli", "code", "component")
-NEVER = np.iinfo(np.int64).max
+LATEST = np.iinfo(np.int64).max  # later than any time: the start of a running minimum
 PART = 1 << 20  # deliveries scanned, and then written as a row group, at a time
 
 
@@ -79,6 +78,7 @@ class ObserveModel(Model):
         for part in replay.deliveries():
             yield "deliveries", part
         yield "attempts", replay.attempts()
+        yield from replay.scan.incidents().items()
 
 
 class _Replay:
@@ -118,41 +118,66 @@ class _Replay:
                 .append_column("rv", pa.array(np.arange(1, rows + 1)))
                 .append_column("origin", pa.DictionaryArray.from_arrays(
                     pa.array(np.zeros(rows, dtype=np.int8)), pa.array(["trace"])))
-                .append_column("attempt_id", pa.array(attempt, mask=attempt == 0)))
+                .append_column("attempt_id", pa.array(attempt, mask=attempt == 0))
+                .append_column("pod_state", pa.nulls(rows, pa.string())))
 
     def deliveries(self) -> Iterator[pa.Table]:
         """Every committed write through the pipeline to every watcher it matches, in parts of a
         million deliveries (a row group each); afterwards ``seen`` holds what each watcher applied
-        when."""
+        when, and ``scan`` the watches' terminations and re-lists."""
         committed = np.flatnonzero(self.masks.ok)
         resource = self.trace["resource"]
         if len(committed) < self.trace.height:
             resource = resource.gather(committed)
-        write, watcher = match(self.watchers, resource, self._targets()[committed])
-        pipeline = Pipeline(self.config, self.watchers)
-        shared = pipeline.shared_stages(self.ts[committed],
-                                        np.bincount(write, minlength=len(committed)))
+        commit_ts = self.ts[committed]
+        streams = Streams(self.watchers, resource.unique().to_list())
+        codes = streams.codes(resource)
+        pipeline: Pipeline[None] = Pipeline(self.config, self.watchers, streams.resources,
+                                            capacities(streams.resources, codes, commit_ts))
+        write, stream = match(pipeline.streams, codes, self._targets()[committed])
+        self.scan = Scan(pipeline, commit_ts, write, stream, codes,
+                         lambda: self._keys(committed), lambda: self._deletes(committed), PART)
+        watcher_of = pipeline.streams.watcher.astype(np.int32)
         commit, applied = np.empty_like(write), np.empty_like(write)
         names = [w.name for w in self.watchers]
         roles = sorted({w.role for w in self.watchers})
         role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
-        resume = None
-        for start in range(0, max(len(write), 1), PART):
-            part = slice(start, start + PART)
-            times = pipeline.watcher_stages(shared, write[part], watcher[part], resume)
+        start = 0
+        for times in self.scan.parts():
+            part = slice(start, start + len(times["applied_ts"]))
+            start = part.stop
             commit[part], applied[part] = times["commit_ts"], times["applied_ts"]
-            more = start + PART < len(write) and watcher[start + PART] == watcher[part][-1]
-            resume = Resume.after(times, watcher[part], resume) if more else None
-            write[part] += 1  # now each delivery's rv
+            watcher = watcher_of[stream[part]]
+            write[part] += 1  # now each delivery's rv (the scan is done with this part)
             yield pa.table({
                 "rv": pa.array(write[part]),
                 # dictionary-encoded: millions of copies of a name are not worth building, and a
                 # dictionary of each role once is half as costly to write as one of 20,000
-                "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher[part]), names),
-                "role": pa.DictionaryArray.from_arrays(pa.array(role_of[watcher[part]]), roles),
+                "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher), names),
+                "role": pa.DictionaryArray.from_arrays(pa.array(role_of[watcher]), roles),
                 **{name: pa.array(times[name], type=TS) for name in STAGE_COLUMNS},
+                "source": pa.DictionaryArray.from_arrays(pa.array(times["source"]), SOURCES),
+                "coalesced": pa.array(times["coalesced"]),
             })
-        self.seen = _Seen(write, watcher, commit, applied, self.watchers, len(committed))
+        self.seen = _Seen(write, watcher_of[stream], commit, applied, self.watchers,
+                          len(committed))
+
+    def _keys(self, committed: np.ndarray) -> np.ndarray:
+        """Per committed write, its object (resource, namespace and name) as a number, in the
+        order of their names."""
+        names: np.ndarray = self.trace.select(pl.concat_str(
+            "resource", pl.col("namespace").fill_null(""), "name", separator="/")
+            .rank("dense").cast(pl.Int64)).to_series().to_numpy()
+        out: np.ndarray = names[committed]
+        return out
+
+    def _deletes(self, committed: np.ndarray) -> np.ndarray:
+        """Per committed write, whether it deletes its object."""
+        deletes: np.ndarray = self.trace.select(
+            (pl.col("verb") == "delete") & pl.col("subresource").is_null()).to_series() \
+            .fill_null(False).to_numpy()
+        out: np.ndarray = deletes[committed]
+        return out
 
     def _targets(self) -> np.ndarray:
         """Per trace row, the node it concerns as an index into ``watched_nodes`` (-1 if none):
@@ -175,7 +200,7 @@ class _Replay:
         history, masks, ts = self.history, self.masks, self.ts
         incarnation = history.incarnation[self.attempt_rows]
         tried = np.bincount(incarnation, minlength=history.incarnations)
-        first_try = np.full(history.incarnations, NEVER)
+        first_try = np.full(history.incarnations, LATEST)
         np.minimum.at(first_try, incarnation, self.decided)
         create = self.create
         binding = history.first(masks.ok_binding)
@@ -258,6 +283,8 @@ class _Replay:
             "reason": _reasons(code, bound),
             "view_lag_ms": seen.view_lag_ms(groups, self.decided),
             "forgotten_ts": _timestamps(forgotten),
+            "cycle_id": pa.nulls(len(rows), pa.int64()),  # what-if models only
+            "throttled_ms": pa.nulls(len(rows), pa.float64()),
         })
 
 
@@ -330,7 +357,9 @@ class _Seen:
         ``at`` (null if it is not a watcher)."""
         out = np.full(len(at), np.nan)
         for segment, mine in groups:
-            out[mine] = view_lag_us(self.commit[segment], self.applied[segment], at[mine]) / 1000.0
+            order = np.argsort(self.rv[segment], kind="stable")  # its streams, merged by rv
+            out[mine] = view_lag_us(self.commit[segment][order], self.applied[segment][order],
+                                    at[mine]) / 1000.0
         return pa.array(out, mask=np.isnan(out))
 
 

@@ -7,17 +7,9 @@ make them fail).  Every other watcher (the kubelets) still sees the writes throu
 
 from __future__ import annotations
 
-from replay.engine.cluster import POD_BIND, POD_CREATE
-from replay.engine.config import WatcherSpec
-from replay.engine.scheduler import Attempt, Scheduler
-from replay.engine.simulation import Simulation
-from replay.models.whatif import (
-    SCHEDULER_PARAMS,
-    WhatIfModel,
-    fits_together,
-    react_as_scheduler,
-    schedulers_on,
-)
+from replay.engine.api import (Attempt, Outcome, Reason, Scheduler, Simulation, WatcherSpec,
+                               WriteKind)
+from replay.models.whatif import SCHEDULER_PARAMS, WhatIfModel, with_defaults
 
 NAME = "oracle"
 
@@ -25,7 +17,7 @@ NAME = "oracle"
 class OracleModel(WhatIfModel):
     name = NAME
     description = "One scheduler with zero watch delay, commits checked against the truth: the lower bound."
-    params = SCHEDULER_PARAMS
+    params = with_defaults(SCHEDULER_PARAMS, client_qps=0.0)  # a lower bound: no rate limit
     instant = frozenset({NAME})
 
     def components(self) -> list[WatcherSpec]:
@@ -33,25 +25,20 @@ class OracleModel(WhatIfModel):
 
     def start(self, sim: Simulation) -> None:
         self.sim = sim
-        (scheduler,) = schedulers_on(sim, [NAME], self.settings, self.bind, gangs=True)
-        react_as_scheduler(sim, scheduler, POD_CREATE)
+        scheduler = Scheduler(sim, NAME, self.settings, self.bind, gangs=True)
+        scheduler.queue_on(WriteKind.POD_CREATE)
+        self.api = self.client(sim)
 
     def bind(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
-        self.sim.env.after(round(self.settings["commit_ms"] * 1000), self._commit,
-                           scheduler, attempts)
+        self.api.send(self._commit, scheduler, attempts, for_attempts=attempts)
 
     def _commit(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
-        live = [a for a in attempts if a.pod.pending]
-        for attempt in attempts:
-            if not attempt.pod.pending:
-                attempt.committed = self.sim.env.now
-                scheduler.failed(attempt, "error", "pod_deleted", retry=False)
-        if not fits_together(self.sim.truth, live):
+        live = scheduler.drop_deleted(attempts)
+        if not self.sim.fits([(a.pod, a.node) for a in live]):
             for attempt in live:
-                attempt.committed = self.sim.env.now
-                scheduler.failed(attempt, "conflict", "no_room")
+                scheduler.failed(attempt, Outcome.CONFLICT, Reason.NO_ROOM)
             return
         for attempt in live:
-            self.sim.commit(POD_BIND, attempt.pod, "oracle-scheduler", node=attempt.node,
+            self.sim.commit(WriteKind.POD_BIND, attempt.pod, "oracle-scheduler", node=attempt.node,
                             attempt=attempt)
-            self.sim.settle(attempt, "bound")
+            self.sim.settle(attempt, Outcome.BOUND)

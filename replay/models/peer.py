@@ -10,7 +10,7 @@ ignored.  Comparing its runs with ``godel`` measures what the shortcut would sav
 
 from __future__ import annotations
 
-from replay.engine.scheduler import Attempt, Scheduler
+from replay.engine.api import Attempt, Outcome, Scheduler
 from replay.models.godel import GodelModel
 
 
@@ -20,15 +20,13 @@ class PeerModel(GodelModel):
 
     def assume(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
         super().assume(scheduler, attempts)
-        sim = self.sim
         for peer in self.schedulers:
             if peer is not scheduler:
-                delay = sim.pipeline.hop(sim.piped_of[sim.index[peer.name]])
-                sim.env.after(delay, self._told, peer, attempts)
+                self.sim.message(peer.name, self._told, peer, attempts)
 
     def _told(self, peer: Scheduler, attempts: list[Attempt]) -> None:
-        peer.view.sync(self.sim.env.now)
         for attempt in attempts:
             pod = attempt.pod
-            if attempt.outcome != "conflict" and pod.pending and pod not in peer.view.placed:
+            if (attempt.outcome != Outcome.CONFLICT and pod.pending
+                    and not peer.view.has_placed(pod)):
                 peer.view.assume(pod, attempt.node)

@@ -9,36 +9,52 @@ complete minimal model.
 
 from __future__ import annotations
 
-from collections import deque
-from typing import ClassVar
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import polars as pl
 
-from replay.engine.cluster import POD_CREATE, Pod, Truth, Write
-from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.rundir import RunTables
-from replay.engine.scheduler import GIVES_BACK, POLICIES, Attempt, Scheduler
-from replay.engine.simulation import Simulation
-from replay.engine.workload import node_names
+from replay.engine.api import (POLICIES, Client, OnAssumed, Pod, RunConfig, RunTables, Scheduler,
+                               Simulation, WatcherSpec, Write, WriteKind, node_names)
+from replay.limits import MAX_SCHEDULERS
 from replay.models.base import Model, Param
 
 ASSIGNMENTS = ("round-robin", "scheduler-name")
 # What every model built on the engine's Scheduler reads (replay.engine.scheduler)
 SCHEDULER_PARAMS = (
-    Param("per_attempt_ms", 1.0, "fixed cost of one scheduling attempt (Omega's t_job)",
-          minimum=0),
-    Param("per_node_ms", 0.002, "cost per node evaluated (Omega's t_task)", minimum=0),
+    Param("per_attempt_ms", 1.0, "time to decide one scheduling cycle, whatever it places "
+          "(Omega's t_job)", minimum=0),
+    Param("per_pod_ms", 0.0, "time per pod a cycle places: a gang's cycle takes it once per "
+          "member (Omega's t_task)", minimum=0),
+    Param("per_node_ms", 0.002, "time per node filtered and scored (kube-scheduler's cycle grows "
+          "with the nodes it evaluates; Omega's think time has no such term)", minimum=0),
     Param("percentage_of_nodes_to_score", 0,
-          "percent of nodes to find feasible before scoring; 0 = adaptive as in Kubernetes "
-          "(50 - nodes/125, at least 5%, at least 100 nodes)", minimum=0),
-    Param("policy", "least-allocated", "node scoring", choices=POLICIES),
+          "percent of nodes to find feasible before scoring; 0 = the scheduler's default "
+          "(kube: 50 - nodes/125, at least 5%, at least 100 nodes; Gödel: members + 50)",
+          minimum=0, maximum=100),
+    Param("policy", "least-allocated", "NodeResourcesFit's scoring strategy (LeastAllocated, "
+          "MostAllocated), or Omega's random first fit", choices=POLICIES),
     Param("backoff_initial_ms", 1000.0, "first retry delay after a failed attempt", minimum=0),
     Param("backoff_max_ms", 10000.0, "longest retry delay", minimum=0),
     Param("unschedulable_timeout_ms", 300000.0,
           "an unschedulable pod is retried after this long even if nothing changed", minimum=0),
     Param("commit_ms", 1.0, "API write latency of the model's writes: request to commit",
           minimum=0),
+    Param("client_qps", 50.0, "each component's client rate limit, writes per second "
+          "(client-go's token bucket; 0: none)", minimum=0),
+    Param("client_burst", 100, "the token bucket's size: writes a component may send at once",
+          minimum=1),
 )
+
+
+def with_defaults(params: tuple[Param, ...], **defaults: Any) -> tuple[Param, ...]:
+    """``params`` with the defaults of some changed (a model whose system defaults differ)."""
+    unknown = set(defaults) - {p.name for p in params}
+    if unknown:
+        raise ValueError(f"no such parameters: {sorted(unknown)}")
+    return tuple(dataclasses.replace(p, default=defaults[p.name]) if p.name in defaults else p
+                 for p in params)
 
 
 class WhatIfModel(Model):
@@ -65,14 +81,29 @@ class WhatIfModel(Model):
                watchers: list[WatcherSpec]) -> RunTables:
         sim = Simulation(trace, config, watchers, instant=self.instant)
         self.start(sim)
-        return sim.run()
+        return sim.replay()
+
+    def scheduler_components(self, prefix: str) -> list[WatcherSpec]:
+        """``schedulers`` scheduler watchers named ``PREFIX-0``, ``PREFIX-1``, ..."""
+        return [WatcherSpec(f"{prefix}-{i}", "scheduler", ("pods", "nodes"))
+                for i in range(self.settings["schedulers"])]
+
+    def commit_us(self) -> int:
+        """``commit_ms`` in µs: the time from a component's write request to its commit."""
+        return int(round(self.settings["commit_ms"] * 1000))
+
+    def client(self, sim: Simulation) -> Client:
+        """A component's API client: ``client_qps`` and ``client_burst``, then ``commit_ms``."""
+        s = self.settings
+        return sim.client(s["client_qps"], s["client_burst"], self.commit_us())
 
 
 def scheduler_params() -> tuple[Param, ...]:
     """The shared scheduler parameters plus ``schedulers`` and ``assign``, for models whose
     schedulers share the workload directly."""
     return SCHEDULER_PARAMS + (
-        Param("schedulers", 1, "number of scheduler instances", minimum=1),
+        Param("schedulers", 1, "number of scheduler instances", minimum=1,
+              maximum=MAX_SCHEDULERS),
         Param("assign", "round-robin", "how pods are shared among the schedulers: in turn, or "
               "by spec.schedulerName (each distinct name to one instance, in sorted order)",
               choices=ASSIGNMENTS),
@@ -80,92 +111,42 @@ def scheduler_params() -> tuple[Param, ...]:
 
 
 class Assigner:
-    """Gives each new pod to one of ``count`` schedulers, as it is created (as if its
+    """Gives each new pod to one of ``count`` schedulers as it is created (as if its
     ``spec.schedulerName`` named that instance)."""
 
     def __init__(self, sim: Simulation, count: int, how: str):
-        self.count, self.how = count, how
+        self.sim, self.count, self.how = sim, count, how
         self.turn = 0
-        names = sorted({n for n in sim.workload.scheduler_name if n is not None})
-        self.by_name = {n: i % count for i, n in enumerate(names)}
+        self.by_name = {n: i % count for i, n in enumerate(sim.scheduler_names())}
         self.by_group: dict[str, int] = {}
         sim.on_commit(self.assign)
 
     def assign(self, write: Write) -> None:
-        if write.kind == POD_CREATE:
-            write.pod.owner = self.owner_of(write.pod)
+        if write.kind == WriteKind.POD_CREATE and write.pod is not None:
+            self.sim.assign(write.pod, self.instance_of(write.pod))
 
-    def owner_of(self, pod: Pod) -> int:
+    def instance_of(self, pod: Pod) -> int:
         if pod.group is not None and pod.group in self.by_group:  # a gang stays together
             return self.by_group[pod.group]
         if self.how == "scheduler-name" and pod.scheduler_name in self.by_name:
-            owner = self.by_name[pod.scheduler_name]
+            instance = self.by_name[pod.scheduler_name]
         else:
-            owner = self.turn % self.count
+            instance = self.turn % self.count
             self.turn += 1
         if pod.group is not None:
-            self.by_group[pod.group] = owner
-        return owner
+            self.by_group[pod.group] = instance
+        return instance
 
 
-def schedulers_on(sim: Simulation, names: list[str], settings: dict, commit, gangs: bool,
-                  preferred: list | None = None) -> list[Scheduler]:
-    """One ``Scheduler`` per watcher name, each with its view."""
-    return [Scheduler(sim, name, sim.view(name), settings, commit, gangs=gangs,
-                      preferred=None if preferred is None else preferred[i])
-            for i, name in enumerate(names)]
-
-
-def fits_together(truth: Truth, attempts: list[Attempt]) -> bool:
-    """Whether the truth has room for all these placements at once (a gang's all or nothing)."""
-    need: dict[int, list[int]] = {}
-    for attempt in attempts:
-        total = need.setdefault(attempt.node, [0, 0, 0])
-        for i in range(3):
-            total[i] += attempt.pod.request[i]
-    return all(truth.nodes[node].fits(tuple(total)) for node, total in need.items())
-
-
-def react_as_scheduler(sim: Simulation, scheduler: Scheduler, queue_kind: int,
-                       owner: int | None = None, requeue_kind: int | None = None) -> None:
-    """Make ``scheduler`` react to the writes of ``queue_kind`` that put a pod in its queue, to
-    those of ``requeue_kind`` that send one back after its backoff (both only for pods of
-    ``owner``, if given), and, while pods wait unschedulable, to those that give capacity back."""
-    def mine(write: Write) -> bool:
-        return (write.kind == queue_kind or write.kind == requeue_kind) and (
-            owner is None or write.pod.owner == owner)
-
-    def wants(write: Write) -> bool:
-        return mine(write) or (write.kind in GIVES_BACK and scheduler.wants_capacity_news())
-
-    def handle(write: Write) -> None:
-        if mine(write):
-            scheduler.enqueue(write.pod, backoff=write.kind == requeue_kind)
-        if write.kind in GIVES_BACK:
-            scheduler.capacity_news()
-
-    kinds = {queue_kind, *GIVES_BACK} | ({requeue_kind} if requeue_kind is not None else set())
-    sim.react(scheduler.name, kinds, handle, wants)
-
-
-class Worker:
-    """A component that handles items one at a time, ``service_us`` each, first come first
-    served (a dispatcher's or a binder's loop)."""
-
-    def __init__(self, sim: Simulation, service_us: int, handle):
-        self.env, self.service_us, self.handle = sim.env, service_us, handle
-        self.queue: deque = deque()
-        self.busy = False
-
-    def submit(self, item) -> None:
-        self.queue.append(item)
-        if not self.busy:
-            self.busy = True
-            self.env.after(self.service_us, self._done)
-
-    def _done(self) -> None:
-        self.handle(self.queue.popleft())
-        if self.queue:
-            self.env.after(self.service_us, self._done)
-        else:
-            self.busy = False
+def independent_schedulers(sim: Simulation, names: list[str], settings: Mapping[str, Any],
+                           on_assumed: OnAssumed, gangs: bool,
+                           partial: bool = False) -> list[Scheduler]:
+    """Schedulers that share the workload directly, as independent kube-schedulers or Omega's
+    schedulers do: each new pod is assigned to one (``assign``) and enters its queue when that
+    scheduler's watch delivers the pod's create."""
+    Assigner(sim, len(names), settings["assign"])
+    schedulers = [Scheduler(sim, name, settings, on_assumed, gangs=gangs, partial=partial)
+                  for name in names]
+    for i, scheduler in enumerate(schedulers):
+        scheduler.queue_on(WriteKind.POD_CREATE, instance=i)
+    return schedulers

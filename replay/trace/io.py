@@ -81,6 +81,7 @@ class TraceWriter:
     def close(self) -> None:
         if self._writer is None:
             self.write(pa.Table.from_pylist([], schema=schema.SCHEMA))
+        assert self._writer is not None  # opened by the first write
         self._writer.close()
 
 

@@ -33,6 +33,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replay.limits import (
+    INT64_MAX,
+    LAST_TIME,
+    MAX_DURATION_MS,
+    MAX_SYNTH_ROWS,
+    is_finite_number,
+)
+from replay.outputs import check_output
 from replay.quantity import QuantityError, to_milli, to_units
 from replay.rng import stream
 from replay.trace import ideal
@@ -73,6 +81,8 @@ class Shape:
             raise ValueError(f"shape {text!r}: {err}") from None
         if min(cpu, memory, gpu) < 0 or not share > 0 or not math.isfinite(share):
             raise ValueError(f"shape {text!r}: resources must be >= 0 and the weight > 0")
+        if max(cpu, memory, gpu) > INT64_MAX:
+            raise ValueError(f"shape {text!r}: a resource too large for a 64-bit integer")
         return cls(cpu, memory, gpu, share)
 
     def __str__(self) -> str:
@@ -137,6 +147,50 @@ class SynthSpec:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        self._check_bounds()
+
+    def _check_bounds(self) -> None:
+        """Refuse what would overflow a trace's 64-bit columns, end after year 9999, or hold
+        more than ``MAX_SYNTH_ROWS`` rows (``replay.limits``): a mistake, not a workload."""
+        numbers = {"--arrival-rate": self.arrival_rate, "--mean-lifetime": self.mean_lifetime,
+                   "--lifetime-sigma": self.lifetime_sigma,
+                   "--max-lifetime-factor": self.max_lifetime_factor,
+                   "--heartbeat-interval": self.heartbeat_interval,
+                   "--bind-delay-ms": self.bind_delay_ms, "--nodes": self.nodes,
+                   "--pods": self.pods, "--seed": self.seed}
+        for option, value in numbers.items():
+            if not is_finite_number(value):
+                raise ValueError(f"{option} must be a finite number, got {value!r}")
+        if self.seed > INT64_MAX:
+            raise ValueError(f"--seed must be at most {INT64_MAX}")
+        arrivals_s, longest_s = self.pods / self.arrival_rate, self.longest_lifetime
+        limit_s = MAX_DURATION_MS / 1000
+        if arrivals_s > limit_s or longest_s > limit_s or self.bind_delay_ms > MAX_DURATION_MS \
+                or self.heartbeat_interval > limit_s:
+            raise ValueError("the trace would last more than 100 years (--pods / --arrival-rate, "
+                             "--mean-lifetime x --max-lifetime-factor, --bind-delay-ms or "
+                             "--heartbeat-interval), the limit")
+        span_s = 2 * arrivals_s + longest_s + self.bind_delay_ms / 1000 + 1
+        if (LAST_TIME - self.start).total_seconds() < span_s:
+            raise ValueError(f"a trace starting at {self.start.isoformat()} would end after "
+                             f"{LAST_TIME.year}, which no tool reading it could show")
+        rows: float = self.nodes + 3 * self.pods
+        if self.heartbeat_interval > 0:
+            rows += self.nodes * (span_s / self.heartbeat_interval + 1)
+        if rows > MAX_SYNTH_ROWS:
+            raise ValueError(f"this trace would hold about {rows:,.0f} rows, more than the limit "
+                             f"of {MAX_SYNTH_ROWS:,} (a synthesized trace is built in memory)")
+        for option, shapes, count in (("--node-shape", self.node_shapes, self.nodes),
+                                      ("--pod-shape", self.pod_shapes, self.pods)):
+            largest = max(max(s.cpu_milli, s.memory_bytes, s.gpu_milli) for s in shapes)
+            if largest * max(count, 1) > INT64_MAX:
+                raise ValueError(f"{option}: {largest:,} is too large: the sum over all "
+                                 f"{count:,} would overflow a 64-bit integer")
+
+    @property
+    def longest_lifetime(self) -> float:
+        """The longest a pod lives, in seconds: the cap on lifetimes."""
+        return self.mean_lifetime * self.max_lifetime_factor
 
     def describe(self) -> dict:
         """The spec as JSON-able provenance for the trace metadata."""
@@ -162,6 +216,7 @@ KIND_NAMES = ("node creates", "pod deletes", "pod creates", "bindings", "heartbe
 
 def synthesize(spec: SynthSpec, out: str | os.PathLike) -> SynthResult:
     """Write the trace ``spec`` describes to ``out`` (atomically) and say what it holds."""
+    check_output(out)
     workload = _Workload.draw(spec)
     placement = None
     if spec.bind:

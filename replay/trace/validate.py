@@ -8,6 +8,7 @@ in one streaming pass over the columns concerned.
 from __future__ import annotations
 
 import os
+from typing import cast
 
 import polars as pl
 import pyarrow as pa
@@ -23,7 +24,7 @@ def validate(path: str | os.PathLike) -> list[str]:
     A file that is not Parquet at all raises ``ReplayError`` instead.
     """
     problems, well_typed = schema_problems(open_trace(path).schema_arrow)
-    return problems + value_problems(pl.scan_parquet(path), well_typed)
+    return problems + value_problems(pl.scan_parquet(os.fspath(path)), well_typed)
 
 
 def schema_problems(arrow_schema: pa.Schema) -> tuple[list[str], list[str]]:
@@ -107,12 +108,14 @@ def _clean(frame: pl.DataFrame, columns: list[str]) -> bool:
         return False
     if {"ts", "received_ts"} <= present and (frame["received_ts"] > frame["ts"]).any():
         return False
-    if any((frame[c].min() or 0) < 0 for c in present & set(schema.RESOURCE_COLUMNS)):
+    resources = present & set(schema.RESOURCE_COLUMNS)  # integers, nullable
+    if any((cast("int | None", frame[c].min()) or 0) < 0 for c in resources):
         return False
     if "verb" in present and not set(frame["verb"].unique().to_list()) <= set(schema.VERBS):
         return False
     if "code" in present and frame.height:
-        return 100 <= frame["code"].min() and frame["code"].max() <= 599
+        codes = frame["code"]  # integers, not nullable (checked above)
+        return 100 <= cast(int, codes.min()) and cast(int, codes.max()) <= 599
     return True
 
 
@@ -122,7 +125,7 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.
     problems, well_typed = schema_problems(open_trace(path).schema_arrow)
     if not problems:
         try:
-            frame = pl.read_parquet(path, columns=columns)
+            frame = pl.read_parquet(os.fspath(path), columns=columns)
         except Exception as err:  # pyarrow and polars raise many types for damaged data pages
             raise ReplayError(f"{path}: cannot read the trace ({first_line(err)})") from None
         present = [c for c in well_typed if c in frame.columns]

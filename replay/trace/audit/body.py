@@ -145,6 +145,9 @@ def _pod_columns(raw: msgspec.Raw, key: str) -> PodColumns | None:
     spec = _decode(raw, _spec, f"{key}.spec")
     if spec is None or spec.containers is None:
         return None
+    if spec.priority is not None and not -2**31 <= spec.priority < 2**31:
+        raise BadBody(f"key {key}.spec.priority: {spec.priority} is not a 32-bit integer, as "
+                      f"Kubernetes stores it")
     return PodColumns(pod_requests(spec, key), spec.node_name, spec.scheduler_name, spec.priority)
 
 
@@ -155,10 +158,16 @@ def _decode(raw: msgspec.Raw, decoder: msgspec.json.Decoder, key: str):
     except msgspec.ValidationError as err:
         message, _, where = str(err).partition(" - at `$")
         raise BadBody(f"key {key}{where.rstrip('`')}: {message[0].lower()}{message[1:]}") from None
+    except msgspec.DecodeError as err:
+        raise BadBody(f"key {key}: not valid JSON ({str(err)[:1].lower()}{str(err)[1:]})") from None
+    except RecursionError:
+        raise BadBody(f"key {key}: nested too deeply to decode") from None
 
 
 def pod_requests(spec: Spec, key: str) -> Amounts:
-    """The pod's effective request (see the module docstring); ``key`` locates errors."""
+    """The pod's effective request (see the module docstring); ``key`` locates errors.  ``spec``
+    has containers (a pod without them has no row: ``_pod_columns``)."""
+    assert spec.containers is not None
     apps = _zero()
     for i, container in enumerate(spec.containers):
         apps = _plus(apps, _requests(container, f"{key}.spec.containers[{i}]"))

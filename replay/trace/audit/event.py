@@ -19,16 +19,18 @@ any number of fractional digits, rounded to the nearest microsecond).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal, Union, cast, get_args
 
 import msgspec
 
 ZonedTime = Annotated[datetime, msgspec.Meta(tz=True)]
 NO_BODY = msgspec.Raw()
 
-API_VERSIONS = ("audit.k8s.io/v1", "audit.k8s.io/v1beta1")
+ApiVersion = Literal["audit.k8s.io/v1", "audit.k8s.io/v1beta1"]
+API_VERSIONS: tuple[str, ...] = get_args(ApiVersion)
 STAGES = ("RequestReceived", "ResponseStarted", "ResponseComplete", "Panic")
 COMPLETE = "ResponseComplete"
+TOO_DEEP = "JSON nested too deeply to decode (no audit event is)"
 
 
 class BadEvent(ValueError):
@@ -66,7 +68,7 @@ class Stage(msgspec.Struct, gc=False, tag_field="stage"):
 
     verb: str
     kind: Literal["Event"] | None = None
-    api_version: Literal[API_VERSIONS] | None = msgspec.field(default=None, name="apiVersion")
+    api_version: ApiVersion | None = msgspec.field(default=None, name="apiVersion")
 
 
 class Received(Stage, tag="RequestReceived"):
@@ -98,7 +100,9 @@ class Event(Stage, tag=COMPLETE):
 
 
 TIME_KEYS = ("requestReceivedTimestamp", "stageTimestamp", "timestamp")
-STAGE_TYPES = {cls: cls.__struct_config__.tag for cls in (Received, Started, Panicked, Event)}
+# the stage of each event class (its msgspec tag, a str as each class declares it)
+STAGE_TYPES: dict[type, str] = {cls: cast(str, cls.__struct_config__.tag)
+                                for cls in (Received, Started, Panicked, Event)}
 _head = msgspec.json.Decoder(Head)
 _event = msgspec.json.Decoder(Event)
 _stages = msgspec.json.Decoder(Union[tuple(STAGE_TYPES)])
@@ -115,6 +119,8 @@ def decode_head(line: bytes) -> Head:
         raise BadEvent(_not_an_event(line, err)) from None
     except msgspec.DecodeError as err:
         raise BadEvent(f"not valid JSON ({_reason(err)})") from None
+    except RecursionError:
+        raise BadEvent(TOO_DEEP) from None
     return head if is_plain(head) else _odd_head(head, line)
 
 
@@ -131,7 +137,7 @@ def decode_block(text: bytes, lines: int) -> list[Stage] | None:
     """
     try:
         events = _stages.decode_lines(text)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):
         return None
     return events if len(events) == lines else None
 
@@ -170,6 +176,10 @@ def decode_event(line: bytes) -> Event:
         return _event.decode(line)
     except msgspec.ValidationError as err:
         raise BadEvent(_field_problem(err)) from None
+    except msgspec.DecodeError as err:  # invalid UTF-8 in a string the head did not read
+        raise BadEvent(f"not valid JSON ({_reason(err)})") from None
+    except RecursionError:
+        raise BadEvent(TOO_DEEP) from None
 
 
 def decode_items(items: msgspec.Raw) -> list[bytes]:
@@ -178,6 +188,8 @@ def decode_items(items: msgspec.Raw) -> list[bytes]:
         return [bytes(item) for item in _items.decode(items)]
     except msgspec.ValidationError:
         raise BadEvent("an EventList whose items are not a list") from None
+    except RecursionError:
+        raise BadEvent(TOO_DEEP) from None
 
 
 def decode_document(text: bytes) -> list[bytes]:
@@ -186,6 +198,8 @@ def decode_document(text: bytes) -> list[bytes]:
         value = _any.decode(text)
     except msgspec.DecodeError as err:
         raise BadEvent(f"not valid JSON ({_reason(err)})") from None
+    except RecursionError:
+        raise BadEvent(TOO_DEEP) from None
     if isinstance(value, list):
         return [bytes(item) for item in _items.decode(text)]
     return [text]
@@ -202,7 +216,10 @@ def _field_problem(err: msgspec.ValidationError) -> str:
 
 def _not_an_event(line: bytes, err: msgspec.ValidationError | None = None) -> str:
     """Why a JSON line is not an audit event, naming the log pipelines that wrap events."""
-    value = _any.decode(line)
+    try:
+        value = _any.decode(line)
+    except RecursionError:
+        return TOO_DEEP
     if not isinstance(value, dict):
         return f"not an audit event: a JSON {type(value).__name__}, not an object"
     if "protoPayload" in value:

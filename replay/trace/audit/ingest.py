@@ -4,28 +4,30 @@ Blocks of lines are scanned (``scan.py``) in input order; on inputs larger than 
 worker processes scan them (reading plain files themselves, see ``reader.py``) while this process
 hands out blocks, numbers their lines and spills their rows (``order.py``).  Any bad line stops
 the ingest with its file and line number, and no output file appears, unless ``skip_bad_lines``
-is set: then bad lines are counted and the first is quoted in the summary.
+is set: then bad lines are counted and the first is quoted in the summary.  The workers die with
+this process (``replay.workers``); the spill folder is a temporary of the output's folder, which
+the next write there removes if this process was killed (``replay.atomic``).
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
-import multiprocessing
 import os
-import tempfile
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from replay.atomic import make_folder, temporary_dir
 from replay.errors import ReplayError
+from replay.outputs import check_output
 from replay.progress import progress
 from replay.trace.audit.order import RowSpill, in_order
-from replay.trace.audit.reader import STDIN, Block, Range, Truncated, read_blocks
+from replay.trace.audit.reader import STDIN, Block, LongLine, Range, Truncated, read_blocks
 from replay.trace.audit.scan import MAX_BLOCKS, Options, Scanned, first_seq, scan
 from replay.trace.audit.summary import Summary
 from replay.trace.io import trace_writer
+from replay.workers import worker_pool
 
 SOURCE = "audit"
 IN_PROCESS_BLOCKS = 2  # inputs of up to this many blocks (32 MiB) are scanned without workers
@@ -38,7 +40,7 @@ class Task:
     """A block of the input to scan, or (``ready``) the result of a gzip stream's cut-off end."""
 
     file: int  # the position of its file among the inputs
-    piece: Block | Range
+    piece: Block | Range | LongLine
     first_seq: int
     options: Options
     ready: Scanned | None = None
@@ -48,11 +50,15 @@ def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = Fal
            skip_bad_lines: bool = False, workers: int = WORKERS) -> Summary:
     """Read the audit logs ``sources`` (paths or ``-``, in time order) into the trace ``out``."""
     out = Path(out)
+    for source in sources:
+        if source != STDIN and Path(source).is_dir():
+            raise ReplayError(f"{source}: is a directory, not an audit log")
+    check_output(out, sources)
     options = Options(keep_reads, skip_bad_lines)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as folder:
-        spill = RowSpill(Path(folder))
-        summary, records = Summary(), Counter()
+    make_folder(out.parent)
+    with temporary_dir(out.parent, out.name) as folder:
+        spill = RowSpill(folder)
+        summary, records = Summary(), Counter[int]()
         with progress(None, "ingest", "lines") as bar:
             for task, scanned in _scanned(sources, options, workers):
                 _take(task, scanned, records, summary, spill)
@@ -86,13 +92,17 @@ def _scanned(sources: list[str], options: Options, workers: int
              ) -> Iterator[tuple[Task, Scanned]]:
     """The scans of all blocks in input order, by workers when the input has more than a few."""
     tasks = _tasks(sources, options)
-    first = list(itertools.islice(tasks, IN_PROCESS_BLOCKS + 1))
+    first, scans = [], 0
+    for task in tasks:  # until more blocks to scan than this process scans alone
+        first.append(task)
+        scans += task.ready is None and not isinstance(task.piece, LongLine)
+        if scans > IN_PROCESS_BLOCKS:
+            break
     tasks = itertools.chain(first, tasks)
-    if len(first) <= IN_PROCESS_BLOCKS or workers < 2:
+    if scans <= IN_PROCESS_BLOCKS or workers < 2:
         yield from ((task, _run(task)) for task in tasks)
         return
-    context = multiprocessing.get_context("spawn")  # no fork: DuckDB and Arrow keep threads
-    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=context) as pool:
+    with worker_pool(workers) as pool:
         pending: deque = deque()
         for task in tasks:
             pending.append((task, pool.submit(_run, task)))
@@ -127,6 +137,9 @@ def _run(task: Task) -> Scanned:
     """Scan a task's block (reading it first if it is a range of a file), rows sorted."""
     if task.ready is not None:
         return task.ready
+    if isinstance(task.piece, LongLine):
+        return Scanned(summary=Summary(bad_lines=1), records=1,
+                       first_bad=(0, f": {task.piece.problem}"))
     block = task.piece.block() if isinstance(task.piece, Range) else task.piece
     scanned = scan(block, task.first_seq, task.options)
     if scanned.table is not None:

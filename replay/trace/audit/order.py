@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from replay.interrupts import interruptible
 from replay.trace.io import ROW_GROUP_ROWS, TraceWriter
 
 DUCKDB_MEMORY = "256MB"
@@ -113,9 +114,9 @@ class RowSpill:
             yield from _merged(batches, _floors(self._spans), later_copies.combine_chunks())
 
     def _duckdb(self) -> duckdb.DuckDBPyConnection:
-        con = duckdb.connect(config={
+        con = interruptible(duckdb.connect(config={
             "memory_limit": DUCKDB_MEMORY, "threads": 2, "temp_directory": str(self._folder),
-            "preserve_insertion_order": False})
+            "preserve_insertion_order": False}))
         con.register("spill", ds.dataset(self._path, format="arrow"))
         return con
 
@@ -140,7 +141,8 @@ def _pending_bound(spans: list[tuple[int, int, int]]) -> int:
 
     After each batch, at most the batches read so far whose last ts is past the floor.
     """
-    pending, bound, late = 0, 0, []
+    pending, bound = 0, 0
+    late: list[tuple[int, int]] = []  # (last ts, size) of the batches past the floor
     for (_, last, size), floor in zip(spans, _floors(spans)):
         heapq.heappush(late, (last, size))
         pending += size

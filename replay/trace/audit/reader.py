@@ -12,6 +12,9 @@ Compression is recognised by the gzip magic bytes, not the file name, so it work
 a stream cut short (a log copied while being written) is reported as truncated rather than
 silently losing its end.
 
+A line longer than ``MAX_LINE_BYTES`` becomes a ``LongLine``, a bad record in its place (reported
+by its line number, or skipped and counted), and is never held whole in memory.
+
 The API server's log backend writes JSON lines, but exported logs are sometimes one JSON document
 per file (pretty-printed, a JSON array of events, or an ``EventList``).  A file is read as one
 document when its first line is ``{`` alone or starts with ``[``; such a file is read into memory
@@ -26,11 +29,12 @@ import sys
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, cast, overload
 
 import numpy as np
 
 from replay.errors import ReplayError
+from replay.limits import MAX_LINE_BYTES
 from replay.trace.audit.event import BadEvent, decode_document
 
 RANGE = 16 << 20
@@ -105,6 +109,19 @@ class Range:
         return f"{self.source}:{record + 1}"
 
 
+@dataclass(frozen=True)
+class LongLine:
+    """A line of ``source`` longer than ``MAX_LINE_BYTES``: one bad record, read no further."""
+
+    source: str
+    record_count: int = 1
+    problem: str = (f"a line longer than {MAX_LINE_BYTES >> 20} MiB, the limit (the API server "
+                    f"writes no audit event that long)")
+
+    def where(self, record: int) -> str:
+        return f"{self.source}:{record + 1}"
+
+
 class Truncated(ReplayError):
     """A gzip stream that ends before its end marker, inside line ``line``."""
 
@@ -117,7 +134,7 @@ class _Cut(Exception):
     """Raised by ``_decompressed`` at the end of a gzip stream that lacks its end marker."""
 
 
-def read_blocks(source: str) -> Iterator[Block | Range]:
+def read_blocks(source: str) -> Iterator[Block | Range | LongLine]:
     """The ranges of a plain file, or the blocks of a gzip file, stdin or a JSON document."""
     with _open(source) as stream:
         start = stream.peek(PEEK)
@@ -129,47 +146,93 @@ def read_blocks(source: str) -> Iterator[Block | Range]:
             yield from _ranges(source, stream)
 
 
-def _open(source: str) -> BinaryIO:
+def _open(source: str) -> io.BufferedReader:
     if source == STDIN:
         return io.BufferedReader(io.FileIO(sys.stdin.fileno(), closefd=False), PEEK)
     try:
-        return open(source, "rb", buffering=PEEK)
+        # a buffered binary read (typeshed types open() with a computed buffer size as BinaryIO)
+        return cast(io.BufferedReader, open(source, "rb", buffering=PEEK))
     except IsADirectoryError:
         raise ReplayError(f"{source}: is a directory, not an audit log") from None
     except OSError as err:
         raise ReplayError(f"{source}: cannot read ({err.strerror or err})") from None
 
 
-def _ranges(source: str, stream: BinaryIO) -> Iterator[Range]:
-    """``source`` cut into ranges of at least ``RANGE`` bytes that end at a newline."""
-    size = os.fstat(stream.fileno()).st_size
+def _ranges(source: str, stream: BinaryIO) -> Iterator[Range | LongLine]:
+    """``source`` cut into ranges of at least ``RANGE`` bytes that end at a newline, and the
+    lines too long to read."""
+    file = stream.fileno()
+    size = os.fstat(file).st_size
     start = 0
     while start < size:
-        end = _line_end(stream.fileno(), start + RANGE, size)
-        yield Range(source, start, end)
-        start = end
+        at = min(start + RANGE, size)
+        end = _line_end(file, at, size, limit=MAX_LINE_BYTES)
+        if end is not None and (end - start <= MAX_LINE_BYTES
+                                or end - _line_start(file, start, at) <= MAX_LINE_BYTES):
+            yield Range(source, start, end)
+            start = end
+            continue
+        line_start = _line_start(file, start, at)
+        if line_start > start:
+            yield Range(source, start, line_start)
+        yield LongLine(source)
+        start = _line_end(file, at, size)
 
 
-def _line_end(file: int, at: int, size: int) -> int:
-    """Where the line holding byte ``at - 1`` of the open ``file`` ends (past its newline)."""
-    at = min(at, size) - 1
+@overload
+def _line_end(file: int, at: int, size: int) -> int: ...
+
+
+@overload
+def _line_end(file: int, at: int, size: int, limit: int | None) -> int | None: ...
+
+
+def _line_end(file: int, at: int, size: int, limit: int | None = None) -> int | None:
+    """Where the line holding byte ``at - 1`` of the open ``file`` ends (past its newline);
+    None if that is more than ``limit`` bytes further."""
+    at -= 1
+    searched = 0
     while piece := os.pread(file, 1 << 16, at):
         newline = piece.find(b"\n")
         if newline >= 0:
             return at + newline + 1
         at += len(piece)
+        searched += len(piece)
+        if limit is not None and searched > limit:
+            return None
     return size
 
 
-def _blocks(source: str, stream: BinaryIO) -> Iterator[Block]:
+def _line_start(file: int, start: int, at: int) -> int:
+    """Where the line holding byte ``at - 1`` starts (at ``start`` or after a newline)."""
+    at -= 1
+    while at > start:
+        low = max(start, at - (1 << 20))
+        newline = os.pread(file, at - low, low).rfind(b"\n")
+        if newline >= 0:
+            return low + newline + 1
+        at = low
+    return start
+
+
+def _blocks(source: str, stream: io.BufferedReader) -> Iterator[Block | LongLine]:
     gzipped = stream.peek(2)[:2] == GZIP_MAGIC
     data = _decompressed(source, stream) if gzipped else _raw(source, stream)
-    line, rest = 1, b""
+    line, rest, skipping = 1, b"", False
     try:
         for piece in data:
+            if skipping:  # the rest of a line too long to read
+                newline = piece.find(b"\n")
+                if newline < 0:
+                    continue
+                piece, skipping = piece[newline + 1:], False
             if line == 1 and _is_document(rest + piece):
                 yield from _document(source, rest + piece + b"".join(data))
                 return
+            newline = piece.find(b"\n")
+            if newline >= 0 and len(rest) + newline > MAX_LINE_BYTES:
+                yield LongLine(source)
+                line, rest, piece = line + 1, b"", piece[newline + 1:]
             cut = piece.rfind(b"\n") + 1
             if cut:
                 block = Block(source, rest + piece[:cut])
@@ -178,6 +241,9 @@ def _blocks(source: str, stream: BinaryIO) -> Iterator[Block]:
                 line += block.record_count
             else:
                 rest += piece
+            if len(rest) > MAX_LINE_BYTES:
+                yield LongLine(source)
+                line, rest, skipping = line + 1, b"", True
     except _Cut:
         raise Truncated(source, line) from None
     if rest:

@@ -100,7 +100,7 @@ def rows_of(events: list[Event], seqs: list[int], keep_going: bool) -> Rows:
     Stops at the first broken event unless ``keep_going``.
     """
     rows = Rows()
-    columns, positions = _targeted(events, seqs, rows, keep_going)
+    columns, positions = _in_range(*_targeted(events, seqs, rows, keep_going), rows)
     wants_body = _per_distinct(_wants_body, pa.bool_(), columns["resource"],
                                columns["subresource"], columns["verb"])
     bodies = _bodies(columns, events, positions, wants_body, rows, keep_going)
@@ -148,6 +148,32 @@ def _targeted(events: list[Event], seqs: list[int], rows: Rows, keep_going: bool
     return both, positions + list(at)
 
 
+def _in_range(columns: dict[str, pa.Array], positions: list[int], rows: Rows
+              ) -> tuple[dict[str, pa.Array], list[int]]:
+    """``columns`` and ``positions`` less the events whose values no trace may hold, which
+    join ``rows.errors``: a status code outside 100..599, a request received after the stage
+    that completed it.  Such an event is broken, and a trace that held it would fail
+    ``replay validate``."""
+    code, ts, received = columns["code"], columns["ts"], columns["received_ts"]
+    bad_code = pc.invert(pc.fill_null(pc.and_(pc.greater_equal(code, 100),
+                                              pc.less_equal(code, 599)), True))
+    late = pc.fill_null(pc.greater(received, ts), False)
+    bad = pc.or_(bad_code, late)
+    columns["code"] = pc.if_else(bad_code, pa.scalar(0, pa.int64()), code).cast(pa.int32())
+    if not pc.any(bad).as_py():
+        return columns, positions
+    for row in pc.indices_nonzero(bad).to_pylist():
+        if bad_code[row].as_py():
+            problem = f"key responseStatus.code: {code[row]} is not an HTTP status (100-599)"
+        else:
+            problem = ("key requestReceivedTimestamp: later than the stageTimestamp (a request "
+                       "completed before it was received)")
+        rows.errors.append((positions[row], BadEvent(problem)))
+    keep = pc.invert(bad)
+    return ({name: column.filter(keep) for name, column in columns.items()},
+            [position for position, kept in zip(positions, keep.to_pylist()) if kept])
+
+
 def _columns(events: list[Event], seqs: list[int]) -> dict[str, pa.Array]:
     """The columns an event's fields fill directly (its ``objectRef`` as the target), times
     still strings."""
@@ -168,8 +194,17 @@ def _columns(events: list[Event], seqs: list[int]) -> dict[str, pa.Array]:
     }
     columns = {name: pa.array(values, pa.string()) for name, values in strings.items()}
     codes = [(e.response_status or NO_STATUS).code for e in events]
-    columns.update(seq=pa.array(seqs, pa.int64()), code=pa.array(codes, pa.int32()))
+    columns.update(seq=pa.array(seqs, pa.int64()), code=_int64s(codes))
     return columns
+
+
+def _int64s(values: list[int | None]) -> pa.Array:
+    """``values`` as int64, those beyond its range (no status code is) as -1."""
+    try:
+        return pa.array(values, pa.int64())
+    except (OverflowError, pa.ArrowInvalid):
+        return pa.array([v if v is None or -2**63 <= v < 2**63 else -1 for v in values],
+                        pa.int64())
 
 
 def _times(stage_time: pa.Array, received: pa.Array, legacy_time: pa.Array
@@ -205,10 +240,10 @@ def _irregular(event: Event) -> tuple[int, int | None, Target]:
     status = event.response_status
     if status is None or status.code is None:
         raise Skip("no responseStatus.code")
-    if stage_time is None and legacy_time is None:
+    ts = stage_time if stage_time is not None else legacy_time
+    if ts is None:
         raise BadEvent("no stageTimestamp (nor the older timestamp)")
-    return (stage_time if stage_time is not None else legacy_time,
-            received if received is not None else legacy_time, _target(event))
+    return ts, received if received is not None else legacy_time, _target(event)
 
 
 def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[int],

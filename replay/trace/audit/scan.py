@@ -87,7 +87,9 @@ def scan(block: Block, first_seq: int, options: Options, seq_step: int = 1 << IT
 
 
 def _scan(block: Block, first_seq: int, options: Options, seq_step: int) -> Scanned:
-    summary, bad, tables = Summary(), [], []
+    summary = Summary()
+    bad: list[tuple[int, str]] = []
+    tables: list[pa.Table] = []
     events = decode_block(block.text, block.record_count) if block.items is None else None
     if events is not None:
         kept = _kept_events(events, summary, options)
@@ -132,8 +134,9 @@ def _kept_records(block: Block, first_seq: int, seq_step: int, options: Options,
     Blank lines are skipped; bad records are added to ``bad`` (the scan stops at the first unless
     skipping them); the rows of ``EventList`` lines are added to ``tables``.
     """
-    kept, verbs, records = [], Counter(), block.records
-    for index, record in enumerate(records):
+    kept: list[tuple[int, Event]] = []
+    verbs: Counter[str | None] = Counter()  # a completed event may lack its verb
+    for index, record in enumerate(block.records):
         try:
             if not record or record.isspace():
                 continue
@@ -165,6 +168,7 @@ def _items(items, first_seq: int, options: Options, summary: Summary, bad: list,
     inner.summary.bad_lines = 0
     summary.add(inner.summary)
     if bad_items:  # each bad item counts as one bad record
+        assert inner.first_bad is not None  # a scan with bad lines names its first
         item, problem = inner.first_bad
         bad += [(index, f" EventList (item {item + 1}){problem}")] * bad_items
     return [inner.table] if inner.table is not None else []

@@ -34,5 +34,5 @@ def parse_request_uri(uri: str) -> Target | None:
         namespace = parts[1]
         if len(parts) > 2 and parts[2] not in NAMESPACE_SUBRESOURCES:
             parts = parts[2:]
-    parts += [None] * (3 - len(parts))
-    return Target(parts[0], namespace, parts[1] or "", parts[2])
+    padded: list[str | None] = [*parts, None, None]
+    return Target(parts[0], namespace, padded[1] or "", padded[2])

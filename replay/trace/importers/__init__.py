@@ -1,58 +1,70 @@
-"""Public workload traces -> trace format v1 (``replay import NAME``), one module per trace.
+"""Public workload traces -> trace format v1 (``replay import NAME``), one class per trace.
 
-An importer is a module (or any object) with:
+An importer subclasses ``replay.trace.importers.base.Importer``: a name, a help line and a
+description, a frozen dataclass of typed options (the command line makes its flags from the
+fields), the files it reads, and its rows (``Imported``: a frame and any warnings).  ``run_import``
+checks the output against the inputs, sorts the rows stably by ``ts`` (rows with equal times keep
+the order the importer gave), writes the trace atomically and returns the counts for the summary.
+Google Borg 2019 (``InstanceEvent``: SUBMIT -> pod create, SCHEDULE -> binding,
+FINISH/KILL/EVICT -> delete) or Alibaba 2018 (``batch_instance``) would each be one more such
+class; a trace too large for memory would stream instead.
 
-- ``NAME``: the subcommand, e.g. ``alibaba-gpu-2023``;
-- ``HELP`` and ``DESCRIPTION``: one line for the command list, a paragraph for ``--help``;
-- ``add_arguments(parser)``: its input options (``--out`` is added for it);
-- ``rows(args) -> polars.DataFrame``: the trace rows, in any order, with ``ts`` and the other
-  required columns and any extra columns worth keeping; ``csvfile.read_csv`` reads an input
-  file with one-line errors that name the file, line and column;
-- ``source_args(args) -> dict``: what to record in the trace's ``replay.source_args`` (file names
-  and options, never contents).
-
-``run_import`` sorts the rows stably by ``ts`` (rows with equal times keep the order ``rows``
-gave), writes the trace atomically and returns the counts for the summary.  Google Borg 2019
-(``InstanceEvent``: SUBMIT -> pod create, SCHEDULE -> binding, FINISH/KILL/EVICT -> delete) or
-Alibaba 2018 (``batch_instance``) would each be one more such module; a trace too large for memory
-would stream instead, but the protocol would stay the same apart from ``rows``.
-
-Built-in importers are listed in ``BUILTIN``; installed packages can add their own through the
-entry-point group ``replay.importers`` (each entry point loads an object as above).
+Built-in importers are listed in ``BUILTIN``; installed packages add their own through the
+entry-point group ``replay.importers`` (each entry point names an ``Importer`` subclass), the
+same mechanism as models (``replay.models``).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
+import os
 from collections import Counter
 from importlib import metadata
-from types import ModuleType
+from typing import Any, NamedTuple
 
-from replay.trace.importers import alibaba_gpu_2023
+from replay.errors import ReplayError
+from replay.outputs import check_output
+from replay.trace.importers.alibaba_gpu_2023 import AlibabaGpu2023
+from replay.trace.importers.base import Importer
 from replay.trace.io import write_trace
 
-BUILTIN: tuple[ModuleType, ...] = (alibaba_gpu_2023,)
+BUILTIN: tuple[type[Importer[Any]], ...] = (AlibabaGpu2023,)
 ENTRY_POINT_GROUP = "replay.importers"
 
 
-def importers() -> dict[str, object]:
-    """Every importer by name: the built-ins, then those of installed packages."""
-    found = {imp.NAME: imp for imp in BUILTIN}
+def importers() -> tuple[dict[str, type[Importer[Any]]], list[str]]:
+    """Every importer by name (the built-ins, then those of installed packages), and a warning
+    for each installed one that cannot be loaded (a broken plugin must not break every
+    command)."""
+    found: dict[str, type[Importer[Any]]] = {imp.name: imp for imp in BUILTIN}
+    warnings = []
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
             imp = entry.load()
-        except Exception as err:  # a broken plug-in must not break every command
-            print(f"replay: warning: importer {entry.name!r} cannot be loaded: {err}",
-                  file=sys.stderr)
+        except Exception as err:  # a third-party plugin may fail in any way on import
+            warnings.append(f"importer {entry.name!r} cannot be loaded: {err}")
             continue
-        found.setdefault(imp.NAME, imp)
-    return found
+        if not (isinstance(imp, type) and issubclass(imp, Importer)):
+            warnings.append(f"importer {entry.name!r} ({entry.value}) is not an Importer class")
+            continue
+        found.setdefault(imp.name, imp)
+    return found, warnings
 
 
-def run_import(importer, args: argparse.Namespace) -> Counter:
-    """Write the trace of ``importer`` to ``args.out``; returns rows by (verb, resource)."""
-    frame = importer.rows(args).sort("ts", maintain_order=True)
-    write_trace(frame, args.out, source=importer.NAME, source_args=importer.source_args(args))
+class ImportResult(NamedTuple):
+    counts: Counter[tuple[str, str]]  # rows by (verb, resource)
+    warnings: list[str]
+
+
+def run_import(importer: Importer[Any], options: Any,
+               out: str | os.PathLike[str]) -> ImportResult:
+    """Write the trace of ``importer`` with ``options`` to ``out``."""
+    check_output(out, importer.inputs(options))
+    imported = importer.rows(options)
+    frame = imported.rows.sort("ts", maintain_order=True)
+    try:
+        write_trace(frame, out, source=importer.name, source_args=importer.source_args(options))
+    except ValueError as err:  # a plugin's rows that trace format v1 cannot hold
+        raise ReplayError(f"importer {importer.name!r}: {err}") from None
     counts = frame.group_by("verb", "resource", maintain_order=True).len()
-    return Counter({(verb, resource): n for verb, resource, n in counts.iter_rows()})
+    return ImportResult(Counter({(verb, resource): n for verb, resource, n in counts.iter_rows()}),
+                        imported.warnings)

@@ -22,58 +22,69 @@ keep what ``gpu_milli`` alone cannot say.  Pods are in namespace ``default``, wr
 
 from __future__ import annotations
 
-import argparse
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.times import time_argument
+from replay.limits import INT64_MAX, LAST_TIME
+from replay.trace.importers.base import Imported, Importer
 from replay.trace.importers.csvfile import read_csv
 
-NAME = "alibaba-gpu-2023"
-HELP = "import Alibaba's 2023 GPU cluster trace (openb_pod_list, openb_node_list)"
-DESCRIPTION = ("Import Alibaba's cluster-trace-gpu-v2023: node creates at the trace start, a pod "
-               "create at each creation_time and a pod delete at each deletion_time, with the "
-               "recorded scheduled_time kept in the extra column scheduled_ts.")
 START = datetime(2023, 1, 1, tzinfo=timezone.utc)
 MIB = 2**20
 NAMESPACE = "default"
 
-NODE_COLUMNS = {"sn": pl.String, "cpu_milli": pl.Int64, "memory_mib": pl.Int64, "gpu": pl.Int64,
-                "model": pl.String}
-POD_COLUMNS = {"name": pl.String, "cpu_milli": pl.Int64, "memory_mib": pl.Int64,
-               "num_gpu": pl.Int64, "gpu_milli": pl.Int64, "gpu_spec": pl.String,
-               "creation_time": pl.Int64, "deletion_time": pl.Int64,
-               "scheduled_time": pl.Int64}
+NODE_COLUMNS: dict[str, pl.DataType] = {
+    "sn": pl.String(), "cpu_milli": pl.Int64(), "memory_mib": pl.Int64(), "gpu": pl.Int64(),
+    "model": pl.String()}
+POD_COLUMNS: dict[str, pl.DataType] = {
+    "name": pl.String(), "cpu_milli": pl.Int64(), "memory_mib": pl.Int64(), "num_gpu": pl.Int64(),
+    "gpu_milli": pl.Int64(), "gpu_spec": pl.String(), "creation_time": pl.Int64(),
+    "deletion_time": pl.Int64(), "scheduled_time": pl.Int64()}
 NOT_NULL = {"sn", "name", "cpu_milli", "memory_mib", "gpu", "num_gpu", "gpu_milli",
             "creation_time", "deletion_time"}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--pods", required=True, metavar="CSV",
-                        help="openb_pod_list_*.csv (name, cpu_milli, memory_mib, num_gpu, "
-                             "gpu_milli, gpu_spec, creation_time, deletion_time, scheduled_time)")
-    parser.add_argument("--nodes", required=True, metavar="CSV",
-                        help="openb_node_list_*.csv (sn, cpu_milli, memory_mib, gpu, model)")
-    parser.add_argument("--start", type=time_argument, default=START,
-                        help="the time of second 0 of the trace, ISO 8601 (UTC if no offset; "
-                             "default 2023-01-01T00:00:00Z)")
+@dataclass(frozen=True)
+class AlibabaOptions:
+    pods: Path = field(metadata={
+        "metavar": "CSV", "help": "openb_pod_list_*.csv (name, cpu_milli, memory_mib, num_gpu, "
+        "gpu_milli, gpu_spec, creation_time, deletion_time, scheduled_time)"})
+    nodes: Path = field(metadata={
+        "metavar": "CSV", "help": "openb_node_list_*.csv (sn, cpu_milli, memory_mib, gpu, model)"})
+    start: datetime = field(default=START, metadata={
+        "help": "the time of second 0 of the trace, ISO 8601 (UTC if no offset)"})
 
 
-def source_args(args: argparse.Namespace) -> dict:
-    return {"pods": Path(args.pods).name, "nodes": Path(args.nodes).name,
-            "start": args.start.isoformat()}
+class AlibabaGpu2023(Importer[AlibabaOptions]):
+    name = "alibaba-gpu-2023"
+    help = "import Alibaba's 2023 GPU cluster trace (openb_pod_list, openb_node_list)"
+    description = ("Import Alibaba's cluster-trace-gpu-v2023: node creates at the trace start, a "
+                   "pod create at each creation_time and a pod delete at each deletion_time, with "
+                   "the recorded scheduled_time kept in the extra column scheduled_ts.")
+    options = AlibabaOptions
 
+    def inputs(self, options: AlibabaOptions) -> list[Path]:
+        return [options.pods, options.nodes]
 
-def rows(args: argparse.Namespace) -> pl.DataFrame:
-    """Node creates, then pod creates and deletes, each in file order (``run_import`` sorts)."""
-    nodes = _checked(read_csv(args.nodes, NODE_COLUMNS), args.nodes)
-    pods = _checked(read_csv(args.pods, POD_COLUMNS), args.pods)
-    start_us = int(args.start.timestamp()) * 10**6
-    return pl.concat([_node_creates(nodes, start_us), _pod_writes(pods, start_us)],
-                     how="diagonal_relaxed")
+    def source_args(self, options: AlibabaOptions) -> dict[str, str]:
+        return {"pods": options.pods.name, "nodes": options.nodes.name,
+                "start": options.start.isoformat()}
+
+    def rows(self, options: AlibabaOptions) -> Imported:
+        """Node creates, then pod creates and deletes, each in file order (``run_import``
+        sorts)."""
+        start_us = int(options.start.timestamp()) * 10**6
+        pods_csv, nodes_csv = str(options.pods), str(options.nodes)
+        nodes = _in_range(_checked(read_csv(nodes_csv, NODE_COLUMNS), nodes_csv), nodes_csv,
+                          start_us)
+        pods = _in_range(_checked(read_csv(pods_csv, POD_COLUMNS), pods_csv), pods_csv, start_us)
+        _deleted_after_created(pods, pods_csv)
+        return Imported(pl.concat([_node_creates(nodes, start_us), _pod_writes(pods, start_us)],
+                                  how="diagonal_relaxed"), [])
 
 
 def _checked(frame: pl.DataFrame, path: str) -> pl.DataFrame:
@@ -88,6 +99,39 @@ def _checked(frame: pl.DataFrame, path: str) -> pl.DataFrame:
             what = "is empty" if column[row] is None else f"is negative ({column[row]})"
             raise ReplayError(f"{path}:{row + 2}: column {name} {what}")
     return frame
+
+
+def _in_range(frame: pl.DataFrame, path: str, start_us: int) -> pl.DataFrame:
+    """``frame``, unless a value would overflow the trace's 64-bit column it is scaled into
+    (memory in MiB times 2^20, GPUs times 1000, seconds times 10^6 after the start, which must
+    also end before year 10000): polars would wrap it around without a word."""
+    last_s = (int(LAST_TIME.timestamp()) * 10**6 - start_us) // 10**6
+    bounds = {"memory_mib": INT64_MAX // MIB, "gpu": INT64_MAX // 1000,
+              **{name: last_s for name in ("creation_time", "deletion_time", "scheduled_time")}}
+    for name, bound in bounds.items():
+        if name in frame.columns:
+            _refuse_first(frame, path, name, frame[name] > bound,
+                          "too large: the trace's 64-bit value would overflow" if "time" not in
+                          name else f"after year {LAST_TIME.year} from --start")
+    if "num_gpu" in frame.columns:
+        share = frame["gpu_milli"]
+        too_many = (share > 0) & (frame["num_gpu"] > INT64_MAX // share.clip(lower_bound=1))
+        _refuse_first(frame, path, "num_gpu", too_many,
+                      "too large: num_gpu x gpu_milli overflows a 64-bit integer")
+    return frame
+
+
+def _deleted_after_created(pods: pl.DataFrame, path: str) -> None:
+    _refuse_first(pods, path, "deletion_time",
+                  pods["deletion_time"] < pods["creation_time"],
+                  "before the pod's creation_time")
+
+
+def _refuse_first(frame: pl.DataFrame, path: str, name: str, bad: pl.Series, what: str) -> None:
+    bad = bad.fill_null(False)
+    if bad.any():
+        row = bad.arg_true()[0]
+        raise ReplayError(f"{path}:{row + 2}: column {name} is {frame[name][row]}: {what}")
 
 
 def _node_creates(nodes: pl.DataFrame, start_us: int) -> pl.DataFrame:

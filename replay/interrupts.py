@@ -1,0 +1,73 @@
+"""Ctrl-C that stops a DuckDB query at once, instead of when it ends.
+
+DuckDB's Python client does not notice SIGINT while a query runs: Python's handler runs only
+when the main thread comes back to Python, so a derivation of two minutes would ignore Ctrl-C
+for two minutes.  ``install`` (the command line calls it; a notebook keeps its own handling)
+asks Python's signal handler to write each signal's number to a socket as well
+(``signal.set_wakeup_fd``), and a thread waiting on that socket interrupts every DuckDB
+connection registered with ``interruptible``.  The query then stops, and the main thread raises
+``KeyboardInterrupt`` or DuckDB's ``RuntimeError("Query interrupted")``, which the command line
+reports as ``replay: interrupted``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import threading
+import weakref
+from types import FrameType
+from typing import TypeVar
+
+Connection = TypeVar("Connection")
+
+_connections: weakref.WeakSet = weakref.WeakSet()
+_installed = False
+_received = threading.Event()  # a SIGINT has arrived since ``install``
+
+
+def install() -> None:
+    """Relay Ctrl-C to the registered connections, from now on (main thread only; once)."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    receive, send = socket.socketpair()
+    send.setblocking(False)
+    signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
+    signal.signal(signal.SIGINT, _on_sigint)
+    threading.Thread(target=_relay, args=(receive, send), name="replay-interrupts",
+                     daemon=True).start()
+    _installed = True
+
+
+def received() -> bool:
+    """Whether Ctrl-C has arrived since ``install``: whatever was raised then was raised by it
+    (a native library can turn the ``KeyboardInterrupt`` into an exception of its own)."""
+    return _received.is_set()
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    _received.set()
+    signal.default_int_handler(signum, frame)
+
+
+def interruptible(connection: Connection) -> Connection:
+    """``connection`` (a DuckDB connection), interrupted by Ctrl-C once ``install`` ran."""
+    _connections.add(connection)
+    return connection
+
+
+def _relay(receive: socket.socket, send: socket.socket) -> None:
+    """Interrupt every live connection whenever SIGINT arrives; ``send`` is kept open here."""
+    while True:
+        try:
+            signals = receive.recv(64)
+        except OSError:
+            return
+        if not signals:
+            return
+        if signal.SIGINT in signals:
+            for connection in list(_connections):
+                with contextlib.suppress(Exception):  # closed meanwhile
+                    connection.interrupt()

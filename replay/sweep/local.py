@@ -1,0 +1,140 @@
+"""The local executor: each point in a child process of its own, as many at once as ``--jobs``
+and the memory allow.
+
+A process per point gives all of a replay's memory back when it ends (a long-lived worker keeps
+its allocator's pools) and makes its peak memory its own.  Children are started with ``spawn``
+(a fresh interpreter: a forked child would count the parent's pages as its own peak) and with
+SIGINT ignored, so that Ctrl-C in the terminal reaches only this process, which stops them with
+SIGTERM: each then removes its partial run directory as ``replay run`` does on an interrupt.
+A child also gets SIGTERM if this process dies (Linux), so a killed sweep leaves no replay
+running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+from collections import deque
+from collections.abc import Generator, Iterable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+from typing import cast
+
+from replay.sweep.index import Outcome, Status
+from replay.sweep.point import Task, remove_partial, run_point
+
+STOP_SECONDS = 30  # how long a stopped child may take to clean up before it is killed
+PR_SET_PDEATHSIG = 1  # prctl(2)
+
+
+@dataclass
+class _Running:
+    task: Task
+    process: BaseProcess
+
+
+class LocalExecutor:
+    """Runs points in up to ``jobs`` child processes at once, and only as many as fit together
+    in ``memory_bytes`` by their estimates (one at a time when one alone does not fit; None:
+    no memory limit)."""
+
+    def __init__(self, jobs: int, memory_bytes: int | None):
+        self.jobs, self.memory_bytes = max(1, jobs), memory_bytes
+
+    def run(self, tasks: Iterable[Task]) -> Generator[Outcome, None, None]:
+        """Outcomes as points finish.  Closing the iterator (or an interrupt while it waits)
+        stops the points still running and removes their partial run directories."""
+        context = multiprocessing.get_context("spawn")
+        waiting = deque(tasks)
+        running: dict[Connection, _Running] = {}
+        try:
+            while waiting or running:
+                while waiting and self._fits(waiting[0], running.values()):
+                    task = waiting.popleft()
+                    receiver, sender = context.Pipe(duplex=False)
+                    running[receiver] = _Running(task, _start(context, task, sender))
+                    sender.close()
+                # wait returns some of the connections it is given
+                for receiver in cast("list[Connection]", wait(list(running))):
+                    yield _collect(receiver, running.pop(receiver))
+        finally:
+            _stop(running.values())
+
+    def _fits(self, task: Task, running: Iterable[_Running]) -> bool:
+        running = list(running)
+        if not running:
+            return True
+        if len(running) >= self.jobs:
+            return False
+        used = sum(r.task.memory_bytes for r in running)
+        return self.memory_bytes is None or used + task.memory_bytes <= self.memory_bytes
+
+
+def _start(context, task: Task, sender: Connection) -> BaseProcess:
+    process = context.Process(target=_child, args=(task, sender, os.getpid()),
+                              name=f"replay-sweep {task.name}")
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child
+    try:
+        process.start()
+    finally:
+        signal.signal(signal.SIGINT, before)
+    return process
+
+
+def _child(task: Task, sender: Connection, parent: int) -> None:
+    """A child process: run the point, send its outcome; on SIGTERM, stop cleanly.  What it
+    would print (DuckDB draws progress bars itself) is not for the sweep's terminal."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    quiet = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(quiet, 1)
+    os.dup2(quiet, 2)
+    with contextlib.suppress(KeyboardInterrupt):
+        _die_with(parent)
+        sender.send(run_point(task))
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _die_with(parent: int) -> None:
+    """Ask Linux to send SIGTERM when the parent dies; elsewhere nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # it died before we asked
+        raise KeyboardInterrupt
+
+
+def _collect(receiver: Connection, running: _Running) -> Outcome:
+    try:
+        outcome = receiver.recv()
+    except EOFError:  # it died without a word
+        outcome = None
+    receiver.close()
+    running.process.join()
+    if outcome is not None:
+        return outcome
+    remove_partial(running.task.out)
+    code = running.process.exitcode
+    how = (f"killed by {signal.Signals(-code).name}" if code is not None and code < 0
+           else f"exited with status {code}")
+    hint = " (out of memory?)" if code == -signal.SIGKILL else ""
+    return Outcome(running.task.name, Status.FAILED, f"its process {how}{hint}")
+
+
+def _stop(running: Iterable[_Running]) -> None:
+    """Stop these children: SIGTERM, time to clean up, then SIGKILL; remove what they leave."""
+    running = list(running)
+    for each in running:
+        with contextlib.suppress(ProcessLookupError):
+            each.process.terminate()
+    for each in running:
+        each.process.join(STOP_SECONDS)
+        if each.process.is_alive():
+            each.process.kill()
+            each.process.join()
+        remove_partial(each.task.out)

@@ -1,0 +1,105 @@
+"""Worker processes that never outlive the command that started them, and never print.
+
+``worker_pool`` is a ``ProcessPoolExecutor`` (spawned, not forked: DuckDB and Arrow keep
+threads) whose workers
+
+- ignore Ctrl-C: the terminal sends SIGINT to every process of the command; the main process
+  alone turns it into ``replay: interrupted``, then stops the workers, so no worker prints a
+  traceback;
+- die with the main process, even after ``kill -9`` of it: on Linux the kernel sends them SIGKILL
+  when it exits (``prctl(PR_SET_PDEATHSIG)``), and elsewhere, or should that be missed, a
+  watchdog thread in each worker notices within ``WATCHDOG_SECONDS`` that its parent is gone;
+- are stopped as soon as the block fails or is interrupted, instead of finishing their queue.
+
+A worker that dies on its own (the out-of-memory killer) is an error that says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from replay.errors import ReplayError
+
+WATCHDOG_SECONDS = 1.0
+PR_SET_PDEATHSIG = 1
+
+
+@contextlib.contextmanager
+def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
+    """A pool of ``workers`` processes, started at once, stopped when the block ends."""
+    context = multiprocessing.get_context("spawn")
+    pool = ProcessPoolExecutor(workers, mp_context=context, initializer=_become_worker,
+                               initargs=(os.getpid(),))
+    try:
+        _start(pool, workers)
+        yield pool
+    except BrokenProcessPool:
+        _stop(pool)
+        raise ReplayError("a worker process died (killed, or out of memory); nothing was "
+                          "written") from None
+    except BaseException:
+        _stop(pool)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _start(pool: ProcessPoolExecutor, workers: int) -> None:
+    """Start every worker now, with SIGINT ignored, which they inherit from their start on:
+    a Ctrl-C while one is still starting must not reach it as a KeyboardInterrupt."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
+    try:
+        started = [pool.submit(os.getpid) for _ in range(workers)]
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
+    for future in started:
+        future.result()
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what is queued and end the workers now, without waiting for their tasks."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.terminate()
+    deadline = time.monotonic() + 2
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.join(max(deadline - time.monotonic(), 0))
+            if process.is_alive():
+                process.kill()
+                process.join(1)
+
+
+def _become_worker(parent: int) -> None:
+    """Run first in each worker: ignore Ctrl-C, and die with ``parent``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _kill_me_when_parent_dies()
+    if os.getppid() != parent:  # it died before the line above could take effect
+        os._exit(1)
+    threading.Thread(target=_watch, args=(parent,), name="replay-watchdog", daemon=True).start()
+
+
+def _kill_me_when_parent_dies() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the watchdog alone
+
+
+def _watch(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCHDOG_SECONDS)
+    os._exit(1)

@@ -1,0 +1,718 @@
+"""Fault injection: every command, given bad input or a hostile environment, fails cleanly.
+
+Each case runs the command line as a subprocess (``python -m replay``) in a folder of its own
+holding a copy of small inputs (a trace, a run directory, an audit log, the Alibaba CSVs), and
+checks what docs/reliability.md promises: the exit status, one line on stderr that says what is
+wrong (no traceback), nothing on stdout, and every file of the folder byte for byte as it was
+(inputs unchanged, no output, no temporary left).  The cases run in parallel processes, since
+each spends most of its second importing polars, pyarrow and DuckDB.
+
+Then the process tests: a real ``kill -9`` and a real Ctrl-C (SIGINT to the process group) of
+``ingest`` with its worker processes, of ``run``, ``derive`` and ``query``.  Ingest reads stdin
+from a pipe that is left open after three blocks, so that its workers are certainly running
+when the signal comes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from replay.api import run_replay
+from replay.engine.config import load_config
+from replay.trace.synth import SynthSpec, synthesize
+
+from audit_events import event, write_log
+
+PYTHON = sys.executable
+INJECTED = ("import sys\nfrom replay.cli.main import main\n{code}\n"
+            "sys.exit(main(sys.argv[1:]))")
+DROP_CAPABILITIES = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", "--"]
+TIMEOUT = 300  # a case takes seconds; this only stops one that hangs
+
+
+# --- the inputs every case starts from ----------------------------------------------------------
+
+NODES_CSV = "sn,cpu_milli,memory_mib,gpu,model\nn1,96000,786432,8,V100\nn2,64000,262144,0,\n"
+PODS_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+               "creation_time,deletion_time,scheduled_time\n")
+PODS_CSV = PODS_HEADER + "p1,1000,1024,1,1000,,LS,Running,10,20,11\n" \
+                         "p2,2000,2048,0,0,,BE,Running,12,40,13\n"
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> Path:
+    """The inputs, made once: copied into each case's folder."""
+    root = tmp_path_factory.mktemp("world")
+    synthesize(SynthSpec(nodes=4, pods=30, bind="first-fit", seed=1), root / "trace.parquet")
+    run_replay(root / "trace.parquet", load_config(), out=root / "run")
+    write_log(root / "a.log", [event(audit_id=f"e{i}", name=f"web-{i}", second=i)
+                               for i in range(3)])
+    (root / "nodes.csv").write_text(NODES_CSV)
+    (root / "pods.csv").write_text(PODS_CSV)
+    return root
+
+
+def snapshot(folder: Path) -> dict[str, str]:
+    """Every path under ``folder`` (hidden ones too) and what it is: a file's SHA-256, a link's
+    target, or a directory."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        key, mode = str(path.relative_to(folder)), path.lstat().st_mode
+        if stat.S_ISLNK(mode):
+            found[key] = "-> " + os.readlink(path)
+        elif stat.S_ISDIR(mode):
+            found[key] = "dir"
+        elif stat.S_ISREG(mode):
+            found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
+        else:
+            found[key] = f"special {stat.S_IFMT(mode):o}"
+    return found
+
+
+# --- the cases ------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str
+    args: tuple[str, ...]
+    message: str  # in the one line on stderr
+    setup: Callable[[Path], None] | None = None
+    status: int = 1
+    unprivileged: bool = False  # run without root's capabilities (to meet a read-only folder)
+    inject: str | None = None  # Python run in the process before the command
+    appears: tuple[str, ...] = ()  # paths another process creates meanwhile (not the command)
+
+
+def lines(path: str, *texts: bytes) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        (folder / path).write_bytes(b"".join(text + b"\n" for text in texts))
+    return setup
+
+
+def text(path: str, content: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(content)
+    return setup
+
+
+def both(*setups: Callable[[Path], None]) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        for one in setups:
+            one(folder)
+    return setup
+
+
+def read_only(path: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        (folder / path).mkdir(exist_ok=True)
+        (folder / path).chmod(0o555)
+    return setup
+
+
+def full_disk(path: str, size: str = "16k") -> Callable[[Path], None]:
+    """A tmpfs of ``size`` at ``path`` (the test is skipped where it cannot be mounted)."""
+    def setup(folder: Path) -> None:
+        (folder / path).mkdir()
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                               str(folder / path)], capture_output=True)
+        if done.returncode != 0:
+            raise CannotMount(done.stderr.decode(errors="replace").strip())
+    return setup
+
+
+class CannotMount(Exception):
+    pass
+
+
+def damaged(path: str, at: int = -100) -> Callable[[Path], None]:
+    """Flip one byte of ``path`` (keeping its size)."""
+    def setup(folder: Path) -> None:
+        data = bytearray((folder / path).read_bytes())
+        data[at] ^= 0xFF
+        (folder / path).write_bytes(bytes(data))
+    return setup
+
+
+def truncated(path: str, keep: int) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        data = (folder / path).read_bytes()
+        (folder / path).write_bytes(data[:keep])
+    return setup
+
+
+def copied(source: str, dest: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        if (folder / source).is_dir():
+            shutil.copytree(folder / source, folder / dest)
+        else:
+            shutil.copy(folder / source, folder / dest)
+    return setup
+
+
+def linked(source: str, dest: str, hard: bool = False) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        if hard:
+            os.link(folder / source, folder / dest)
+        else:
+            os.symlink(source, folder / dest)
+    return setup
+
+
+def no_checksums(run: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        manifest = json.loads((folder / run / "manifest.json").read_text())
+        del manifest["files"]
+        (folder / run / "manifest.json").write_text(json.dumps(manifest))
+    return setup
+
+
+GOOD = json.dumps(event(audit_id="g", second=0)).encode()
+
+
+def audit(audit_id: str = "x", **changes) -> bytes:
+    """A JSON line of an audit event with keys replaced."""
+    base = event(audit_id=audit_id, name="web-9", second=1)
+    for key, value in changes.items():
+        key = {"received": "requestReceivedTimestamp", "stage": "stageTimestamp"}.get(key, key)
+        base[key] = value
+    return json.dumps(base).encode()
+
+
+def deep(depth: int) -> bytes:
+    return GOOD[:-1] + b', "requestObject": ' + b"[" * depth + b"]" * depth + b"}"
+
+
+FULL_AT_FLUSH = ("import errno, os, replay.atomic\n"  # a full disk, found when flushing
+                 "def full(path):\n"
+                 "    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+                 "replay.atomic.fsync = full")
+POD_SPEC = {"kind": "Pod", "spec": {"containers": [{"name": "c"}], "priority": 2**40}}
+QUERY = ["query", "run"]
+WATCHERS = '[[watchers]]\nname = "{name}"\nresources = {resources}\n{extra}'
+
+CASES = [
+    # synth ---------------------------------------------------------------------------------------
+    Case("synth-out-is-a-directory", ("synth", "--out", "run"), "run: is a directory"),
+    Case("synth-out-is-a-pipe", ("synth", "--out", "pipe"), "pipe: is not a regular file",
+         setup=lambda folder: os.mkfifo(folder / "pipe")),
+    Case("synth-file-where-a-folder-is-expected", ("synth", "--out", "a.log/t.parquet"),
+         "a.log: Not a directory"),
+    Case("synth-read-only-folder", ("synth", "--out", "ro/t.parquet"), "ro: Permission denied",
+         setup=read_only("ro"), unprivileged=True),
+    Case("synth-disk-full", ("synth", "--pods", "3000", "--out", "full/t.parquet"),
+         "full/t.parquet: No space left on device", setup=full_disk("full")),
+    Case("synth-disk-full-keeps-the-old-trace", ("synth", "--pods", "3000", "--out",
+                                                 "full/t.parquet"),
+         "full/t.parquet: No space left on device",
+         setup=both(full_disk("full"), copied("trace.parquet", "full/t.parquet"))),
+    Case("synth-infinite-lifetime", ("synth", "--mean-lifetime", "inf", "--out", "t2.parquet"),
+         "--mean-lifetime must be a finite number"),
+    Case("synth-too-many-rows", ("synth", "--pods", "100000000", "--out", "t2.parquet"),
+         "more than the limit of 250,000,000"),
+    Case("synth-trace-past-year-9999", ("synth", "--start", "9999-12-31", "--mean-lifetime",
+                                        "100000", "--out", "t2.parquet"),
+         "would end after 9999"),
+    # ingest --------------------------------------------------------------------------------------
+    Case("ingest-out-is-the-log", ("ingest", "a.log", "--out", "a.log"), "a.log: is the input"),
+    Case("ingest-out-is-a-hard-link", ("ingest", "a.log", "--out", "b.log"),
+         "b.log: is the input a.log (a link to it)", setup=linked("a.log", "b.log", hard=True)),
+    Case("ingest-out-is-a-symlink", ("ingest", "a.log", "--out", "b.log"),
+         "b.log: is the input a.log (a link to it)", setup=linked("a.log", "b.log")),
+    Case("ingest-invalid-utf8", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: not valid JSON (invalid UTF-8",
+         setup=lines("bad.log", GOOD, audit(user={"username": "u"}).replace(b'"u"', b'"\xff"'))),
+    Case("ingest-deeply-nested-json", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: JSON nested too deeply", setup=lines("bad.log", GOOD, deep(100_000))),
+    Case("ingest-line-over-64-mib", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: a line longer than 64 MiB",
+         setup=lines("bad.log", GOOD, b'{"kind": "' + b"x" * (65 << 20) + b'"}', GOOD)),
+    Case("ingest-status-code-out-of-range", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: key responseStatus.code: 999 is not an HTTP status",
+         setup=lines("bad.log", GOOD, audit(responseStatus={"code": 999}))),
+    Case("ingest-status-code-beyond-int64", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: key responseStatus.code",
+         setup=lines("bad.log", GOOD, audit(responseStatus={"code": 2**70}))),
+    Case("ingest-received-after-completed", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: key requestReceivedTimestamp: later than the stageTimestamp",
+         setup=lines("bad.log", GOOD, audit(received="2026-03-01T10:00:30.000000Z"))),
+    Case("ingest-priority-beyond-int32", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: key requestObject.spec.priority",
+         setup=lines("bad.log", GOOD, audit(level="Request", requestObject=POD_SPEC))),
+    Case("ingest-a-directory", ("ingest", "run", "--out", "t2.parquet"),
+         "run: is a directory, not an audit log"),
+    Case("ingest-read-only-folder", ("ingest", "a.log", "--out", "ro/t.parquet"),
+         "ro: Permission denied", setup=read_only("ro"), unprivileged=True),
+    # import --------------------------------------------------------------------------------------
+    Case("import-out-is-the-pods-csv",
+         ("import", "alibaba-gpu-2023", "--pods", "pods.csv", "--nodes", "nodes.csv", "--out",
+          "pods.csv"), "pods.csv: is the input pods.csv"),
+    Case("import-memory-overflows",
+         ("import", "alibaba-gpu-2023", "--pods", "p.csv", "--nodes", "nodes.csv", "--out",
+          "t2.parquet"), "p.csv:2: column memory_mib is 9000000000000000",
+         setup=text("p.csv", PODS_HEADER + "p1,1,9000000000000000,0,0,,LS,Running,1,2,\n")),
+    Case("import-gpus-overflow",
+         ("import", "alibaba-gpu-2023", "--pods", "p.csv", "--nodes", "nodes.csv", "--out",
+          "t2.parquet"), "p.csv:2: column num_gpu",
+         setup=text("p.csv", PODS_HEADER + f"p1,1,1,{2**62},1000,,LS,Running,1,2,\n")),
+    Case("import-time-overflows",
+         ("import", "alibaba-gpu-2023", "--pods", "p.csv", "--nodes", "nodes.csv", "--out",
+          "t2.parquet"), "p.csv:2: column creation_time is 9000000000000000000",
+         setup=text("p.csv", PODS_HEADER + "p1,1,1,0,0,,LS,Running,9000000000000000000,"
+                                           "9000000000000000001,\n")),
+    Case("import-deleted-before-created",
+         ("import", "alibaba-gpu-2023", "--pods", "p.csv", "--nodes", "nodes.csv", "--out",
+          "t2.parquet"), "p.csv:3: column deletion_time is 5: before the pod's creation_time",
+         setup=text("p.csv", PODS_CSV.splitlines()[0] + "\np0,1,1,0,0,,LS,Running,1,2,\n"
+                                                        "p1,1,1,0,0,,LS,Running,10,5,\n")),
+    Case("import-out-is-a-directory",
+         ("import", "alibaba-gpu-2023", "--pods", "pods.csv", "--nodes", "nodes.csv", "--out",
+          "run"), "run: is a directory"),
+    # validate ------------------------------------------------------------------------------------
+    Case("validate-a-directory", ("validate", "run"), "run: is a directory"),
+    Case("validate-truncated-trace", ("validate", "cut.parquet"), "not a readable Parquet file",
+         setup=both(copied("trace.parquet", "cut.parquet"), truncated("cut.parquet", 300))),
+    Case("validate-unreadable-trace", ("validate", "secret.parquet"), "Permission denied",
+         setup=both(copied("trace.parquet", "secret.parquet"),
+                    lambda folder: (folder / "secret.parquet").chmod(0)), unprivileged=True),
+    # run -----------------------------------------------------------------------------------------
+    Case("run-force-over-the-folder-of-its-trace", ("run", "t/trace.parquet", "--out", "t",
+                                                    "--force"),
+         "t: holds the input t/trace.parquet",
+         setup=both(copied("run", "t"), copied("trace.parquet", "t/trace.parquet"))),
+    Case("run-force-over-a-folder-that-is-no-run", ("run", "trace.parquet", "--out", "mine",
+                                                    "--force"),
+         "mine: is not a run directory written by replay",
+         setup=text("mine/notes.txt", "my notes")),
+    Case("run-force-over-a-run-holding-other-files", ("run", "trace.parquet", "--out", "r2",
+                                                      "--force"),
+         "r2: holds files replay did not write (notes.txt)",
+         setup=both(copied("run", "r2"), text("r2/notes.txt", "mine"))),
+    Case("run-force-over-a-file", ("run", "trace.parquet", "--out", "a.log", "--force"),
+         "a.log: exists and is not a directory"),
+    Case("run-out-exists", ("run", "trace.parquet", "--out", "run"), "run: already exists"),
+    Case("run-config-inside-the-out-folder",
+         ("run", "trace.parquet", "--config", "run/c.toml", "--out", "run", "--force"),
+         "run: holds the input run/c.toml", setup=text("run/c.toml", "seed = 1\n")),
+    Case("run-out-read-only-folder", ("run", "trace.parquet", "--out", "ro/r"),
+         "ro: Permission denied", setup=read_only("ro"), unprivileged=True),
+    Case("run-disk-full", ("run", "trace.parquet", "--out", "full/r"),
+         "No space left on device", setup=full_disk("full")),
+    Case("run-force-fails-keeps-the-old-run", ("run", "trace.parquet", "--out", "run",
+                                               "--force"),
+         "run/manifest.json: No space left on device", inject=FULL_AT_FLUSH),
+    Case("run-concurrent-writer-won",
+         ("run", "trace.parquet", "--out", "race"),
+         "race: another process wrote it meanwhile",
+         inject="import os\nreal = os.rename\n"
+                "def racing(source, dest, *args, **kwargs):\n"
+                "    if str(dest).endswith('race'):\n"
+                "        os.mkdir(dest)\n"
+                "        open(os.path.join(dest, 'theirs.txt'), 'w').write('theirs')\n"
+                "    return real(source, dest, *args, **kwargs)\n"
+                "os.rename = racing",
+         appears=("race", "race/theirs.txt")),
+    Case("run-watcher-of-nothing-in-the-trace",
+         ("run", "trace.parquet", "--config", "w.toml", "--out", "r2"),
+         "watcher 'typo': its resources (pod) name nothing in trace.parquet, which holds nodes, "
+         "pods", setup=text("w.toml", WATCHERS.format(name="typo", resources='["pod"]', extra=""))),
+    Case("run-a-hundred-million-replicas",
+         ("run", "trace.parquet", "--config", "w.toml", "--out", "r2"),
+         "more than 1,000,000 watchers, the limit",
+         setup=text("w.toml", WATCHERS.format(name="w", resources='["pods"]',
+                                              extra="replicas = 100000000\n"))),
+    Case("run-nan-parameter", ("run", "trace.parquet", "--model", "kube", "-p",
+                               "per_node_ms=nan", "--out", "r2"), "expected a finite number"),
+    Case("run-percentage-over-100", ("run", "trace.parquet", "--model", "kube", "-p",
+                                     "percentage_of_nodes_to_score=150", "--out", "r2"),
+         "must be <= 100"),
+    Case("run-a-hundred-thousand-schedulers", ("run", "trace.parquet", "--model", "godel", "-p",
+                                               "schedulers=100000", "--out", "r2"),
+         "must be <= 1000"),
+    Case("run-duration-beyond-int64", ("run", "trace.parquet", "--model", "kube", "-p",
+                                       "backoff_max_ms=1e300", "--out", "r2"), "must be <="),
+    Case("run-negative-seed", ("run", "trace.parquet", "--seed", "-1", "--out", "r2"),
+         "--seed: expected an integer from 0"),
+    Case("run-stage-cost-beyond-int64", ("run", "trace.parquet", "--config", "c.toml", "--out",
+                                         "r2"), "more than the limit",
+         setup=text("c.toml", '[stages.network]\nlatency = { dist = "constant", ms = 1e300 }\n')),
+    # derive --------------------------------------------------------------------------------------
+    Case("derive-damaged-table", ("derive", "run"), "the events table is damaged",
+         setup=damaged("run/events.parquet")),
+    Case("derive-no-such-run", ("derive", "nowhere"), "nowhere: no such run directory"),
+    Case("derive-read-only-run", ("derive", "run"), "run: Permission denied",
+         setup=lambda folder: (folder / "run").chmod(0o555), unprivileged=True),
+    # query ---------------------------------------------------------------------------------------
+    Case("query-out-over-a-run-table", (*QUERY, "conflict_rate", "--format", "parquet", "--out",
+                                        "run/events.parquet"),
+         "run/events.parquet: lies inside the input run"),
+    Case("query-out-is-the-run", (*QUERY, "conflict_rate", "--format", "csv", "--out", "run"),
+         "run: is the input run"),
+    Case("query-out-is-the-query", (*QUERY, "q.sql", "--format", "csv", "--out", "q.sql"),
+         "q.sql: is the input q.sql", setup=text("q.sql", "SELECT 1 AS one")),
+    Case("query-copy-to", (*QUERY, "q.sql"), "statement 1 (COPY (SELECT ...) is refused",
+         setup=text("q.sql", "COPY (SELECT 1) TO 'run/events.parquet' (FORMAT parquet)")),
+    Case("query-create-table", (*QUERY, "q.sql"), "statement 2 (CREATE TABLE ...) is refused",
+         setup=text("q.sql", "SET VARIABLE x = 1;\nCREATE TABLE t AS SELECT 1;\nSELECT 1")),
+    Case("query-attach", (*QUERY, "q.sql"), "(ATTACH 'run/x.db' ...) is refused",
+         setup=text("q.sql", "ATTACH 'run/x.db';\nSELECT 1")),
+    Case("query-install-extension", (*QUERY, "q.sql"), "(INSTALL httpfs ...) is refused",
+         setup=text("q.sql", "INSTALL httpfs;\nSELECT 1")),
+    Case("query-load-extension", (*QUERY, "q.sql"), "(LOAD json ...) is refused",
+         setup=text("q.sql", "LOAD json;\nSELECT 1")),
+    Case("query-pragma", (*QUERY, "q.sql"), "(PRAGMA threads=1 ...) is refused",
+         setup=text("q.sql", "PRAGMA threads=1;\nSELECT 1")),
+    Case("query-change-a-setting", (*QUERY, "q.sql"), "(SET enable_external_access=true ...) is "
+         "refused", setup=text("q.sql", "SET enable_external_access=true;\nSELECT 1")),
+    Case("query-read-outside-the-runs", (*QUERY, "q.sql"), "Permission Error",
+         setup=text("q.sql", "SELECT * FROM read_csv('/etc/passwd')")),
+    Case("query-point-the-views-elsewhere", (*QUERY, "q.sql"), "Permission Error",
+         setup=text("q.sql", "SET VARIABLE run_dirs = ['/etc'];\nSELECT * FROM runs")),
+    Case("query-through-a-link-in-a-run", (*QUERY, "q.sql"), "Cannot access file \"run/etc/passwd\"",
+         setup=both(text("q.sql", "SELECT * FROM read_csv('run/etc/passwd')"),
+                    lambda folder: os.symlink("/etc", folder / "run" / "etc"))),
+    Case("query-empty-file", (*QUERY, "q.sql"), "q.sql: holds no SQL statement",
+         setup=text("q.sql", "")),
+    Case("query-comments-only", (*QUERY, "q.sql"), "q.sql: holds no SQL statement",
+         setup=text("q.sql", "-- what it would answer\n/* nothing yet */\n")),
+    Case("query-damaged-table", (*QUERY, "conflict_rate"), "the deliveries table is damaged",
+         setup=damaged("run/deliveries.parquet")),
+    Case("query-truncated-table", (*QUERY, "conflict_rate"), "run: the attempts table is "
+         "damaged", setup=truncated("run/attempts.parquet", 1000)),
+    Case("query-verify-a-run-without-checksums", (*QUERY, "conflict_rate", "--verify"),
+         "written by an older version of replay, without checksums",
+         setup=no_checksums("run")),
+    Case("query-out-read-only-folder", (*QUERY, "conflict_rate", "--format", "csv", "--out",
+                                        "ro/out.csv"), "ro: Permission denied",
+         setup=read_only("ro"), unprivileged=True),
+    Case("query-disk-full-at-flush", (*QUERY, "conflict_rate", "--format", "csv", "--out",
+                                      "out.csv"), "out.csv: No space left on device",
+         setup=text("out.csv", "an earlier answer\n"), inject=FULL_AT_FLUSH),
+]
+
+
+def command(case: Case) -> list[str]:
+    if case.inject is not None:
+        prefix = [PYTHON, "-c", INJECTED.format(code=case.inject)]
+    else:
+        prefix = [PYTHON, "-m", "replay"]
+    if case.unprivileged and os.geteuid() == 0:
+        prefix = DROP_CAPABILITIES + prefix
+    return prefix + list(case.args)
+
+
+@dataclasses.dataclass
+class Outcome:
+    done: subprocess.CompletedProcess | None = None
+    before: dict | None = None
+    after: dict | None = None
+    skipped: str | None = None
+
+
+def prepare(case: Case, world: Path, root: Path, mounts: list[Path]) -> tuple[Path, Outcome]:
+    folder = root / case.name
+    shutil.copytree(world, folder)
+    (folder / "tmp").mkdir()
+    outcome = Outcome()
+    if case.unprivileged and os.geteuid() == 0 and shutil.which("setpriv") is None:
+        outcome.skipped = "running as root without setpriv to drop the capabilities"
+        return folder, outcome
+    try:
+        if case.setup is not None:
+            case.setup(folder)
+    except CannotMount as err:
+        outcome.skipped = f"cannot mount a tmpfs here ({err})"
+        return folder, outcome
+    finally:
+        if (folder / "full").is_mount():
+            mounts.append(folder / "full")
+    outcome.before = snapshot(folder)
+    return folder, outcome
+
+
+def execute(case: Case, folder: Path, outcome: Outcome) -> Outcome:
+    if outcome.skipped is None:
+        env = {**os.environ, "TMPDIR": str(folder / "tmp")}
+        try:
+            outcome.done = subprocess.run(command(case), cwd=folder, env=env,
+                                          capture_output=True, text=True, errors="replace",
+                                          timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            outcome.done = subprocess.CompletedProcess(case.args, None, "",
+                                                       f"timed out after {TIMEOUT} s")
+        outcome.after = snapshot(folder)
+        for path in [folder, *folder.rglob("*")]:  # so that the folder can be removed
+            if path.is_dir() and not path.is_symlink() and not path.is_mount():
+                path.chmod(0o755)
+    return outcome
+
+
+@pytest.fixture(scope="module")
+def outcomes(world, tmp_path_factory, request) -> dict[str, Outcome]:
+    """Every selected case run, several at a time."""
+    root = tmp_path_factory.mktemp("cases")
+    selected = {item.callspec.params["case"].name for item in request.session.items
+                if "case" in getattr(getattr(item, "callspec", None), "params", {})}
+    cases = [case for case in CASES if case.name in selected]
+    mounts: list[Path] = []
+    try:
+        prepared = {case.name: prepare(case, world, root, mounts) for case in cases}
+        with concurrent.futures.ThreadPoolExecutor((os.cpu_count() or 2) + 1) as pool:
+            futures = {case.name: pool.submit(execute, case, *prepared[case.name])
+                       for case in cases}
+            yield {name: future.result() for name, future in futures.items()}
+    finally:
+        for mount in mounts:
+            subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_the_suite_is_large_enough():
+    assert len({case.name for case in CASES}) == len(CASES) >= 40
+    assert {case.args[0] for case in CASES} == {"synth", "ingest", "import", "validate", "run",
+                                                "derive", "query"}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_fault(case: Case, outcomes):
+    outcome = outcomes[case.name]
+    if outcome.skipped:
+        pytest.skip(outcome.skipped)
+    done = outcome.done
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == case.status, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("replay: error: "), done.stderr
+    assert case.message in done.stderr
+    assert done.stdout == ""
+    after = {path: kind for path, kind in outcome.after.items() if path not in case.appears}
+    assert after == outcome.before  # inputs byte for byte, no output, no temporary left
+
+
+# --- kill -9 and Ctrl-C ---------------------------------------------------------------------------
+
+def audit_stream(megabytes: int) -> bytes:
+    """About ``megabytes`` MiB of audit events (one event, repeated: duplicates are cheap)."""
+    line = json.dumps(event(audit_id="same", second=1)).encode() + b"\n"
+    return line * ((megabytes << 20) // len(line) + 1)
+
+
+def children(pid: int) -> set[int]:
+    """Every descendant of ``pid`` still alive (zombies excluded)."""
+    found, queue = set(), [pid]
+    while queue:
+        parent = queue.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                kids = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for kid in map(int, kids):
+                if kid not in found and alive(kid):
+                    found.add(kid)
+                    queue.append(kid)
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_for(condition: Callable[[], object], seconds: float = 120, what: str = "it") -> object:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.01)
+    raise AssertionError(f"waited {seconds} s for {what}")
+
+
+def temporaries(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.name.endswith(".replay-tmp"))
+
+
+def replay(*args: str, folder: Path, inject: str | None = None, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "TMPDIR": str(folder / "tmp")}
+    (folder / "tmp").mkdir(exist_ok=True)
+    prefix = ["-m", "replay"] if inject is None else ["-c", INJECTED.format(code=inject)]
+    return subprocess.Popen([PYTHON, *prefix, *args], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, **kwargs)
+
+
+needs_proc = pytest.mark.skipif(not Path("/proc/self/task").exists(),
+                                reason="needs /proc to find worker processes")
+
+
+@pytest.fixture
+def ingesting(tmp_path):
+    """``replay ingest - --out t.parquet`` with its two workers running, reading a pipe that
+    stays open after three blocks."""
+    process = replay("ingest", "-", "--out", "t.parquet", folder=tmp_path,
+                     stdin=subprocess.PIPE)
+    process.stdin.write(audit_stream(56))
+    process.stdin.flush()
+    workers = wait_for(lambda: len(children(process.pid)) >= 2 and children(process.pid),
+                       what="the ingest's workers")
+    yield process, workers
+    for pid in [process.pid, *children(process.pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@needs_proc
+def test_kill_9_of_ingest_leaves_no_process_and_the_next_ingest_cleans_up(ingesting, tmp_path):
+    process, workers = ingesting
+    assert temporaries(tmp_path)  # the spill folder
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(TIMEOUT)
+    wait_for(lambda: not any(alive(pid) for pid in workers), seconds=5,
+             what="the workers to die with their parent")
+    assert not (tmp_path / "t.parquet").exists()
+    assert temporaries(tmp_path)  # left by the killed process: the next write removes it
+    (tmp_path / "a.log").write_bytes(audit_stream(1))
+    again = replay("ingest", "a.log", "--out", "t.parquet", folder=tmp_path)
+    assert again.wait(TIMEOUT) == 0, again.stderr.read()
+    assert (tmp_path / "t.parquet").exists() and temporaries(tmp_path) == []
+
+
+@needs_proc
+def test_ctrl_c_of_ingest_with_workers(ingesting, tmp_path):
+    process, workers = ingesting
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal does: every process of the command
+    process.stdin.close()
+    assert process.wait(TIMEOUT) == 130
+    err = process.stderr.read().decode()
+    assert err == "replay: interrupted\n"  # and no traceback from a worker either
+    wait_for(lambda: not any(alive(pid) for pid in workers), seconds=5, what="the workers")
+    assert not (tmp_path / "t.parquet").exists() and temporaries(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def medium(tmp_path_factory) -> Path:
+    """A trace whose replay and derivation take a second or two."""
+    root = tmp_path_factory.mktemp("medium")
+    synthesize(SynthSpec(nodes=50, pods=3000, bind="least-allocated"), root / "m.parquet")
+    return root / "m.parquet"
+
+
+def interrupted(process: subprocess.Popen, folder: Path, how: int, later: float = 0) -> str:
+    """Signal ``process`` (the whole group, for SIGINT) once it has a temporary in ``folder``
+    (and ``later`` seconds more); its stderr."""
+    wait_for(lambda: temporaries(folder), what="the command to start writing")
+    time.sleep(later)
+    if how == signal.SIGINT:
+        os.killpg(process.pid, how)
+    else:
+        os.kill(process.pid, how)
+    process.wait(TIMEOUT)
+    return process.stderr.read().decode()
+
+
+def test_ctrl_c_of_run(medium, tmp_path):
+    (tmp_path / "runs").mkdir()
+    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path)
+    err = interrupted(process, tmp_path / "runs", signal.SIGINT)
+    assert process.returncode == 130 and err == "replay: interrupted\n", err
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_kill_9_of_run_then_a_rerun(medium, tmp_path):
+    (tmp_path / "runs").mkdir()
+    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path)
+    interrupted(process, tmp_path / "runs", signal.SIGKILL)
+    assert process.returncode == -signal.SIGKILL
+    assert not (tmp_path / "runs" / "m").exists() and temporaries(tmp_path / "runs")
+    again = replay("run", str(medium), "--out", "runs/m", folder=tmp_path)
+    assert again.wait(TIMEOUT) == 0, again.stderr.read()
+    assert temporaries(tmp_path / "runs") == []
+
+
+@pytest.fixture(scope="module")
+def medium_run(medium, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("medium-run") / "m"
+    run_replay(medium, load_config(), out=out)
+    return out
+
+
+SLOW_SQL = "SELECT count(*) AS n FROM range(1000000000000)"  # minutes of DuckDB
+
+
+@pytest.mark.parametrize("phase", ["anywhere", "in DuckDB"])
+def test_ctrl_c_of_derive_keeps_the_run(medium_run, tmp_path, phase):
+    """Ctrl-C as soon as derive starts writing, or a second into a derivation that DuckDB would
+    compute for minutes (its SQL replaced)."""
+    run = tmp_path / "m"
+    shutil.copytree(medium_run, run)
+    before = snapshot(run)
+    slow = f"import replay.analysis.derive as d\nd.derived_sql = lambda name: {SLOW_SQL!r}"
+    process = replay("derive", "m", folder=tmp_path,
+                     inject=slow if phase == "in DuckDB" else None)
+    err = interrupted(process, run, signal.SIGINT, later=1.0 if phase == "in DuckDB" else 0)
+    assert process.returncode == 130 and err == "replay: interrupted\n", err
+    assert snapshot(run) == before
+
+
+@pytest.mark.parametrize("output", [[], ["--format", "csv"], ["--format", "json"]])
+def test_ctrl_c_of_a_query(medium_run, tmp_path, output):
+    """Ctrl-C a second into a query that would run for minutes in DuckDB."""
+    (tmp_path / "slow.sql").write_text(SLOW_SQL)
+    process = replay("query", str(medium_run), "slow.sql", *output, folder=tmp_path)
+    err = interrupted(process, tmp_path / "tmp", signal.SIGINT, later=1.0)
+    assert process.returncode == 130 and err == "replay: interrupted\n", err
+    assert process.stdout.read() == b"" and temporaries(tmp_path) == []
+
+
+def test_skip_bad_lines_counts_a_line_over_the_limit(tmp_path):
+    log = tmp_path / "long.log"
+    log.write_bytes(GOOD + b"\n" + b'{"kind": "' + b"x" * (65 << 20) + b'"}\n' + audit() + b"\n")
+    done = subprocess.run([PYTHON, "-m", "replay", "ingest", str(log), "--skip-bad-lines",
+                           "--out", str(tmp_path / "t.parquet")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "bad lines skipped: 1 (first: " in done.stderr and "long.log:2: a line longer" in \
+        done.stderr
+    assert "2 rows" in done.stdout
+
+
+def test_what_ingest_writes_validate_accepts(tmp_path):
+    """A bad line skipped, not written: validate accepts the result."""
+    log = tmp_path / "mixed.log"
+    log.write_bytes(b"\n".join([GOOD, audit(responseStatus={"code": 999}),
+                                audit(audit_id="y", received="2026-03-01T10:00:30Z"),
+                                audit(audit_id="z")]) + b"\n")
+    out = tmp_path / "t.parquet"
+    done = subprocess.run([PYTHON, "-m", "replay", "ingest", str(log), "--skip-bad-lines",
+                           "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0 and "bad lines skipped: 2" in done.stderr, done.stderr
+    checked = subprocess.run([PYTHON, "-m", "replay", "validate", str(out)], capture_output=True,
+                             text=True)
+    assert checked.returncode == 0 and "valid trace v1, 2 rows" in checked.stdout
+
+
+def test_errno_is_told_as_path_and_cause():
+    from replay.errors import os_error_message
+
+    assert os_error_message(PermissionError(errno.EACCES, "x", "out/t")) == \
+        "out/t: Permission denied"
+    pyarrow_style = OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No "
+                                          "space left on device")
+    assert os_error_message(pyarrow_style) == "No space left on device"

@@ -1,0 +1,158 @@
+"""The built-in models use only the engine's model API, as a plugin would.
+
+- each model module imports from the engine only ``replay.engine.api`` (and from the layers below
+  the engine, the model base classes and other models);
+- it reads the engine's objects but never assigns to their attributes, and touches none of their
+  private (``_``) names;
+- every public name of the API is documented in docs/models.md;
+- a copy of ``replay/models/kube.py`` installed as a plugin writes the built-in's tables byte for
+  byte: the built-in needs nothing a plugin cannot have.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SAMPLE_TRACE
+from replay.engine import api
+
+MODELS = REPO / "replay" / "models"
+BUILT_IN = sorted(p for p in MODELS.glob("*.py") if p.name not in ("__init__.py", "base.py"))
+ALLOWED_PREFIXES = ("replay.engine.api", "replay.models", "replay.trace", "replay.arrays",
+                    "replay.rng", "replay.errors", "replay.limits")
+
+
+def replay_imports(tree: ast.AST) -> list[str]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return [name for name in found if name == "replay" or name.startswith("replay.")]
+
+
+def is_own(node: ast.expr) -> bool:
+    """``self``, ``cls`` or ``super()``: the model's own object."""
+    if isinstance(node, ast.Name):
+        return node.id in ("self", "cls")
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "super")
+
+
+def violations(source: str) -> list[str]:
+    """What a model module does that a plugin must not: imports from engine internals, private
+    names of other objects, assignments to other objects' attributes."""
+    tree = ast.parse(source)
+    out = [f"imports {name}" for name in replay_imports(tree)
+           if not name.startswith(ALLOWED_PREFIXES)]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                and not node.attr.startswith("__") and not is_own(node.value)):
+            out.append(f"line {node.lineno}: uses the private .{node.attr}")
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for item in (target.elts if isinstance(target, ast.Tuple) else [target]):
+                if isinstance(item, ast.Attribute) and not is_own(item.value):
+                    out.append(f"line {node.lineno}: assigns .{item.attr} of another object")
+                if isinstance(item, ast.Subscript) and isinstance(item.value, ast.Attribute) \
+                        and not is_own(item.value.value):
+                    out.append(f"line {node.lineno}: assigns into .{item.value.attr} of "
+                               "another object")
+    return out
+
+
+@pytest.mark.parametrize("path", BUILT_IN, ids=lambda p: p.stem)
+def test_built_in_models_use_only_the_api(path):
+    assert violations(path.read_text()) == []
+
+
+@pytest.mark.parametrize("code, found", [
+    ("from replay.engine.simulation import Simulation", "imports replay.engine.simulation"),
+    ("def f(sim):\n    sim._pipeline.hop(0)", "uses the private ._pipeline"),
+    ("def f(attempt):\n    attempt.committed = 3", "assigns .committed of another object"),
+    ("def f(view, n):\n    view.free[:, n] -= 1", "assigns into .free of another object"),
+])
+def test_the_api_check_finds_what_models_used_to_do(code, found):
+    assert any(found in v for v in violations(code))
+
+
+def public_names() -> set[str]:
+    names = set()
+    for name in api.__all__:
+        names.add(name)
+        thing = getattr(api, name)
+        if isinstance(thing, type):
+            members = set(vars(thing))
+            if dataclasses.is_dataclass(thing):
+                members |= {f.name for f in dataclasses.fields(thing)}
+            members |= set(getattr(thing, "__annotations__", {}))
+            names |= {m for m in members if not m.startswith("_")}
+    return names
+
+
+def test_every_public_name_of_the_api_is_documented():
+    docs = (REPO / "docs" / "models.md").read_text()
+    skip = {"name", "value", "kind", "keys", "count", "index"}  # enum and tuple machinery
+    missing = sorted(n for n in public_names() - skip
+                     if not re.search(rf"`[^`]*\b{re.escape(n)}\b[^`]*`", docs))
+    assert missing == []
+
+
+def test_a_copy_of_kube_as_a_plugin_writes_the_same_tables(cli, tmp_path, monkeypatch):
+    package = tmp_path / "kube_copy"
+    package.mkdir()
+    source = (MODELS / "kube.py").read_text().replace('name = "kube"', 'name = "kube-copy"')
+    (package / "__init__.py").write_text(source)
+    info = tmp_path / "kube_copy-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kube-copy\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[replay.models]\nkube-copy = kube_copy:KubeModel\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        args = ["-p", "schedulers=3", "-p", "policy=most-allocated"]
+        for model in ("kube", "kube-copy"):
+            result = cli("run", SAMPLE_TRACE, "--model", model, *args, "--out", tmp_path / model)
+            assert result.code == 0, result.err
+    finally:
+        sys.modules.pop("kube_copy", None)
+    tables = sorted(p.name for p in (tmp_path / "kube").glob("*.parquet"))
+    assert "attempts.parquet" in tables and "capacity_windows.parquet" in tables
+    for table in tables:
+        assert (tmp_path / "kube" / table).read_bytes() == \
+            (tmp_path / "kube-copy" / table).read_bytes(), table
+
+
+def test_timers_cancel_and_the_core_steps_like_simpy():
+    from replay.engine.core import Environment
+    env, fired = Environment(10), []
+    keep = env.at(20, fired.append, "kept")
+    dropped = env.after(5, fired.append, "dropped")
+    env.at(30, fired.append, "late")
+    dropped.cancel()
+    assert env.peek() == 20 and keep.pending
+    assert env.step() and fired == ["kept"] and env.now == 20 and keep.fired
+    env.run(until=25)
+    assert env.now == 25 and fired == ["kept"]
+    env.run()
+    assert fired == ["kept", "late"] and not env.step() and env.peek() is None
+    with pytest.raises(ValueError):
+        env.at(1, fired.append, "past")
+
+
+def test_models_import_nothing_of_the_engine_but_the_api():
+    """The same rule for every file under replay/models, Path by Path (a new file is checked)."""
+    for path in Path(MODELS).glob("*.py"):
+        bad = [name for name in replay_imports(ast.parse(path.read_text()))
+               if name.startswith("replay.engine") and name != "replay.engine.api"]
+        assert bad == [], path.name

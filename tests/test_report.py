@@ -1,0 +1,203 @@
+"""``replay report``: what the page shows is the shipped queries' answers, section by section.
+
+These tests need neither a browser nor, mostly, the report extra: the sections are built from
+the queries in plain Python.  The page itself (Plotly) and ``--static`` (matplotlib) are tested
+when the extra is installed; tests/test_report_browser.py opens the page in Chromium.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+
+import pytest
+from test_queries import sample_prefix
+
+from replay.api import run_replay
+from replay.engine.config import load_config
+from replay.errors import ReplayError
+from replay.report import build_page, write_report
+from replay.report.data import QUERIES
+from replay.report.figures import Mark
+from replay.report.sections import swept_parameters
+
+from report_checks import QueryAnswers, same_number
+
+SECTIONS = ["overview", "delay", "timeline", "conflicts", "capacity"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The sample's first 3 s through Gödel with two and with three schedulers."""
+    folder = tmp_path_factory.mktemp("report")
+    trace = sample_prefix(folder)
+    made = []
+    for schedulers in (2, 3):
+        out = folder / f"godel-{schedulers}"
+        run_replay(trace, load_config(model="godel", overrides=[f"schedulers={schedulers}"]),
+                   out=out)
+        made.append(out)
+    return made
+
+
+def cells(page):
+    return [cell for section in page.sections for table in section.tables
+            for row in table.rows for cell in row if cell.source]
+
+
+def test_every_number_is_its_querys_answer(runs):
+    """Each number in a table names its query, row and column; running that query gives it."""
+    page = build_page([str(r) for r in runs])
+    answers = QueryAnswers(runs)
+    numbers = cells(page)
+    assert len(numbers) > 40
+    for cell in numbers:
+        assert same_number(cell.value, answers.value(cell.source)), cell
+
+
+def test_one_run_has_every_section_and_every_figure_has_data(runs):
+    page = build_page([str(runs[0])])
+    assert [s.key for s in page.sections] == SECTIONS
+    answers = QueryAnswers(runs[:1])
+    roles = answers.answer("delay_cdf")["watcher_role"].unique().sort().to_list()
+    assert roles == ["binder", "dispatcher", "kubelet", "scheduler"]
+    for section in page.sections:
+        for figure in section.figures:
+            assert figure.panels, figure.key
+            for panel in figure.panels:
+                assert panel.has_data(), (figure.key, panel.title)
+    figures = {f.key: f for s in page.sections for f in s.figures}
+    cdf = figures["delay-cdf"].panels[0]
+    assert sorted(s.name for s in cdf.series) == roles
+    scheduler = next(s for s in cdf.series if s.name == "scheduler")
+    expected = answers.answer("delay_cdf").filter(watcher_role="scheduler")
+    assert list(scheduler.x) == expected["delay_ms"].to_list()
+    assert len(figures["capacity-nodes"].panels) == 1
+    assert figures["capacity-nodes"].panels[0].heatmap.y == tuple(
+        answers.answer("stale_capacity_by_node").sort("rank")["node"].unique(
+            maintain_order=True))
+
+
+def test_several_runs_are_overlaid_and_their_parameters_compared(runs):
+    page = build_page([str(r) for r in runs])
+    keys = [s.key for s in page.sections]
+    assert keys == SECTIONS + ["parameters"]
+    figures = {f.key: f for s in page.sections for f in s.figures}
+    names = [s.name for s in figures["delay-cdf"].panels[0].series]
+    assert "godel-2 · scheduler" in names and "godel-3 · scheduler" in names
+    assert len(figures["capacity-nodes"].panels) == 2  # one heat map per run
+    headline = page.sections[0].tables[1]
+    assert headline.header == ("", "godel-2", "godel-3")
+    swept = figures["parameter-schedulers"]
+    for panel in swept.panels:
+        (line,) = panel.series
+        assert line.x == (2, 3) and line.mark is Mark.LINE and None not in line.y
+
+
+def test_swept_parameters_are_those_that_differ_within_a_model():
+    from replay.report.data import Run
+
+    def run(name, model, **parameters):
+        return Run(name, name, model, 0, "default", "t.parquet", parameters)
+
+    runs = [run("a", "godel", schedulers=2, policy="x"), run("b", "godel", schedulers=3,
+                                                              policy="x"),
+            run("c", "omega", schedulers=5, conflict="fine")]
+    assert swept_parameters(runs) == ["schedulers"]
+    assert swept_parameters(runs[1:]) == []  # differ across models only: nothing is swept
+
+
+def test_a_time_window_with_nothing_leaves_the_overview_only(runs):
+    later = dt.datetime(2099, 1, 1, tzinfo=dt.timezone.utc)
+    page = build_page([str(runs[0])], from_ts=later)
+    assert [s.key for s in page.sections] == ["overview"]
+    assert page.options == ("--from", later.isoformat())
+
+
+def test_headline_fits_a_terminal(cli, runs):
+    """200 kubelets: the headline shows the 3 worst and ALL, and how to see every one."""
+    result = cli("query", runs[0])
+    assert result.code == 0, result.err
+    capacity = result.out.split("stale_capacity_by_role:")[1]
+    kubelet_rows = [line for line in capacity.splitlines() if "│ kubelet " in line]
+    assert len(kubelet_rows) == 4 and "│ ALL " in kubelet_rows[-1]
+    assert f"replay query {runs[0]} stale_capacity_summary" in capacity
+    assert len(result.out.splitlines()) < 70
+
+
+def test_the_report_reads_only_shipped_queries():
+    from replay.analysis.catalog import shipped
+
+    assert set(QUERIES) <= set(shipped())
+
+
+def test_never_written_into_a_run(runs, tmp_path):
+    with pytest.raises(ReplayError, match="inside the run directory"):
+        write_report([str(runs[0])], runs[0] / "report.html")
+    with pytest.raises(ReplayError, match="inside the run directory"):
+        write_report([str(runs[0])], tmp_path / "r.html", static=runs[0] / "figures")
+    assert not (runs[0] / "report.html").exists()
+
+
+def test_never_written_over_a_trace(tmp_path):
+    pytest.importorskip("plotly", reason="the report extra is not installed")
+    trace = tmp_path / "prefix.parquet"
+    sample_prefix(tmp_path)  # the runs' trace, made again here
+    run = tmp_path / "run"
+    run_replay(trace, load_config(model="oracle"), out=run)
+    before = trace.read_bytes()
+    with pytest.raises(ReplayError, match="the trace of a run"):
+        write_report([str(run)], trace)
+    assert trace.read_bytes() == before
+
+
+def test_without_the_extra_one_line_says_which(cli, runs, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "plotly", None)
+    monkeypatch.setitem(sys.modules, "plotly.offline", None)
+    result = cli("report", runs[0], "--out", tmp_path / "r.html")
+    assert result.code == 1
+    assert result.err.strip().count("\n") == 0
+    assert "k8s-watch-replay[report]" in result.err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_bad_runs_are_one_line(cli, tmp_path):
+    result = cli("report", tmp_path / "nothing", "--out", tmp_path / "r.html")
+    assert result.code == 1 and "no such run directory" in result.err
+
+
+# --- with the report extra -----------------------------------------------------------------------
+
+def test_the_page_is_self_contained_small_and_the_same_every_time(cli, runs, tmp_path):
+    pytest.importorskip("plotly", reason="the report extra is not installed")
+    first, second = tmp_path / "a.html", tmp_path / "b.html"
+    result = cli("report", *runs, "--out", first)
+    assert result.code == 0, result.err
+    assert "sections: overview, delay, timeline, conflicts, capacity, parameters" in result.out
+    assert cli("report", *runs, "--out", second).code == 0
+    text = first.read_text()
+    assert first.read_bytes() == second.read_bytes()
+    assert len(first.read_bytes()) < 10_000_000
+    assert text.count("Plotly.newPlot(") == 10  # 9 figures, and schedulers against the metrics
+    assert text.count("plotly.js v") == 1  # the library, inlined once
+    lowered = text.lower()
+    for fetching in ('src="http', "src='http", "<link", "@import", "url(http"):
+        assert fetching not in lowered
+
+
+def test_static_figures_for_papers(runs, tmp_path):
+    pytest.importorskip("matplotlib", reason="the report extra is not installed")
+    pytest.importorskip("plotly", reason="the report extra is not installed")
+    folder = tmp_path / "figures"
+    result = write_report([str(runs[0])], tmp_path / "r.html", static=folder)
+    names = sorted(p.name for p in folder.iterdir())
+    assert len(names) == 2 * result.figures == len(result.static)
+    assert "delay-cdf.png" in names and "delay-cdf.svg" in names
+    assert (folder / "capacity-nodes.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (folder / "delay-cdf.svg").read_bytes()
+    write_report([str(runs[0])], tmp_path / "r.html", static=folder)  # replaces earlier figures
+    assert (folder / "delay-cdf.svg").read_bytes() == svg
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(ReplayError, match="holds other files"):
+        write_report([str(runs[0])], tmp_path / "r.html", static=folder)
+    assert (folder / "notes.txt").read_text() == "mine"
