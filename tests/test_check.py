@@ -25,7 +25,8 @@ from strategies import GIB, bind, delete, node, pod, rows_to_trace
 
 MS = dt.timedelta(milliseconds=1)
 US = dt.timedelta(microseconds=1)
-TABLES = ("events", "deliveries", "attempts", "pods", "watchers")
+TABLES = ("events", "deliveries", "attempts", "pods", "watchers", "watch_terminations",
+          "relists")
 
 # Two nodes; pods arriving two at a time, one deleted, one too big for any node (it stays
 # pending, unschedulable); recorded bindings (kept by observe, set aside by the what-if models).
@@ -38,6 +39,44 @@ ROWS = [
 # One node with room for one of two pods that two kube-schedulers place at once: the kubelet
 # admits the first binding and fails the second
 RACE = [node(0, "n0", 1000, 8 * GIB), pod(1, "a", 1000), pod(1, "b", 1000)]
+
+
+# Under load (observe): second-scheduler's watch of pods drains 5 ms an event into a buffer of
+# 1, the dispatcher's budget is 1 ms and never refills, the watch cache holds 2 events: it is
+# terminated, re-lists (twice: the first list too leaves the window) and re-watches;
+# kube-scheduler's workqueue coalesces a pod's writes queued together
+LOAD = """profile = "zero"
+[stages.network]
+latency = { dist = "constant", ms = 1 }
+[stages.watcher_queue]
+buffer = 1
+[dispatch]
+timeout_budget_ms = 1.0
+budget_refill_ms_per_s = 0.0
+[watch_cache]
+capacity = 2
+[list]
+per_object = { dist = "constant", ms = 0.5 }
+[[watchers]]
+name = "kube-scheduler"
+role = "scheduler"
+client_queue = "workqueue"
+[watchers.stages.handler]
+service = { dist = "constant", ms = 2 }
+[[watchers]]
+name = "second-scheduler"
+role = "scheduler"
+client_queue = "fifo"
+[watchers.stages.watcher_queue]
+service = { dist = "constant", ms = 5 }
+[[watchers]]
+name = "kubelet/n0"
+role = "kubelet"
+node = "n0"
+"""
+BUSY = [node(0, "n0", 64000, 64 * GIB), node(0, "n1", 64000, 64 * GIB)] + [
+    row for i in range(12) for row in (pod(1 + i, f"p{i}", 100), bind(2 + i, f"p{i}", f"n{i % 2}"))
+] + [delete(20 + i, f"p{i}") for i in range(0, 12, 3)]
 
 
 def replay(root: Path, model: str, config: str = "", rows=ROWS) -> Path:
@@ -54,14 +93,15 @@ def base(tmp_path_factory) -> dict[str, Path]:
     oracle with every stage free, and two kube-schedulers racing for one node."""
     root = tmp_path_factory.mktemp("check")
     return {"godel": replay(root, "godel"), "oracle": replay(root, "oracle", 'profile = "zero"\n'),
-            "kube": replay(root, "kube", "[model]\nschedulers = 2\n", rows=RACE)}
+            "kube": replay(root, "kube", "[model]\nschedulers = 2\n", rows=RACE),
+            "load": replay(root, "observe", LOAD, rows=BUSY)}
 
 
 def ids(findings, status=Status.FAILED) -> list[str]:
     return [f.invariant for f in findings if f.status is status]
 
 
-@pytest.mark.parametrize("model", ["godel", "oracle", "kube"])
+@pytest.mark.parametrize("model", ["godel", "oracle", "kube", "load"])
 def test_the_runs_to_corrupt_keep_every_invariant(base, model):
     findings = check_run(base[model])
     assert failed(findings) == []
@@ -209,6 +249,43 @@ def late_kubelet(t):
         for c in ("sent_ts", "received_ts", "dequeued_ts", "applied_ts"))}
 
 
+def sent_on_the_closed_watch(t):
+    """The write second-scheduler's watch could not take arrives on that watch (it was
+    re-listed): a missed write not covered by the re-list."""
+    rv = t["watch_terminations"]["rv"][0]
+    d = t["deliveries"]
+    mine = (pl.col("rv") == rv) & (pl.col("watcher") == "second-scheduler")
+    return {"deliveries": d.with_columns(
+        source=pl.when(mine).then(pl.lit("watch")).otherwise(pl.col("source").cast(pl.String)))}
+
+
+def relist_forgotten(t):
+    """relists lacks the re-lists whose deltas are in deliveries."""
+    return {"relists": t["relists"].clear()}
+
+
+def coalesced_apart(t):
+    """A delivery the workqueue coalesced is applied 1 ms after the handling that absorbed it."""
+    d = t["deliveries"]
+    i = row_of(d, pl.col("coalesced"))
+    return {"deliveries": at(d, i, applied_ts=d["applied_ts"][i] + MS)}
+
+
+def object_reordered(t):
+    """The workqueue applies a pod's later write before its earlier one."""
+    d = t["deliveries"].filter(pl.col("watcher") == "kube-scheduler",
+                               ~pl.col("coalesced")).sort("rv")
+    e = t["events"].select("rv", "name")
+    d = d.join(e, on="rv").filter(pl.col("name") == "p0").sort("rv")
+    first, second = d["rv"][0], d["rv"][1]
+    whole = t["deliveries"]
+    mine = (pl.col("watcher") == "kube-scheduler") & pl.col("rv").is_in([first, second])
+    late = whole.filter(mine)["applied_ts"].max() + MS
+    return {"deliveries": whole.with_columns(applied_ts=pl.when(
+        (pl.col("watcher") == "kube-scheduler") & (pl.col("rv") == first)).then(late)
+        .otherwise(pl.col("applied_ts")))}
+
+
 def damage_a_table(t):
     """A delivery's time changed behind the tool's back: the manifest's checksum no longer
     matches (the corruption is not recorded)."""
@@ -223,6 +300,10 @@ CORRUPTIONS = [
     ("exactly_once", "godel", drop_a_delivery, False),
     ("exactly_once", "godel", deliver_twice, False),
     ("stream_order", "godel", swap_applied, False),
+    ("stream_order", "load", object_reordered, False),
+    ("coalesced_shares_handling", "load", coalesced_apart, False),
+    ("missed_writes_recovered", "load", sent_on_the_closed_watch, False),
+    ("missed_writes_recovered", "load", relist_forgotten, False),
     ("shared_queues_fifo", "godel", cache_out_of_order, False),
     ("truth_within_capacity", "godel", over_commit, False),
     ("kubelet_admission", "kube", admit_a_failed_pod, False),
