@@ -259,6 +259,9 @@ SELECT run, rv, commit_ts, pod, life, node, takes, cpu_milli, memory_bytes, gpu_
 FROM moves
 GROUP BY ALL;
 
+-- node_capacity_changes: the rows of capacity_changes (below) that node writes make (change
+-- 'node'), a view of their own so that `replay check` reads them without computing the claims.
+--
 -- capacity_changes: run, rv, commit_ts, node, cpu_milli, memory_bytes, gpu_milli, attempt_id, pod,
 -- change, counts_assumed: every committed write that changes a node's free capacity, and by how
 -- much (negative: less free); change says what it is ('node', or a claim's change), pod which pod
@@ -268,7 +271,7 @@ GROUP BY ALL;
 --     0), and a node created again starts from nothing.  Unknown allocatable counts as 0.
 --   * A pod that requests something takes and gives back its requests as claims says;
 --     attempt_id is the attempt that wrote a claim.
-CREATE OR REPLACE VIEW capacity_changes AS
+CREATE OR REPLACE VIEW node_capacity_changes AS
 WITH node_writes AS (
     SELECT run, rv, commit_ts, name AS node, verb = 'delete' AS removes,
            cpu_milli, memory_bytes, gpu_milli
@@ -302,6 +305,11 @@ WITH node_writes AS (
     FROM allocatable
     WINDOW by_node AS (PARTITION BY run, node ORDER BY rv)
 )
+SELECT *
+FROM node_changes
+WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0;
+
+CREATE OR REPLACE VIEW capacity_changes AS
 SELECT run, rv, commit_ts, node,
        CASE WHEN takes THEN -cpu_milli ELSE cpu_milli END AS cpu_milli,
        CASE WHEN takes THEN -memory_bytes ELSE memory_bytes END AS memory_bytes,
@@ -310,9 +318,7 @@ SELECT run, rv, commit_ts, node,
 FROM claims
 WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0
 UNION ALL
-SELECT *
-FROM node_changes
-WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0;
+FROM node_capacity_changes;
 
 -- core_seconds(gap_seconds, condition): an aggregate: the sum of gap_seconds over the rows
 -- where condition holds, 0 if none.  It adds whole nano-core-seconds (a cpu gap is whole
