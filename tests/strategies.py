@@ -79,6 +79,49 @@ def rows_to_trace(path, rows: list[dict]) -> Path:
     return Path(path)
 
 
+# --- a pipeline under load ---------------------------------------------------------------------
+
+UNDER_LOAD = """profile = "zero"
+[stages.network]
+latency = {{ dist = "constant", ms = 1 }}
+[stages.watcher_queue]
+buffer = 1
+[dispatch]
+timeout_budget_ms = 1.0
+budget_refill_ms_per_s = 0.0
+[list]
+per_object = {{ dist = "constant", ms = 0.5 }}
+[[watchers]]
+name = "kube-scheduler"
+role = "scheduler"
+client_queue = "{first}"
+[watchers.stages.handler]
+service = {{ dist = "constant", ms = 2 }}
+[[watchers]]
+name = "second-scheduler"
+role = "scheduler"
+client_queue = "{second}"
+[watchers.stages.watcher_queue]
+service = {{ dist = "constant", ms = 5 }}
+[[watchers]]
+name = "kubelet/n0"
+role = "kubelet"
+node = "n0"
+[watch_cache]
+capacity = {capacity}
+"""
+
+
+def under_load(capacity: int, client_queue: str, second_queue: str | None = None) -> str:
+    """A run config under load: no delay but a 1 ms network; second-scheduler's watches drain
+    slowly (5 ms an event) into buffers of 1 (4 events), the dispatcher's budget is 1 ms and
+    never refills, the watch cache holds ``capacity`` events: its watches are terminated and
+    re-list (or re-watch, with a larger window), and views are frozen meanwhile.  The two
+    schedulers' client queues are ``client_queue`` (and ``second_queue``, if given)."""
+    return UNDER_LOAD.format(first=client_queue, second=second_queue or client_queue,
+                             capacity=capacity)
+
+
 # --- workloads ------------------------------------------------------------------------------------
 
 NODE_CPU, NODE_MEMORY, NODE_GPU = (1000, 2000, 4000), (2 * GIB, 8 * GIB), (None, 0, 1000)

@@ -21,7 +21,7 @@ from replay.engine.config import load_config
 from replay.engine.rundir import record_files
 
 from conftest import REPO, shared_data
-from strategies import GIB, bind, delete, node, pod, rows_to_trace
+from strategies import GIB, bind, delete, node, pod, rows_to_trace, under_load
 
 MS = dt.timedelta(milliseconds=1)
 US = dt.timedelta(microseconds=1)
@@ -41,39 +41,10 @@ ROWS = [
 RACE = [node(0, "n0", 1000, 8 * GIB), pod(1, "a", 1000), pod(1, "b", 1000)]
 
 
-# Under load (observe): second-scheduler's watch of pods drains 5 ms an event into a buffer of
-# 1, the dispatcher's budget is 1 ms and never refills, the watch cache holds 2 events: it is
-# terminated, re-lists (twice: the first list too leaves the window) and re-watches;
+# Under load (observe, strategies.under_load): second-scheduler's watch of pods is terminated,
+# re-lists (twice: the first list too leaves the window of 2 events) and re-watches;
 # kube-scheduler's workqueue coalesces a pod's writes queued together
-LOAD = """profile = "zero"
-[stages.network]
-latency = { dist = "constant", ms = 1 }
-[stages.watcher_queue]
-buffer = 1
-[dispatch]
-timeout_budget_ms = 1.0
-budget_refill_ms_per_s = 0.0
-[watch_cache]
-capacity = 2
-[list]
-per_object = { dist = "constant", ms = 0.5 }
-[[watchers]]
-name = "kube-scheduler"
-role = "scheduler"
-client_queue = "workqueue"
-[watchers.stages.handler]
-service = { dist = "constant", ms = 2 }
-[[watchers]]
-name = "second-scheduler"
-role = "scheduler"
-client_queue = "fifo"
-[watchers.stages.watcher_queue]
-service = { dist = "constant", ms = 5 }
-[[watchers]]
-name = "kubelet/n0"
-role = "kubelet"
-node = "n0"
-"""
+LOAD = under_load(2, "workqueue", "fifo")
 BUSY = [node(0, "n0", 64000, 64 * GIB), node(0, "n1", 64000, 64 * GIB)] + [
     row for i in range(12) for row in (pod(1 + i, f"p{i}", 100), bind(2 + i, f"p{i}", f"n{i % 2}"))
 ] + [delete(20 + i, f"p{i}") for i in range(0, 12, 3)]

@@ -32,7 +32,8 @@ from replay.trace.io import write_trace
 
 import query_reference as ref
 from conftest import SAMPLE_TRACE, shared_data
-from strategies import GIB, T0, bind, delete, node, observed_traces, pod, rows_to_trace
+from strategies import (GIB, T0, bind, delete, node, observed_traces, pod, rows_to_trace,
+                        under_load)
 
 # --- making runs ---------------------------------------------------------------------------------
 
@@ -202,39 +203,8 @@ def check_conflicts(answers: Answers) -> None:
 
 # --- properties on random runs ---------------------------------------------------------------------
 
-# Under load: the second scheduler's watches drain slowly (5 ms an event) into buffers of 1 (4
-# events), the dispatcher's budget is 1 ms and never refills, the window holds 2 events: its
-# watches are terminated and re-list (or re-watch, with a larger window), and views are frozen
-# meanwhile; the other scheduler's client queue pops a key's events together
-LOAD = network(1) + """
-[stages.watcher_queue]
-buffer = 1
-[dispatch]
-timeout_budget_ms = 1.0
-budget_refill_ms_per_s = 0.0
-[list]
-per_object = { dist = "constant", ms = 0.5 }
-[[watchers]]
-name = "kube-scheduler"
-role = "scheduler"
-client_queue = "CLIENT_QUEUE"
-[watchers.stages.handler]
-service = { dist = "constant", ms = 2 }
-[[watchers]]
-name = "second-scheduler"
-role = "scheduler"
-client_queue = "CLIENT_QUEUE"
-[watchers.stages.watcher_queue]
-service = { dist = "constant", ms = 5 }
-[[watchers]]
-name = "kubelet/n0"
-role = "kubelet"
-node = "n0"
-"""
-
-
 def load(client_queue: str, capacity: int) -> str:
-    return LOAD.replace("CLIENT_QUEUE", client_queue) + f"[watch_cache]\ncapacity = {capacity}\n"
+    return under_load(capacity, client_queue)
 
 
 CONFIGS = st.sampled_from([ZERO, ZERO + FEW_WATCHERS, network(1), network(3), network(8),
