@@ -13,7 +13,9 @@ def add_parser(commands) -> None:
     parser = commands.add_parser(
         "check", help="check that run directories keep every invariant",
         description="Check each RUN_DIR against the project's invariants (docs/consistency.md): "
-                    "the watch pipeline's causality, order and exactly-once delivery, capacity, "
+                    "the tables' integrity (manifest.json's checksums), the watch pipeline's "
+                    "causality, order and exactly-once delivery (across terminations, re-watches "
+                    "and re-lists), capacity, "
                     "bindings, attempts, every pod accounted for, views that converge. Prints "
                     "one line per invariant: ok, FAILED with how many rows break it and up to "
                     "5 of them, reported (allowed by design, counted), or n/a. Exits 1 if any "
