@@ -69,7 +69,7 @@ class TinyModel(WhatIfModel):
         if not pod.pending:
             return
         free = self.view.snapshot().free
-        fits = [n for n in range(sim.node_count()) if self.view.fits(n, pod.request)]
+        fits = [n for n in range(sim.node_count) if self.view.fits(n, pod.request)]
         node = max(fits, key=lambda n: (int(free[0, n]), -n)) if fits else NO_NODE
         attempt = sim.new_attempt(pod, TINY, enqueued, node, 0)
         sim.after(round(self.settings["think_ms"] * 1000), self.decide, attempt, tries)

@@ -215,21 +215,20 @@ class RunTables:
             FROM watchers""")
         return "watch"
 
-    def truth(self, bound_only: bool = False) -> str:
-        """``capacity_changes`` (views.sql) with the truth's free capacity on the node after each
-        change (negative: over-committed), and the rv of the node's latest allocatable decrease
-        at or before it (``last_shrink_rv``).  The API server's truth counts a Gödel scheduler's
-        assume patch as a claim (``claims``); with ``bound_only``, as a kubelet counts: bound
-        pods only."""
-        name, excluded = ("bound_truth", "true") if bound_only else ("truth", "false")
-        if name not in self._registered:
-            query = (f"FROM capacity_changes WHERE counts_assumed IS DISTINCT FROM {excluded}"
+    def truth(self) -> str:
+        """``capacity_changes`` (views.sql) of the bound pods (as a kubelet or Gödel's binder
+        counts them, not a Gödel scheduler's assume patches: those are optimistic by design,
+        the binder checks them) with the free capacity on the node after each change (negative:
+        over-committed), and the rv of the node's latest allocatable decrease at or before it
+        (``last_shrink_rv``)."""
+        if "truth" not in self._registered:
+            query = ("FROM capacity_changes WHERE counts_assumed IS DISTINCT FROM true"
                      if self.value("SELECT count(*) FROM events WHERE pod_state IS NOT NULL")
                      else PLACEMENTS_FROM_PODS)
             with duckdb_errors("replay check"):
                 changes = self.con.sql(query).to_arrow_table()
-            self.register(name, free_after_each_change(changes))
-        return name
+            self.register("truth", free_after_each_change(changes))
+        return "truth"
 
     def register(self, name: str, table: pa.Table) -> None:
         """Make the Arrow ``table`` a view of the connection (DuckDB reads it in place)."""
@@ -754,11 +753,10 @@ def truth_within_capacity(run: RunTables) -> Finding:
                          order="rv", note=why)
     return _from_sql(
         run, "truth_within_capacity",
-        f"SELECT {columns} FROM {truth} AS truth WHERE change IN ('binding', 'assumed') "
-        f"AND ({OVER}) "
+        f"SELECT {columns} FROM {truth} AS truth WHERE change = 'binding' AND ({OVER}) "
         f"AND (last_shrink_rv IS NULL OR NOT {in_wake})",
         reported=f"SELECT {columns} FROM {truth} AS truth WHERE {ANY_OVER} "
-                 f"AND (change NOT IN ('binding', 'assumed') OR NOT ({OVER}) OR {in_wake})",
+                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake})",
         order="rv", note="over-commitment after an allocatable decrease is reported")
 
 
@@ -778,7 +776,7 @@ def kubelet_admission(run: RunTables) -> Finding:
         return _not_applicable("kubelet_admission",
                                "observe keeps the recorded cluster's decisions: "
                                "truth_within_capacity reports what it over-committed")
-    truth, watch = run.truth(bound_only=True), run.watch()
+    truth, watch = run.truth(), run.watch()
     run.table("kubelets", f"""
         SELECT DISTINCT watcher, only_node AS node FROM {watch}
         WHERE only_node IS NOT NULL AND resource = 'pods'""")
