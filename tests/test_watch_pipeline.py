@@ -398,6 +398,48 @@ def test_scan_equals_step_under_load(case):
     assert sorted(Counter((r[0], r[1]) for r in rows)) == sorted(
         (w, i + 1) for i, t in enumerate(targets) for w in t), "exactly once"
     assert stream_invariants(rows, codes, commit) == []
+    assert recovery_invariants(rows, codes, by_step[2], [f"w{i}" for i in everyone],
+                               pipeline().streams.resources) == []
+
+
+def recovery_invariants(rows, resource, incidents, watchers, resources) -> list[str]:
+    """What the run tables say of each termination (docs/run-directory.md): it is recovered
+    (recovered_ts) after it happened; each write it missed (its ``missed`` count, stream by
+    stream the deliveries with source rewatch or relist) is newer than its ``resume_rv`` and
+    applied by its ``recovered_ts``; a write a re-list covers is applied during that re-list
+    and is not newer than the list.  Returns the broken ones."""
+    broken = []
+    us = [pl.col(column).dt.epoch("us") for column in ("ts", "recovered_ts")]
+    terminations: dict[tuple[int, int], list] = {}
+    for w, r, ts, recovered, resume_rv, missed in incidents["watch_terminations"].select(
+            "watcher", "resource", *us, "resume_rv", "missed").rows():
+        if recovered is None or recovered < ts:
+            broken.append(f"{w} {r} terminated at {ts}: recovered at {recovered}")
+        terminations.setdefault((watchers.index(w), resources.index(r)), []).append(
+            (ts, recovered, resume_rv, missed))
+    lists: dict[tuple[int, int], list] = {}
+    for w, r, start, end, rv in incidents["relists"].select(
+            "watcher", "resource", *(pl.col(c).dt.epoch("us") for c in ("start_ts", "end_ts")),
+            "rv").rows():
+        lists.setdefault((watchers.index(w), resources.index(r)), []).append((start, end, rv))
+    owed: Counter = Counter()
+    for w, rv, _, _, _, applied, source, _ in rows:
+        if source == Source.WATCH:
+            continue
+        stream = (w, resource[rv - 1])
+        owed[stream] += 1
+        if not any(resume_rv < rv and recovered is not None and ts <= applied <= recovered
+                   for ts, recovered, resume_rv, _ in terminations.get(stream, ())):
+            broken.append(f"{stream} rv {rv}: missed by no termination before its recovery")
+        if source == Source.RELIST and not any(
+                start <= applied <= end and rv <= listed
+                for start, end, listed in lists.get(stream, ())):
+            broken.append(f"{stream} rv {rv}: covered by no re-list")
+    for stream, recorded in terminations.items():
+        if sum(t[3] for t in recorded) != owed[stream]:
+            broken.append(f"{stream}: {sum(t[3] for t in recorded)} writes missed, "
+                          f"{owed[stream]} re-sent or re-listed")
+    return broken
 
 
 def stream_invariants(rows, resource, commit) -> list[str]:
@@ -510,13 +552,16 @@ def test_a_what_if_control_plane_under_load(tmp_path):
     resource = dict(zip(events["rv"], events["resource"]))
     commit = {rv: ts for rv, ts in zip(events["rv"], events["commit_ts"].dt.epoch("us"))}
     names = sorted(set(deliveries["watcher"]))
-    rows = [(names.index(w), rv, *times) for w, rv, *times in deliveries.select(
-        "watcher", "rv", *(pl.col(c).dt.epoch("us") for c in (
-            "sent_ts", "received_ts", "dequeued_ts", "applied_ts")), "source", "coalesced").rows()]
+    rows = [(names.index(w), rv, *times, Source[source.upper()], coalesced)
+            for w, rv, *times, source, coalesced in deliveries.select(
+                "watcher", "rv", *(pl.col(c).dt.epoch("us") for c in (
+                    "sent_ts", "received_ts", "dequeued_ts", "applied_ts")),
+                "source", "coalesced").rows()]
     codes = {r: i for i, r in enumerate(sorted(set(resource.values())))}
     by_rv = [codes[resource[rv]] for rv in range(1, max(resource) + 1)]
     assert stream_invariants(rows, by_rv, [commit[rv] for rv in range(1, max(resource) + 1)]) \
         == []
+    assert recovery_invariants(rows, by_rv, run, names, sorted(codes)) == []
     assert set(run["attempts"]["outcome"]) <= {"bound", "conflict", "unschedulable", "error"}
     assert set(terminations["recovery"]) == {"rewatch", "relist"} and run["relists"].height
 
