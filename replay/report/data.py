@@ -29,6 +29,7 @@ QUERIES = (
     "stale_capacity_timeline",
     "stale_capacity_by_node",
     "stale_capacity_durations",
+    "watch_health",
 )
 RUN_COLUMNS = ("run", "model", "seed", "profile", "trace")  # the runs view's; then parameters
 
