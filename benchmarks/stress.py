@@ -55,10 +55,17 @@ def report(run_dir: Path, label: str, seconds: float) -> None:
     for resource, held in stalled.group_by("resource").agg(pl.col("held").sum()).sort(
             "resource").rows():
         print(f"  the {resource} dispatcher held back {held:.2f} s in all")
-    for row in delay.group_by("role").agg(
-            p50=pl.col("ms").quantile(0.5, "nearest"), p99=pl.col("ms").quantile(0.99, "nearest"),
-            max=pl.col("ms").max()).sort("role").rows():
+    percentiles = {"p50": pl.col("ms").quantile(0.5, "nearest"),
+                   "p99": pl.col("ms").quantile(0.99, "nearest"), "max": pl.col("ms").max()}
+    for row in delay.group_by("role").agg(**percentiles).sort("role").rows():
         print("  end-to-end delay, {}: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms".format(*row))
+    for row in delay.filter(pl.col("role") == "scheduler").group_by("watcher").agg(
+            **percentiles).sort("watcher").rows():
+        print("    scheduler {}: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms".format(*row))
+    frozen = (terminations["recovered_ts"] - terminations["ts"]).dt.total_microseconds().sum()
+    listed = relists.select("objects", seconds=(pl.col("end_ts") - pl.col("start_ts"))
+                            .dt.total_microseconds() / 1e6).rows()
+    print(f"  views frozen {frozen / 1e6:.1f} s in all; re-lists (objects, seconds): {listed}")
 
 
 def main() -> None:
