@@ -20,6 +20,8 @@ from pathlib import Path
 
 import polars as pl
 
+from replay.analysis.catalog import load_query
+from replay.analysis.runs import PARAMETERS, open_runs, run_query
 from replay.api import run_replay
 from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
@@ -62,10 +64,14 @@ def report(run_dir: Path, label: str, seconds: float) -> None:
     for row in delay.filter(pl.col("role") == "scheduler").group_by("watcher").agg(
             **percentiles).sort("watcher").rows():
         print("    scheduler {}: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms".format(*row))
-    frozen = (terminations["recovered_ts"] - terminations["ts"]).dt.total_microseconds().sum()
-    listed = relists.select("objects", seconds=(pl.col("end_ts") - pl.col("start_ts"))
-                            .dt.total_microseconds() / 1e6).rows()
-    print(f"  views frozen {frozen / 1e6:.1f} s in all; re-lists (objects, seconds): {listed}")
+    for relist in relists.select("watcher", "resource", "objects", seconds=(
+            pl.col("end_ts") - pl.col("start_ts")).dt.total_microseconds() / 1e6).rows():
+        print("  re-list by {} of {}: {:,} objects, {:.2f} s".format(*relist))
+    health = run_query(open_runs([str(run_dir)]), load_query("watch_health"),
+                       dict.fromkeys(PARAMETERS)).pl()
+    for row in health.filter(pl.col("terminations") > 0).select(
+            "watcher", "resource", "frozen_seconds", "max_frozen_seconds").rows():
+        print("  watch_health: {} / {}: frozen {:.2f} s in all, {:.2f} s at most".format(*row))
 
 
 def main() -> None:
