@@ -22,7 +22,7 @@ from replay.engine.clientqueue import QUEUES, Arrival
 from replay.engine.config import (PROFILES, REFLECTOR_PROFILES, ClientQueue, ResourceSettings,
                                   RunConfig, ServerSettings, WatcherSpec)
 from replay.engine.distributions import Constant, Exponential
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Source
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, Source
 
 MS = 1000
 
@@ -85,17 +85,26 @@ def stepped(pipeline: Pipeline, writes: Writes):
     return sorted(rows), shared, pipeline.incidents()
 
 
-def scanned(pipeline: Pipeline, writes: Writes):
-    """The same writes through ``scan``: the same rows, per-write times and incidents."""
+def scanned(pipeline: Pipeline, writes: Writes, part: int | None = None):
+    """The same writes through ``scan``: the same rows, per-write times and incidents; with
+    ``part``, scanned that many deliveries at a time, as observe does."""
     streams = pipeline.streams
     pairs = [(streams.of[w, writes.resource[i]], i) for i, targets in enumerate(writes.targets)
              for w in targets]
     pairs.sort()
     stream = np.array([s for s, _ in pairs], dtype=np.int64)
     write = np.array([i for _, i in pairs], dtype=np.int64)
-    times = pipeline.scan(np.array(writes.commit, dtype=np.int64), write, stream,
-                          np.array(writes.resource), np.array(writes.key),
-                          np.array(writes.deleted))
+    arrays = (np.array(writes.commit, dtype=np.int64), write, stream, np.array(writes.resource))
+    key, deleted = np.array(writes.key), np.array(writes.deleted)
+    if part is not None:
+        scan = Scan(pipeline, *arrays, lambda: key, lambda: deleted, part=part)
+        parts = list(scan.parts())
+        times = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+        rows = sorted((int(streams.watcher[s]), int(i) + 1,
+                       *(int(times[c][k]) for c in STAGE_COLUMNS[3:]), int(times["source"][k]),
+                       bool(times["coalesced"][k])) for k, (s, i) in enumerate(zip(stream, write)))
+        return rows, None, scan.incidents()
+    times = pipeline.scan(*arrays, key, deleted)
     rows = sorted((int(streams.watcher[s]), int(i) + 1,
                    *(int(times[c][k]) for c in STAGE_COLUMNS[3:]), int(times["source"][k]),
                    bool(times["coalesced"][k])) for k, (s, i) in enumerate(zip(stream, write)))
@@ -394,6 +403,12 @@ def test_scan_equals_step_under_load(case):
     assert by_scan[1] == by_step[1]
     for name, table in by_step[2].items():
         assert by_scan[2][name].equals(table), name
+    # observe scans a part at a time: a full buffer is found across parts too
+    if by_step[0]:
+        by_parts = scanned(pipeline(), writes, data.draw(st.integers(1, len(by_step[0]))))
+        assert by_parts[0] == by_step[0]
+        for name, table in by_step[2].items():
+            assert by_parts[2][name].equals(table), name
     rows = by_step[0]
     assert sorted(Counter((r[0], r[1]) for r in rows)) == sorted(
         (w, i + 1) for i, t in enumerate(targets) for w in t), "exactly once"

@@ -901,6 +901,7 @@ class Scan:
         before the event 2 x buffer + 2 before it in the stream was sent."""
         sent = np.empty(len(self.write), dtype=np.int64)
         room = 2 * np.array(self.pipeline.buffer, dtype=np.int64) + 2
+        rooms = np.unique(room).tolist()
         blocked: set[int] = set()
         resume = None
         for start in range(0, max(len(self.write), 1), self.part):
@@ -912,16 +913,35 @@ class Scan:
             cost = self.pipeline._draw_stream(("watcher_queue", "service"), segments)
             dispatched = self.shared.dispatched[self.write[part]]
             sent[part] = segments.lindley(dispatched, cost, last=resume.sent if resume else None)
-            # the event that many before each (in this part or an earlier one), if any
-            before = np.arange(start, start + len(stream)) - room[stream]
-            full = np.flatnonzero(before >= self.starts[stream])
-            full = full[sent[before[full]] > dispatched[full]]
-            if len(full):
-                blocked.update(self.pipeline.streams.resource[stream[full]].tolist())
+            blocked.update(self._full(start, stream, dispatched, sent, room, rooms))
             more = start + self.part < len(self.write) and self.stream[start + self.part] == \
                 stream[-1]
             resume = Resume.after({"sent_ts": sent[part]}, stream, resume) if more else None
         return sent, sorted(blocked)
+
+    def _full(self, start: int, stream: np.ndarray, dispatched: np.ndarray, sent: np.ndarray,
+              room: np.ndarray, rooms: list[int]) -> list[int]:
+        """The resources of the part's deliveries (from ``start``) that find their stream full:
+        the event ``room`` before them in the stream (in this part or an earlier one) was sent
+        after they were dispatched.  By shifted slices, one per distinct room (deliveries are
+        sorted by stream, so the event that many rows before is of the same stream exactly
+        when its stream number is the same), not by gathering each one's predecessor."""
+        end = start + len(stream)
+        per_row = room[stream] if len(rooms) > 1 else None
+        found: list[int] = []
+        for r in rooms:
+            lo = max(start, r)
+            if lo >= end:
+                continue
+            mine = slice(lo - start, None)
+            full = (self.stream[lo - r:end - r] == stream[mine]) \
+                & (sent[lo - r:end - r] > dispatched[mine])
+            if per_row is not None:
+                full &= per_row[mine] == r
+            if full.any():
+                found += self.pipeline.streams.resource[
+                    np.unique(stream[mine][full])].tolist()
+        return found
 
     def _objects(self) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.shared.commit)
