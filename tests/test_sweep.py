@@ -345,8 +345,8 @@ def test_a_point_is_exactly_replay_run_with_its_config_and_seed(cli, killed_and_
     result = cli("run", folder / "tiny.parquet", "--config", config, "--seed", "1", "--out", alone)
     assert result.code == 0, result.err
     tables = sorted(p.name for p in point.glob("*.parquet"))
-    assert len(tables) == len(TABLES) + len(DERIVED_TABLES)  # every table of a run directory
-    assert tables == sorted(p.name for p in alone.glob("*.parquet"))
+    every = sorted(f"{name}.parquet" for name in (*TABLES, *DERIVED_TABLES))
+    assert tables == every == sorted(p.name for p in alone.glob("*.parquet"))
     assert all((point / t).read_bytes() == (alone / t).read_bytes() for t in tables), (
         differences(point, alone))
     recorded = json.loads((point / "manifest.json").read_text())
