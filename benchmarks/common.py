@@ -45,6 +45,21 @@ def big_trace(pods: int = PODS, nodes: int = NODES) -> Path:
     return path
 
 
+def whatif_trace(pods: int = PODS, nodes: int = NODES, arrival_rate: float = 800.0,
+                 mean_lifetime: float = 300.0) -> Path:
+    """The what-if benchmarks' workload (no bindings: the model makes them), synthesized once
+    into the system's temporary folder and reused."""
+    path = Path(tempfile.gettempdir()) / (
+        f"replay-bench-{pods}-pods-{nodes}-nodes-{arrival_rate:g}.parquet")
+    if not path.exists():
+        print(f"synthesizing {path} ...", flush=True)
+        partial = path.with_suffix(".partial.parquet")
+        synthesize(SynthSpec(nodes=nodes, pods=pods, arrival_rate=arrival_rate,
+                             mean_lifetime=mean_lifetime, seed=1), partial)
+        partial.replace(path)
+    return path
+
+
 def cpu_seconds() -> float:
     """User + system time of this process (all threads) and of its finished child processes."""
     usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
