@@ -126,7 +126,7 @@ def prepare(scale: float, work: Path, names: set[str]) -> None:
     pods, nodes = scaled(scale)
     if names & {"observe", "simpy", "derive-observe", "queries"}:
         big_trace(pods, nodes)
-    if names & {f"whatif-{m}" for m in WHAT_IF_MODELS} | {"derive-godel", "queries"}:
+    if names & ({f"whatif-{m}" for m in WHAT_IF_MODELS} | {"derive-godel", "queries"}):
         whatif_trace(pods, nodes)
     if "ingest" in names and not (work / "audit.log").exists():
         size = max(round(AUDIT_LOG_BYTES * scale), 2**20)
@@ -255,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, help="keep inputs, runs and logs here")
     parser.add_argument("--markdown", type=Path, default=HERE / "RESULTS.md")
     parser.add_argument("--json", type=Path, default=HERE / "results.json")
+    parser.add_argument("--section", metavar="NAME",
+                        help="replace only this named section of --markdown and --json, "
+                             "keeping the others (several runs, e.g. scales, in one file)")
     args = parser.parse_args(argv)
     if args.scale <= 0 or args.repeat < 1:
         parser.error("--scale must be > 0 and --repeat >= 1")
@@ -287,11 +290,36 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{figures['wall_s']:.1f} s, peak RSS {figures['peak_rss_mib']:,.0f} MiB",
                       file=sys.stderr, flush=True)
         results = {s.name: aggregate(s, runs[s.name]) for s in chosen}
-    args.json.write_text(json.dumps({"meta": meta, "results": results, "runs": runs},
-                                    indent=1) + "\n")
-    args.markdown.write_text(markdown(meta, chosen, results))
-    print(markdown(meta, chosen, results))
+    record = {"meta": meta, "results": results, "runs": runs}
+    table = markdown(meta, chosen, results)
+    if args.section:
+        record = {**_read_json(args.json), args.section: record}
+        table = _with_section(args.markdown, args.section, table)
+    args.json.write_text(json.dumps(record, indent=1) + "\n")
+    args.markdown.write_text(table)
+    print(table)
     return 0
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if "meta" not in data else {}  # a whole file of one run: replaced
+
+
+def _with_section(path: Path, name: str, table: str) -> str:
+    """``path``'s text with section ``name`` (between its two markers) replaced by ``table``,
+    or added at the end; the heading of ``table`` becomes a level-2 one."""
+    begin, end = f"<!-- run_all section {name} -->", f"<!-- end of section {name} -->"
+    body = f"{begin}\n{table.replace('# Benchmark results', f'## {name}', 1)}{end}\n"
+    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        rest = rest.split(end, 1)[1].lstrip("\n")
+        return head + body + ("\n" + rest if rest else "")
+    return text.rstrip("\n") + "\n\n" + body
 
 
 if __name__ == "__main__":
