@@ -18,6 +18,7 @@ from replay.trace.synth import SynthSpec, synthesize
 
 RESULT_PREFIX = "result: "
 PODS, NODES = 1_000_000, 20_000  # production scale: Gödel's 1M pods on 20k nodes
+OBSERVE_RATE, WHAT_IF_RATE = 2_400.0, 800.0  # pods a second arriving, at production scale
 
 
 def scaled(scale: float) -> tuple[int, int]:
@@ -25,17 +26,24 @@ def scaled(scale: float) -> tuple[int, int]:
     return max(round(PODS * scale), 1), max(round(NODES * scale), 1)
 
 
+def rate_for(pods: int, production_rate: float) -> float:
+    """The arrival rate that keeps a smaller workload's load per node, and its duration, those
+    of production: pods arrive over the same span of time onto proportionally fewer nodes."""
+    return production_rate * pods / PODS
+
+
 def observe_spec(pods: int = PODS, nodes: int = NODES) -> SynthSpec:
-    """The observe benchmarks' workload: recorded bindings, 2,400 pods a second arriving."""
-    return SynthSpec(nodes=nodes, pods=pods, arrival_rate=2_400.0, bind="least-allocated",
-                     seed=1)
+    """The observe benchmarks' workload: recorded bindings, 2,400 pods a second arriving at
+    production scale (proportionally fewer at a smaller one)."""
+    return SynthSpec(nodes=nodes, pods=pods, arrival_rate=rate_for(pods, OBSERVE_RATE),
+                     bind="least-allocated", seed=1)
 
 
 def big_trace(pods: int = PODS, nodes: int = NODES) -> Path:
     """The observe workload's trace, synthesized once into the system's temporary folder (about
     25 s at production scale) and reused by later runs."""
     name = ("replay-bench-1M-pods.parquet" if (pods, nodes) == (PODS, NODES)
-            else f"replay-bench-observe-{pods}-pods-{nodes}-nodes.parquet")
+            else f"replay-bench-observe-{pods}-pods-{nodes}-nodes-scaled-rate.parquet")
     path = Path(tempfile.gettempdir()) / name
     if not path.exists():
         print(f"synthesizing {path} ...", flush=True)
@@ -45,7 +53,7 @@ def big_trace(pods: int = PODS, nodes: int = NODES) -> Path:
     return path
 
 
-def whatif_trace(pods: int = PODS, nodes: int = NODES, arrival_rate: float = 800.0,
+def whatif_trace(pods: int = PODS, nodes: int = NODES, arrival_rate: float = WHAT_IF_RATE,
                  mean_lifetime: float = 300.0) -> Path:
     """The what-if benchmarks' workload (no bindings: the model makes them), synthesized once
     into the system's temporary folder and reused."""

@@ -3,7 +3,10 @@
     python benchmarks/run_all.py [--scale 1.0] [--repeat 3] [--only SCENARIO ...]
         [--work DIR] [--markdown benchmarks/RESULTS.md] [--json benchmarks/results.json]
 
-Scale 1.0 is production: 1M pods on 20k nodes and a 2 GiB audit log; 0.05 is a twentieth.  The
+Scale 1.0 is production: 1M pods on 20k nodes and a 2 GiB audit log; 0.05 is a twentieth (50k
+pods on 1,000 nodes, a 102 MiB log).  Pods arrive proportionally slower at a smaller scale (2,400
+a second for observe, 800 for the what-if models at 1.0), so that every scale has the same load
+per node and the same span of time: a smaller run is a smaller cluster, not a more crowded one.  The
 scenarios, in order: ``synth``; ``ingest`` (of a log ``make_audit_log.py`` writes first, not
 timed); ``observe`` (Gödel's five watchers, ``godel-watchers.toml``); the what-if models
 ``whatif-godel``, ``whatif-kube``, ``whatif-omega``, ``whatif-peer``; ``derive-observe`` and
@@ -38,7 +41,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from common import TreeMemory, big_trace, read_result, scaled, whatif_trace
+from common import (OBSERVE_RATE, WHAT_IF_RATE, TreeMemory, big_trace, rate_for, read_result,
+                    scaled, whatif_trace)
 
 HERE = Path(__file__).resolve().parent
 GODEL_WATCHERS = HERE / "godel-watchers.toml"
@@ -71,12 +75,14 @@ def script(name: str, *args: object) -> list[str]:
 
 def scenarios(scale: float) -> list[Scenario]:
     pods, nodes = scaled(scale)
+    observe_rate, what_if_rate = rate_for(pods, OBSERVE_RATE), rate_for(pods, WHAT_IF_RATE)
     log_size = max(round(AUDIT_LOG_BYTES * scale), 2**20)
     out = []
     out.append(Scenario(
-        "synth", f"replay synth: {pods:,} pods on {nodes:,} nodes, least-allocated bindings",
-        lambda w: script("synth.py", "--pods", pods, "--nodes", nodes, "--out",
-                         w / "synth.parquet"),
+        "synth", f"replay synth: {pods:,} pods on {nodes:,} nodes, {observe_rate:g} pods/s, "
+        "least-allocated bindings",
+        lambda w: script("synth.py", "--pods", pods, "--nodes", nodes, "--arrival-rate",
+                         observe_rate, "--out", w / "synth.parquet"),
         "seconds", "rows_per_s", "rows/s"))
     out.append(Scenario(
         "ingest", f"replay ingest of a {log_size / 2**20:,.0f} MiB audit log, two workers",
@@ -90,9 +96,10 @@ def scenarios(scale: float) -> list[Scenario]:
     for model in WHAT_IF_MODELS:
         out.append(Scenario(
             f"whatif-{model}", f"replay run --model {model}: {pods:,} pods on {nodes:,} nodes, "
-            "800 pods/s",
+            f"{what_if_rate:g} pods/s",
             lambda w, model=model: script("whatif.py", "--pods", pods, "--nodes", nodes,
-                                          "--model", model, "--out", w / f"whatif-{model}"),
+                                          "--arrival-rate", what_if_rate, "--model", model,
+                                          "--out", w / f"whatif-{model}"),
             "replay_s", "pods_per_s", "pods/s"))
     for run in ("observe-run", "whatif-godel"):
         out.append(Scenario(
@@ -127,7 +134,7 @@ def prepare(scale: float, work: Path, names: set[str]) -> None:
     if names & {"observe", "simpy", "derive-observe", "queries"}:
         big_trace(pods, nodes)
     if names & ({f"whatif-{m}" for m in WHAT_IF_MODELS} | {"derive-godel", "queries"}):
-        whatif_trace(pods, nodes)
+        whatif_trace(pods, nodes, rate_for(pods, WHAT_IF_RATE))
     if "ingest" in names and not (work / "audit.log").exists():
         size = max(round(AUDIT_LOG_BYTES * scale), 2**20)
         subprocess.run(script("make_audit_log.py", "--size", size, "--out", work / "audit.log"),
@@ -205,10 +212,13 @@ def markdown(meta: dict, chosen: list[Scenario], results: dict[str, dict]) -> st
         "work itself (for a replay: reading the trace, replaying, writing the tables; the "
         "derivation is its own row); *process*: the child process's wall and CPU time "
         "(interpreter start and imports included, CPU summed over its threads and workers); "
-        "*peak RSS*: of its process tree.",
+        "*peak RSS*: of its process tree; *load*: the machine's load average when it started "
+        "(on 2 cores, a load above 2 means the scenario got a share of a core, and wall times "
+        "grow accordingly; CPU times much less).",
         "",
-        "| scenario | what | work s | throughput | process wall s | process CPU s | peak RSS MiB |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| scenario | what | work s | throughput | process wall s | process CPU s | peak RSS MiB "
+        "| load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in chosen:
         r = results.get(s.name)
@@ -216,7 +226,8 @@ def markdown(meta: dict, chosen: list[Scenario], results: dict[str, dict]) -> st
             continue
         lines.append(f"| {s.name} | {s.what} | {fmt(r.get(s.seconds))} | "
                      f"{rate(r.get(s.rate), s.unit) if s.rate else ''} | {fmt(r.get('wall_s'))} | "
-                     f"{fmt(r.get('cpu_s'))} | {fmt(r.get('peak_rss_mib'), 0)} |")
+                     f"{fmt(r.get('cpu_s'))} | {fmt(r.get('peak_rss_mib'), 0)} | "
+                     f"{fmt(r.get('load'), 1)} |")
     if "queries" in results and "queries" in results["queries"]:
         lines += ["", "Each shipped query on both runs together (`benchmarks/queries.py`: a "
                   "fresh connection each, the whole result fetched), seconds:", "",
@@ -279,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
                 log = work / "logs" / f"{s.name}-{repeat + 1}.log"
                 print(f"run_all: {s.name} ({repeat + 1}/{args.repeat}) ...", end=" ",
                       file=sys.stderr, flush=True)
-                figures = measure(s.command(work), log)
+                load = os.getloadavg()[0]
+                figures = {**measure(s.command(work), log), "load": load}
                 if figures["exit"] != 0:
                     print(f"failed (exit {figures['exit']}), see {log}:", file=sys.stderr)
                     print(log.read_text()[-3000:], file=sys.stderr)
