@@ -31,6 +31,7 @@ import json
 import os
 import platform
 import resource
+import shlex
 import statistics
 import subprocess
 import sys
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         (work / "logs").mkdir(parents=True, exist_ok=True)
         prepare(args.scale, work, {s.name for s in chosen})
         pods, nodes = scaled(args.scale)
-        meta = {"command": "python benchmarks/run_all.py " + " ".join(argv),
+        meta = {"command": "python benchmarks/run_all.py " + shlex.join(argv),
                 "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 "scale": args.scale, "pods": pods, "nodes": nodes, "repeat": args.repeat,
                 "commit": git_commit(), "python": platform.python_version(),
