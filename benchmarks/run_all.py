@@ -261,12 +261,15 @@ def main(argv: list[str] | None = None) -> int:
                                      epilog=f"scenarios: {', '.join(names)}")
     parser.add_argument("--scale", type=float, default=1.0,
                         help="of production (1M pods on 20k nodes, a 2 GiB audit log)")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="run the whole list this many times (default 3): median and range")
     parser.add_argument("--only", nargs="+", choices=names, metavar="SCENARIO",
                         help="these scenarios only (queries need observe and whatif-godel)")
     parser.add_argument("--work", type=Path, help="keep inputs, runs and logs here")
-    parser.add_argument("--markdown", type=Path, default=HERE / "RESULTS.md")
-    parser.add_argument("--json", type=Path, default=HERE / "results.json")
+    parser.add_argument("--markdown", type=Path, default=HERE / "RESULTS.md",
+                        help="the results table (default benchmarks/RESULTS.md)")
+    parser.add_argument("--json", type=Path, default=HERE / "results.json",
+                        help="every run's figures (default benchmarks/results.json)")
     parser.add_argument("--section", metavar="NAME",
                         help="replace only this named section of --markdown and --json, "
                              "keeping the others (several runs, e.g. scales, in one file)")
