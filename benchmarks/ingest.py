@@ -19,10 +19,10 @@ import json
 import os
 import resource
 import tempfile
-import threading
 import time
 from pathlib import Path
 
+from common import TreeMemory, cpu_seconds, emit
 from make_audit_log import parse_size, write_log
 
 from replay.trace.audit import ingest
@@ -49,68 +49,21 @@ def main() -> None:
 def run(log: Path, out: Path, workers: int) -> None:
     """Ingest ``log`` once and print wall and CPU time, events per second and peak memory."""
     load = os.getloadavg()[0]
-    cpu_before = _cpu_seconds()
+    cpu_before = cpu_seconds()
     with TreeMemory() as memory:
         started = time.perf_counter()
         summary = ingest([str(log)], out, workers=workers)
         elapsed = time.perf_counter() - started
-    cpu = _cpu_seconds() - cpu_before
+    cpu = cpu_seconds() - cpu_before
     me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"ingest: {log.stat().st_size / 2**30:.2f} GiB, {summary.events:,} events -> "
           f"{summary.rows:,} rows, workers={workers}, load average before {load:.1f}")
     print(f"  wall {elapsed:.1f} s ({summary.events / elapsed:,.0f} events/s)  "
           f"cpu {cpu:.1f} s ({summary.events / cpu:,.0f} events per cpu-second)  "
           f"peak RSS {me:,.0f} MiB (with workers {memory.peak / 2**20:,.0f} MiB)", flush=True)
-
-
-class TreeMemory(threading.Thread):
-    """Samples the resident memory of this process and its children; ``peak`` is the largest sum.
-
-    A worker's own peak (``ru_maxrss``) is no good: a spawned worker starts as a fork of this
-    process and keeps its size as its peak.
-    """
-
-    def __init__(self, every: float = 0.1):
-        super().__init__(daemon=True)
-        self.every, self.peak, self._done = every, 0, threading.Event()
-
-    def __enter__(self) -> TreeMemory:
-        self.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._done.set()
-        self.join()
-
-    def run(self) -> None:
-        while not self._done.wait(self.every):
-            self.peak = max(self.peak, sum(map(_resident, [os.getpid(), *_children()])))
-
-
-def _children() -> list[int]:
-    me, children = str(os.getpid()), []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as stat:
-                if stat.read().rsplit(")", 1)[1].split()[1] == me:
-                    children.append(int(pid))
-        except OSError:
-            pass
-    return children
-
-
-def _resident(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except OSError:
-        return 0
-
-
-def _cpu_seconds() -> float:
-    """User + system time of this process and of its finished child processes."""
-    usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
-    return sum(u.ru_utime + u.ru_stime for u in usage)
+    emit(log_bytes=log.stat().st_size, events=summary.events, rows=summary.rows, seconds=elapsed,
+         events_per_s=summary.events / elapsed, cpu_s=cpu, peak_rss_mib=me,
+         tree_peak_rss_mib=memory.peak / 2**20)
 
 
 def compare_decoders(log: Path, size: int = 200 * 2**20) -> None:

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import time
 
+from common import emit, peak_rss_mib
 from replay.analysis.catalog import load_query, shipped
 from replay.analysis.runs import open_runs, run_query
 
@@ -38,12 +38,15 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=shipped(), metavar="QUERY")
     args = parser.parse_args()
     print(f"{'query':<30} {'seconds':>8} {'rows':>10}  load average")
+    figures = {}
     for name in args.only:
         best, rows = min(time_query(args.run_dirs, name, args.threads) for _ in range(args.repeat))
         load = os.getloadavg()[0]
         print(f"{name:<30} {best:8.2f} {rows:10,}  {load:.1f}", flush=True)
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        figures[name] = {"seconds": best, "rows": rows}
+    peak_mib = peak_rss_mib()
     print(f"peak RSS {peak_mib:,.0f} MiB on {os.cpu_count()} cores")
+    emit(queries=figures, peak_rss_mib=peak_mib)
 
 
 if __name__ == "__main__":

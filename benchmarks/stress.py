@@ -20,6 +20,8 @@ from pathlib import Path
 
 import polars as pl
 
+from replay.analysis.catalog import load_query
+from replay.analysis.runs import PARAMETERS, open_runs, run_query
 from replay.api import run_replay
 from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
@@ -55,10 +57,21 @@ def report(run_dir: Path, label: str, seconds: float) -> None:
     for resource, held in stalled.group_by("resource").agg(pl.col("held").sum()).sort(
             "resource").rows():
         print(f"  the {resource} dispatcher held back {held:.2f} s in all")
-    for row in delay.group_by("role").agg(
-            p50=pl.col("ms").quantile(0.5, "nearest"), p99=pl.col("ms").quantile(0.99, "nearest"),
-            max=pl.col("ms").max()).sort("role").rows():
+    percentiles = {"p50": pl.col("ms").quantile(0.5, "nearest"),
+                   "p99": pl.col("ms").quantile(0.99, "nearest"), "max": pl.col("ms").max()}
+    for row in delay.group_by("role").agg(**percentiles).sort("role").rows():
         print("  end-to-end delay, {}: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms".format(*row))
+    for row in delay.filter(pl.col("role") == "scheduler").group_by("watcher").agg(
+            **percentiles).sort("watcher").rows():
+        print("    scheduler {}: p50 {:.1f} ms, p99 {:.1f} ms, max {:.1f} ms".format(*row))
+    for relist in relists.select("watcher", "resource", "objects", seconds=(
+            pl.col("end_ts") - pl.col("start_ts")).dt.total_microseconds() / 1e6).rows():
+        print("  re-list by {} of {}: {:,} objects, {:.2f} s".format(*relist))
+    health = run_query(open_runs([str(run_dir)]), load_query("watch_health"),
+                       dict.fromkeys(PARAMETERS)).pl()
+    for row in health.filter(pl.col("terminations") > 0).select(
+            "watcher", "resource", "frozen_seconds", "max_frozen_seconds").rows():
+        print("  watch_health: {} / {}: frozen {:.2f} s in all, {:.2f} s at most".format(*row))
 
 
 def main() -> None:

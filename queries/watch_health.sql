@@ -24,7 +24,9 @@
 --   list_seconds               their durations in all: from the LIST to its last delta handled
 --   frozen_seconds             how long the watcher's view of the resource was frozen in all:
 --                              from each termination until it had applied every write it missed
---   max_frozen_seconds         the longest of those (null without terminations)
+--                              (a termination before the last one recovered extends the same
+--                              frozen spell: overlapping spells count once)
+--   max_frozen_seconds         the longest spell (null without terminations)
 --
 -- Parameters: from_ts, to_ts select waits, terminations and re-lists by when they began; watcher
 -- selects watchers by name.
@@ -47,11 +49,30 @@ WITH watches AS (
     GROUP BY ALL
 ), closed AS (
     SELECT run, resource, watcher, count(*) AS terminations,
-           count(*) FILTER (recovery = 'rewatch') AS rewatches,
-           sum(ms_between(ts, recovered_ts)) / 1000 AS frozen_seconds,
-           max(ms_between(ts, recovered_ts)) / 1000 AS max_frozen_seconds
+           count(*) FILTER (recovery = 'rewatch') AS rewatches
     FROM watch_terminations
     WHERE in_time_window(ts)
+    GROUP BY ALL
+), reached AS (
+    -- each termination with the latest recovery of the watch's earlier terminations
+    SELECT run, resource, watcher, ts, recovered_ts,
+           max(recovered_ts) OVER (PARTITION BY run, resource, watcher ORDER BY ts, recovered_ts
+                                   ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+    FROM watch_terminations
+    WHERE in_time_window(ts)
+), spells AS (
+    -- frozen spells: a termination after every earlier one had recovered starts a new one
+    SELECT run, resource, watcher, min(ts) AS start_ts, max(recovered_ts) AS end_ts
+    FROM (SELECT *, count(*) FILTER (before IS NULL OR ts > before)
+                        OVER (PARTITION BY run, resource, watcher ORDER BY ts, recovered_ts
+                              ROWS UNBOUNDED PRECEDING) AS spell
+          FROM reached)
+    GROUP BY run, resource, watcher, spell
+), frozen AS (
+    SELECT run, resource, watcher,
+           sum(ms_between(start_ts, end_ts)) / 1000 AS frozen_seconds,
+           max(ms_between(start_ts, end_ts)) / 1000 AS max_frozen_seconds
+    FROM spells
     GROUP BY ALL
 ), lists AS (
     SELECT run, resource, watcher, count(*) AS relists, sum(objects) AS listed_objects,
@@ -75,5 +96,6 @@ FROM watches
 LEFT JOIN waits USING (run, resource, watcher)
 LEFT JOIN stalls USING (run, resource)
 LEFT JOIN closed USING (run, resource, watcher)
+LEFT JOIN frozen USING (run, resource, watcher)
 LEFT JOIN lists USING (run, resource, watcher)
 ORDER BY run, resource, watcher;

@@ -658,13 +658,21 @@ def watch_health(tables) -> pl.DataFrame:
     stalls = {}
     for (resource, _), wait in per_write.items():
         stalls[resource] = stalls.get(resource, 0.0) + wait
-    for t in tables["watch_terminations"].iter_rows(named=True):
+    spells = {}  # per watch: its frozen intervals, merged where they overlap or touch
+    for t in tables["watch_terminations"].sort("ts", "recovered_ts").iter_rows(named=True):
         sums = seconds.setdefault((t["resource"], t["watcher"]), {})
-        frozen = (us(t["recovered_ts"]) - us(t["ts"])) / 1e6
         sums["terminations"] = sums.get("terminations", 0) + 1
         sums["rewatches"] = sums.get("rewatches", 0) + (t["recovery"] == "rewatch")
-        sums["frozen_seconds"] = sums.get("frozen_seconds", 0.0) + frozen
-        sums["max_frozen_seconds"] = max(sums.get("max_frozen_seconds", 0.0), frozen)
+        mine = spells.setdefault((t["resource"], t["watcher"]), [])
+        start, end = us(t["ts"]), us(t["recovered_ts"])
+        if mine and start <= mine[-1][1]:
+            mine[-1][1] = max(mine[-1][1], end)
+        else:
+            mine.append([start, end])
+    for key, mine in spells.items():
+        frozen = [(end - start) / 1e6 for start, end in mine]
+        seconds[key]["frozen_seconds"] = sum(frozen)
+        seconds[key]["max_frozen_seconds"] = max(frozen)
     for r in tables["relists"].iter_rows(named=True):
         sums = seconds.setdefault((r["resource"], r["watcher"]), {})
         sums["relists"] = sums.get("relists", 0) + 1

@@ -532,3 +532,25 @@ def test_windows_do_not_rely_on_commit_order(tmp_path):
     phantom = answers.windows("phantom").filter(
         (pl.col("watcher") == "second-scheduler") & (pl.col("resource") == "cpu"))
     assert phantom.select("start_us", "end_us", "gap_max").rows() == [(ms(10), ms(50), 2.0)]
+
+
+def test_godel_caches_under_load_match_the_reference(tmp_path):
+    """A Gödel control plane (assume patches: its schedulers' caches count assumed pods, its
+    binder's bound pods only) while one scheduler's watches are terminated and re-watch or
+    re-list and the others' client queues pop a key's deltas together or coalesce them: every
+    capacity window, delay and watch_health row is the reference's."""
+    from replay.trace.synth import SynthSpec, synthesize
+    from test_watch_pipeline import GODEL_UNDER_LOAD
+
+    trace, config = tmp_path / "busy.parquet", tmp_path / "load.toml"
+    synthesize(SynthSpec(nodes=20, pods=300, arrival_rate=400.0, mean_lifetime=2.0, seed=4),
+               trace)
+    config.write_text(GODEL_UNDER_LOAD)
+    run_replay(trace, load_config(config, model="godel", overrides=["schedulers=3"]),
+               out=tmp_path / "run")
+    answers = Answers(tmp_path / "run")
+    assert answers.tables["events"].filter(pl.col("pod_state") == "assumed").height > 0
+    assert answers.tables["relists"].height > 0
+    check_capacity(answers)
+    check_delays(answers)
+    check_watch_health(answers)

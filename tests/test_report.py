@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import sys
 
+import polars as pl
 import pytest
 from test_queries import sample_prefix
 
@@ -20,6 +21,7 @@ from replay.report import build_page, write_report
 from replay.report.data import QUERIES
 from replay.report.figures import Mark
 from replay.report.sections import swept_parameters
+from replay.sweep import LocalExecutor, load_sweep, run_sweep
 
 from report_checks import QueryAnswers, same_number
 
@@ -38,6 +40,23 @@ def runs(tmp_path_factory):
                    out=out)
         made.append(out)
     return made
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """A busy trace through Gödel while one scheduler's watches drain slowly: they are
+    terminated and re-watch or re-list (tests/test_watch_pipeline.py's GODEL_UNDER_LOAD)."""
+    from replay.trace.synth import SynthSpec, synthesize
+    from test_watch_pipeline import GODEL_UNDER_LOAD
+
+    folder = tmp_path_factory.mktemp("loaded")
+    trace, config = folder / "busy.parquet", folder / "load.toml"
+    synthesize(SynthSpec(nodes=20, pods=300, arrival_rate=400.0, mean_lifetime=2.0, seed=4),
+               trace)
+    config.write_text(GODEL_UNDER_LOAD)
+    out = folder / "godel-loaded"
+    run_replay(trace, load_config(config, model="godel", overrides=["schedulers=3"]), out=out)
+    return out
 
 
 def cells(page):
@@ -92,6 +111,62 @@ def test_several_runs_are_overlaid_and_their_parameters_compared(runs):
     for panel in swept.panels:
         (line,) = panel.series
         assert line.x == (2, 3) and line.mark is Mark.LINE and None not in line.y
+
+
+def test_watch_health_is_drawn_when_watches_are_terminated(loaded, runs):
+    """The section shows the troubled watches (waited on, terminated or re-listed), every number
+    its watch_health row's; a run without terminations or re-lists has no such section (the
+    tests above)."""
+    page = build_page([str(loaded), str(runs[0])])
+    sections = {s.key: s for s in page.sections}
+    health = sections["watch-health"]
+    (table,) = health.tables
+    answers = QueryAnswers([loaded, runs[0]])
+    expected = answers.answer("watch_health").filter(
+        (pl.col("blocked_waits") > 0) | (pl.col("terminations") > 0) | (pl.col("relists") > 0))
+    assert 0 < len(table.rows) == min(expected.height, 20)
+    assert {row[0].text for row in table.rows} == {loaded.name}
+    assert ("godel-scheduler-2", "pods") in {(row[2].text, row[1].text) for row in table.rows}
+    frozen = [row[table.header.index("frozen_seconds")].value for row in table.rows]
+    assert frozen == sorted(frozen, reverse=True) and frozen[0] > 0
+    numbers = [cell for row in table.rows for cell in row if cell.source]
+    assert len(numbers) == len(table.rows) * 10
+    for cell in numbers:
+        assert same_number(cell.value, answers.value(cell.source)), cell
+    terminations, stalls = health.figures
+    for figure in health.figures:
+        assert all(panel.has_data() for panel in figure.panels), figure.key
+    rewatched, relisted = terminations.panels[0].series
+    column = table.header.index("terminations")
+    assert [a + b for a, b in zip(rewatched.y, relisted.y)] == [
+        row[column].value for row in table.rows]
+    assert [s.name for s in stalls.panels[0].series] == [
+        "dispatcher blocked", "view frozen", "re-listing"]
+
+
+def test_a_sweeps_directory_is_its_finished_points(tmp_path):
+    """A sweep's directory stands for its points: the swept stage key is a parameter drawn
+    against the headline numbers; the sweep's name and a model key already among the model's
+    parameters are not."""
+    trace = sample_prefix(tmp_path, seconds=1.0)
+    (tmp_path / "study.toml").write_text(f"""trace = "{trace.name}"
+seeds = [1]
+[matrix]
+model = ["kube"]
+"model.schedulers" = [1, 2]
+"stages.network.latency.p99_ms" = [2, 200]
+""")
+    out = tmp_path / "study"
+    report = run_sweep(load_sweep(tmp_path / "study.toml"), out, LocalExecutor(1, None))
+    assert report.done == 4
+    page = build_page([str(out)])
+    assert page.title == "replay report: study"
+    assert [s.key for s in page.sections] == SECTIONS + ["parameters"]
+    figures = {f.key for s in page.sections for f in s.figures}
+    assert {"parameter-stages_network_latency_p99_ms", "parameter-schedulers"} <= figures
+    assert not {"parameter-sweep", "parameter-model_schedulers"} & figures
+    runs_table = page.sections[0].tables[0]
+    assert len(runs_table.rows) == 4
 
 
 def test_swept_parameters_are_those_that_differ_within_a_model():

@@ -22,7 +22,7 @@ from replay.engine.clientqueue import QUEUES, Arrival
 from replay.engine.config import (PROFILES, REFLECTOR_PROFILES, ClientQueue, ResourceSettings,
                                   RunConfig, ServerSettings, WatcherSpec)
 from replay.engine.distributions import Constant, Exponential
-from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Source
+from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, Source
 
 MS = 1000
 
@@ -85,17 +85,26 @@ def stepped(pipeline: Pipeline, writes: Writes):
     return sorted(rows), shared, pipeline.incidents()
 
 
-def scanned(pipeline: Pipeline, writes: Writes):
-    """The same writes through ``scan``: the same rows, per-write times and incidents."""
+def scanned(pipeline: Pipeline, writes: Writes, part: int | None = None):
+    """The same writes through ``scan``: the same rows, per-write times and incidents; with
+    ``part``, scanned that many deliveries at a time, as observe does."""
     streams = pipeline.streams
     pairs = [(streams.of[w, writes.resource[i]], i) for i, targets in enumerate(writes.targets)
              for w in targets]
     pairs.sort()
     stream = np.array([s for s, _ in pairs], dtype=np.int64)
     write = np.array([i for _, i in pairs], dtype=np.int64)
-    times = pipeline.scan(np.array(writes.commit, dtype=np.int64), write, stream,
-                          np.array(writes.resource), np.array(writes.key),
-                          np.array(writes.deleted))
+    arrays = (np.array(writes.commit, dtype=np.int64), write, stream, np.array(writes.resource))
+    key, deleted = np.array(writes.key), np.array(writes.deleted)
+    if part is not None:
+        scan = Scan(pipeline, *arrays, lambda: key, lambda: deleted, part=part)
+        parts = list(scan.parts())
+        times = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
+        rows = sorted((int(streams.watcher[s]), int(i) + 1,
+                       *(int(times[c][k]) for c in STAGE_COLUMNS[3:]), int(times["source"][k]),
+                       bool(times["coalesced"][k])) for k, (s, i) in enumerate(zip(stream, write)))
+        return rows, None, scan.incidents()
+    times = pipeline.scan(*arrays, key, deleted)
     rows = sorted((int(streams.watcher[s]), int(i) + 1,
                    *(int(times[c][k]) for c in STAGE_COLUMNS[3:]), int(times["source"][k]),
                    bool(times["coalesced"][k])) for k, (s, i) in enumerate(zip(stream, write)))
@@ -394,10 +403,58 @@ def test_scan_equals_step_under_load(case):
     assert by_scan[1] == by_step[1]
     for name, table in by_step[2].items():
         assert by_scan[2][name].equals(table), name
+    # observe scans a part at a time: a full buffer is found across parts too
+    if by_step[0]:
+        by_parts = scanned(pipeline(), writes, data.draw(st.integers(1, len(by_step[0]))))
+        assert by_parts[0] == by_step[0]
+        for name, table in by_step[2].items():
+            assert by_parts[2][name].equals(table), name
     rows = by_step[0]
     assert sorted(Counter((r[0], r[1]) for r in rows)) == sorted(
         (w, i + 1) for i, t in enumerate(targets) for w in t), "exactly once"
     assert stream_invariants(rows, codes, commit) == []
+    assert recovery_invariants(rows, codes, by_step[2], [f"w{i}" for i in everyone],
+                               pipeline().streams.resources) == []
+
+
+def recovery_invariants(rows, resource, incidents, watchers, resources) -> list[str]:
+    """What the run tables say of each termination (docs/run-directory.md): it is recovered
+    (recovered_ts) after it happened; each write it missed (its ``missed`` count, stream by
+    stream the deliveries with source rewatch or relist) is newer than its ``resume_rv`` and
+    applied by its ``recovered_ts``; a write a re-list covers is applied during that re-list
+    and is not newer than the list.  Returns the broken ones."""
+    broken = []
+    us = [pl.col(column).dt.epoch("us") for column in ("ts", "recovered_ts")]
+    terminations: dict[tuple[int, int], list] = {}
+    for w, r, ts, recovered, resume_rv, missed in incidents["watch_terminations"].select(
+            "watcher", "resource", *us, "resume_rv", "missed").rows():
+        if recovered is None or recovered < ts:
+            broken.append(f"{w} {r} terminated at {ts}: recovered at {recovered}")
+        terminations.setdefault((watchers.index(w), resources.index(r)), []).append(
+            (ts, recovered, resume_rv, missed))
+    lists: dict[tuple[int, int], list] = {}
+    for w, r, start, end, rv in incidents["relists"].select(
+            "watcher", "resource", *(pl.col(c).dt.epoch("us") for c in ("start_ts", "end_ts")),
+            "rv").rows():
+        lists.setdefault((watchers.index(w), resources.index(r)), []).append((start, end, rv))
+    owed: Counter = Counter()
+    for w, rv, _, _, _, applied, source, _ in rows:
+        if source == Source.WATCH:
+            continue
+        stream = (w, resource[rv - 1])
+        owed[stream] += 1
+        if not any(resume_rv < rv and recovered is not None and ts <= applied <= recovered
+                   for ts, recovered, resume_rv, _ in terminations.get(stream, ())):
+            broken.append(f"{stream} rv {rv}: missed by no termination before its recovery")
+        if source == Source.RELIST and not any(
+                start <= applied <= end and rv <= listed
+                for start, end, listed in lists.get(stream, ())):
+            broken.append(f"{stream} rv {rv}: covered by no re-list")
+    for stream, recorded in terminations.items():
+        if sum(t[3] for t in recorded) != owed[stream]:
+            broken.append(f"{stream}: {sum(t[3] for t in recorded)} writes missed, "
+                          f"{owed[stream]} re-sent or re-listed")
+    return broken
 
 
 def stream_invariants(rows, resource, commit) -> list[str]:
@@ -510,13 +567,16 @@ def test_a_what_if_control_plane_under_load(tmp_path):
     resource = dict(zip(events["rv"], events["resource"]))
     commit = {rv: ts for rv, ts in zip(events["rv"], events["commit_ts"].dt.epoch("us"))}
     names = sorted(set(deliveries["watcher"]))
-    rows = [(names.index(w), rv, *times) for w, rv, *times in deliveries.select(
-        "watcher", "rv", *(pl.col(c).dt.epoch("us") for c in (
-            "sent_ts", "received_ts", "dequeued_ts", "applied_ts")), "source", "coalesced").rows()]
+    rows = [(names.index(w), rv, *times, Source[source.upper()], coalesced)
+            for w, rv, *times, source, coalesced in deliveries.select(
+                "watcher", "rv", *(pl.col(c).dt.epoch("us") for c in (
+                    "sent_ts", "received_ts", "dequeued_ts", "applied_ts")),
+                "source", "coalesced").rows()]
     codes = {r: i for i, r in enumerate(sorted(set(resource.values())))}
     by_rv = [codes[resource[rv]] for rv in range(1, max(resource) + 1)]
     assert stream_invariants(rows, by_rv, [commit[rv] for rv in range(1, max(resource) + 1)]) \
         == []
+    assert recovery_invariants(rows, by_rv, run, names, sorted(codes)) == []
     assert set(run["attempts"]["outcome"]) <= {"bound", "conflict", "unschedulable", "error"}
     assert set(terminations["recovery"]) == {"rewatch", "relist"} and run["relists"].height
 

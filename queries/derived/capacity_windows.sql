@@ -242,7 +242,8 @@ WITH bounds AS MATERIALIZED (
     SELECT DISTINCT lags.viewer_id, lags.node_id
     FROM lags
     JOIN lags AS previous
-      ON previous.viewer_id = lags.viewer_id AND previous.rv = lags.previous_rv
+      ON previous.viewer_id = lags.viewer_id AND previous.node_id = lags.node_id
+     AND previous.rv = lags.previous_rv
     WHERE previous.applied_ts > lags.applied_ts
 ), irregular AS (
     -- (viewer, node) pairs with a missed change, a held assumption or changes applied out of

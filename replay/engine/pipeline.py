@@ -286,6 +286,10 @@ class _Watch:
         self.before_held: tuple[int, int, int] = (EARLIEST, EARLIEST, 0)
         self.held: deque[tuple[Any, ...]] = deque()  # entered, not yet safe from a termination
         self.missed: list[tuple[int, Any, int, bool, int]] = []  # while disconnected
+        # each write missed and not yet applied: the termination that first missed it (a write
+        # re-sent after one termination may be dropped again by the next: it still counts to
+        # the first one's recovery)
+        self.missed_by: dict[int, int] = {}
         self.resume_rv = 0  # the version a new watch starts from
         self.known: set[int] = set()  # the keys in its store
         self.incident = -1  # its latest termination
@@ -357,11 +361,8 @@ class _Watch:
         result channel is dropped, and the client watches again once it has the rest."""
         engine = self.engine
         self.incident = len(engine.terminations)
-        engine.terminations.append([self.watcher, self.resource.code, at, rv, "rewatch", None])
         self.connected = False
         kept = [event for event in self.held if event[4] <= at]
-        for event in list(self.held)[len(kept):]:
-            self.missed.append((event[0], event[1], event[2], event[3], event[9]))
         if kept:  # the client gets them, and resumes from the last
             self.last_sent, self.last_received, self.resume_rv = kept[-1][5], kept[-1][6], \
                 kept[-1][0]
@@ -369,8 +370,21 @@ class _Watch:
             self.last_sent, self.last_received, self.resume_rv = self.before_held
         else:
             self.resume_rv = self.last_rv
+        # watcher, resource, ts, rv, recovery, recovered, resume_rv, missed
+        engine.terminations.append([self.watcher, self.resource.code, at, rv, "rewatch", None,
+                                    self.resume_rv, 0])
+        for event in list(self.held)[len(kept):]:
+            self.miss(event[0], event[1], event[2], event[3], event[9])
         self.held = deque(kept)
         self.engine.wake(max(at, self.last_received) + self.rewatch_draws.take(), _REWATCH, self)
+
+    def miss(self, rv: int, payload: Any, key: int, deleted: bool, dispatched: int) -> None:
+        """Write ``rv`` does not reach the disconnected client: a re-watch or a re-list owes it;
+        the first termination that missed it counts it."""
+        self.missed.append((rv, payload, key, deleted, dispatched))
+        if rv not in self.missed_by:
+            self.missed_by[rv] = self.incident
+            self.engine.terminations[self.incident][7] += 1
 
     def rewatch(self, now: int) -> None:
         """The client watches again from ``resume_rv``: from the window, or after a "410 Gone"
@@ -463,7 +477,7 @@ class _Watch:
     def report(self, rv: int, payload: Any, sent: int, received: int, dequeued: int,
                applied: int, source: Source, coalesced: bool) -> None:
         if source != Source.WATCH:
-            incident = self.engine.terminations[self.incident]
+            incident = self.engine.terminations[self.missed_by.pop(rv)]
             incident[5] = applied if incident[5] is None else max(incident[5], applied)
         self.engine.out.append((self.watcher, rv, payload, sent, received, dequeued, applied,
                                 source, coalesced))
@@ -579,7 +593,7 @@ class _Engine:
         pending = self.pending = []
         for watch in targets:
             if not watch.connected:
-                watch.missed.append((rv, payload, key, deleted, dispatched))
+                watch.miss(rv, payload, key, deleted, dispatched)
                 pending.append(watch.watcher)
             elif entries is not None and watch in blocked:
                 if watch in entries:
@@ -588,7 +602,7 @@ class _Engine:
                         pending.append(watch.watcher)
                 else:
                     watch.terminate(deadline, rv)
-                    watch.missed.append((rv, payload, key, deleted, dispatched))
+                    watch.miss(rv, payload, key, deleted, dispatched)
                     pending.append(watch.watcher)
             elif not watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
                                  dispatched):
@@ -887,6 +901,7 @@ class Scan:
         before the event 2 x buffer + 2 before it in the stream was sent."""
         sent = np.empty(len(self.write), dtype=np.int64)
         room = 2 * np.array(self.pipeline.buffer, dtype=np.int64) + 2
+        rooms = np.unique(room).tolist()
         blocked: set[int] = set()
         resume = None
         for start in range(0, max(len(self.write), 1), self.part):
@@ -898,16 +913,35 @@ class Scan:
             cost = self.pipeline._draw_stream(("watcher_queue", "service"), segments)
             dispatched = self.shared.dispatched[self.write[part]]
             sent[part] = segments.lindley(dispatched, cost, last=resume.sent if resume else None)
-            # the event that many before each (in this part or an earlier one), if any
-            before = np.arange(start, start + len(stream)) - room[stream]
-            full = np.flatnonzero(before >= self.starts[stream])
-            full = full[sent[before[full]] > dispatched[full]]
-            if len(full):
-                blocked.update(self.pipeline.streams.resource[stream[full]].tolist())
+            blocked.update(self._full(start, stream, dispatched, sent, room, rooms))
             more = start + self.part < len(self.write) and self.stream[start + self.part] == \
                 stream[-1]
             resume = Resume.after({"sent_ts": sent[part]}, stream, resume) if more else None
         return sent, sorted(blocked)
+
+    def _full(self, start: int, stream: np.ndarray, dispatched: np.ndarray, sent: np.ndarray,
+              room: np.ndarray, rooms: list[int]) -> list[int]:
+        """The resources of the part's deliveries (from ``start``) that find their stream full:
+        the event ``room`` before them in the stream (in this part or an earlier one) was sent
+        after they were dispatched.  By shifted slices, one per distinct room (deliveries are
+        sorted by stream, so the event that many rows before is of the same stream exactly
+        when its stream number is the same), not by gathering each one's predecessor."""
+        end = start + len(stream)
+        per_row = room[stream] if len(rooms) > 1 else None
+        found: list[int] = []
+        for r in rooms:
+            lo = max(start, r)
+            if lo >= end:
+                continue
+            mine = slice(lo - start, None)
+            full = (self.stream[lo - r:end - r] == stream[mine]) \
+                & (sent[lo - r:end - r] > dispatched[mine])
+            if per_row is not None:
+                full &= per_row[mine] == r
+            if full.any():
+                found += self.pipeline.streams.resource[
+                    np.unique(stream[mine][full])].tolist()
+        return found
 
     def _objects(self) -> tuple[np.ndarray, np.ndarray]:
         n = len(self.shared.commit)
@@ -1072,9 +1106,11 @@ def incident_tables(pipeline: Pipeline[Any], waits: list[tuple[int, int, int, in
         "watcher": [names[t[0]] for t in terms], "resource": [resources[t[1]] for t in terms],
         "ts": [t[2] for t in terms], "rv": [t[3] for t in terms],
         "reason": [TERMINATION_REASON] * len(terms), "recovery": [t[4] for t in terms],
-        "recovered_ts": [t[5] for t in terms],
+        "recovered_ts": [t[5] for t in terms], "resume_rv": [t[6] for t in terms],
+        "missed": [t[7] for t in terms],
     }, schema={"watcher": pl.String, "resource": pl.String, "ts": pl.Int64, "rv": pl.Int64,
-               "reason": pl.String, "recovery": pl.String, "recovered_ts": pl.Int64})
+               "reason": pl.String, "recovery": pl.String, "recovered_ts": pl.Int64,
+               "resume_rv": pl.Int64, "missed": pl.Int64})
         .with_columns(pl.col("ts", "recovered_ts").cast(ts)),
         "relists": pl.DataFrame({
             "watcher": [names[t[0]] for t in lists], "resource": [resources[t[1]] for t in lists],

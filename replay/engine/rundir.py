@@ -69,6 +69,7 @@ TABLES: dict[str, pa.Schema] = {
     "watch_terminations": pa.schema([
         ("watcher", pa.string()), ("resource", pa.string()), ("ts", TS), ("rv", pa.int64()),
         ("reason", pa.string()), ("recovery", pa.string()), ("recovered_ts", TS),
+        ("resume_rv", pa.int64()), ("missed", pa.int64()),
     ]),
     "relists": pa.schema([
         ("watcher", pa.string()), ("resource", pa.string()), ("start_ts", TS), ("end_ts", TS),

@@ -351,6 +351,65 @@ def _worst_watchers(by_role: pl.DataFrame) -> Table:
                  ("run", "role", "watcher", *columns), tuple(rows))
 
 
+# --- 6. Watch health ------------------------------------------------------------------------------
+
+WORST_WATCHES = 20  # the watches the section shows, the most frozen first
+HEALTH_COLUMNS = ("blocked_waits", "blocked_seconds", "resource_blocked_seconds", "terminations",
+                  "rewatches", "relists", "listed_objects", "list_seconds", "frozen_seconds",
+                  "max_frozen_seconds")
+
+
+def watch_health(ctx: Context) -> Section | None:
+    """Only for runs under load: drawn when a watch was terminated or re-listed."""
+    health = ctx.answer("watch_health")
+    if not health["terminations"].sum() and not health["relists"].sum():
+        return None
+    troubled = health.filter((pl.col("blocked_waits") > 0) | (pl.col("terminations") > 0)
+                             | (pl.col("relists") > 0))
+    worst = troubled.sort(["frozen_seconds", "blocked_seconds", "run", "resource", "watcher"],
+                          descending=[True, True, False, False, False]).head(WORST_WATCHES)
+    watches = [(r["run"], r["resource"], r["watcher"]) for r in worst.iter_rows(named=True)]
+    groups = [ctx.name(run, f"{watcher} · {resource}") for run, resource, watcher in watches]
+
+    def per_watch(column: str) -> list:
+        return [_one(worst, column, run=run, resource=resource, watcher=watcher)
+                for run, resource, watcher in watches]
+
+    rewatches = per_watch("rewatches")
+    recoveries = Figure("watch-terminations", "Terminated watches and how they recovered", (
+        Panel("", category_axis("watch", groups), Axis("terminations"), (
+            ctx.bars("re-watched from the window", groups, rewatches),
+            ctx.bars("re-listed (410 Gone)", groups,
+                     [t - r for t, r in zip(per_watch("terminations"), rewatches)]))),),
+        bar_mode=BarMode.STACK)
+    stalls = Figure("watch-stalls", "Seconds blocked, frozen and re-listing, per watch", (
+                        Panel("", category_axis("watch", groups), Axis("seconds"), tuple(
+                            ctx.bars(name, groups, per_watch(column))
+                            for column, name in (("blocked_seconds", "dispatcher blocked"),
+                                                 ("frozen_seconds", "view frozen"),
+                                                 ("list_seconds", "re-listing")))),),)
+    return Section(
+        "watch-health", "Watch health",
+        "A watch whose buffer stays full holds back its resource's dispatcher (every watcher of "
+        "that resource waits) and is terminated once the time budget is spent; its view is "
+        "frozen until a re-watch from the window, or a re-list, brings it the writes it missed.",
+        ("watch_health",), tables=(_health_table(ctx, worst, troubled.height),),
+        figures=(recoveries, stalls))
+
+
+def _health_table(ctx: Context, worst: pl.DataFrame, troubled: int) -> Table:
+    rows = []
+    for row in worst.iter_rows(named=True):
+        where = source("watch_health", row, "resource", "watcher")
+        rows.append((label(row["run"]), label(row["resource"]), label(row["watcher"]),
+                     *(measured(row[c], f"{where}: {c}") for c in HEALTH_COLUMNS)))
+    shown = (f"the {len(rows)} most frozen of {troubled}; `replay query RUN watch_health` "
+             f"lists every watch" if troubled > len(rows) else "every one")
+    return Table("watch-health", f"The watches the dispatcher waited on, terminated or that "
+                 f"re-listed ({shown})", ("run", "resource", "watcher", *HEALTH_COLUMNS),
+                 tuple(rows))
+
+
 # --- Several runs: metrics against the parameters that differ ------------------------------------
 
 PARAMETER_METRICS = (("conflict fraction (conflicts / bound)", "conflict fraction"),
@@ -419,7 +478,7 @@ def swept_parameters(runs: Sequence[Run]) -> list[str]:
 
 
 SECTIONS: tuple[Callable[[Context], Section | None], ...] = (
-    overview, delay, timeline, conflicts, capacity, parameters)
+    overview, delay, timeline, conflicts, capacity, watch_health, parameters)
 
 
 def build_sections(data: ReportData) -> tuple[Section, ...]:
