@@ -165,16 +165,20 @@ def test_every_model_replays_byte_for_byte_in_another_process(tiny_plugin, tmp_p
         model: Status.OK for model in MODELS}, findings
 
 
-def test_a_binder_that_forgets_its_placements_at_once_binds_twice(tmp_path):
-    """Found by hypothesis: with assumptions that expire at once, Gödel's scheduler and binder
-    forget a before its binding comes back, place b on the same GPU, and over-commit n0; the
-    check says so (with the default times to live they do not)."""
+def test_a_scheduler_that_forgets_its_placements_at_once_is_caught_by_the_binder(tmp_path):
+    """Found by hypothesis before issue #14: with assumptions that expire at once, Gödel's
+    scheduler forgets a before its binding comes back and places b on the same GPU; the binder
+    used to bind it too, over-committing n0 (truth_within_capacity failed).  Since #14 the binder
+    checks the truth, so b's assume patch over-commits only optimistically and is rejected:
+    every invariant holds, with and without the short times to live."""
     rows = [node(0, "n0", 1000, 8 * GIB, 1000), pod(1, "a", 0, 0, 1000), pod(1, "b", 0, 0, 500)]
     params = {**model_params_defaults("godel"), "schedulers": 1}
-    for ttl, broken in ((0.0, ["truth_within_capacity"]), (None, [])):
+    for ttl, rejected in ((0.0, 1), (None, 0)):
         ttls = {} if ttl is None else {"scheduler_assume_ttl_ms": ttl, "binder_assume_ttl_ms": ttl}
-        findings = check_run(replay(tmp_path, rows, "godel", params | ttls, DEFAULT))
-        assert [f.invariant for f in failed(findings)] == broken
+        run = replay(tmp_path, rows, "godel", params | ttls, DEFAULT)
+        assert failed(check_run(run)) == []
+        attempts = pl.read_parquet(run / "attempts.parquet")
+        assert (attempts["reason"] == "binder_reject").sum() == rejected
 
 
 def test_omega_retries_a_gang_member_that_conflicted(tmp_path):
