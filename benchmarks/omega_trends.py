@@ -117,7 +117,9 @@ def main() -> None:
         subprocess.run([sys.executable, str(Path(__file__).with_name("omega_workload.py")),
                         "--out", str(args.trace)], check=True)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    grid = list(itertools.product(MODES, args.schedulers, args.t_job, args.seeds))
+    # the cheap runs first, every mode of a point together: a grid cut short still compares
+    grid = [(mode, k, tj, s) for k, tj, s in itertools.product(
+        sorted(args.schedulers), sorted(args.t_job), args.seeds) for mode in MODES]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         futures = [pool.submit(replay_one, args.trace,
                                args.out_dir / (f"{c}-{t}-{k}-{tj:g}" + (f"-seed{s}" if s else "")),
