@@ -616,7 +616,7 @@ def test_windows_do_not_rely_on_commit_order(tmp_path):
     late = pl.col("watcher") == "second-scheduler"
     deliveries.with_columns(applied_ts=pl.when(late & a_binding).then(
         pl.lit(T0 + dt.timedelta(milliseconds=50))).otherwise("applied_ts")).write_parquet(path)
-    derive(run_dir)
+    derive(run_dir, accept_edits=True)
     answers = Answers(run_dir)
     check_capacity(answers)
     phantom = answers.windows("phantom").filter(

@@ -20,6 +20,7 @@ from replay.report import build_page, write_report
 from replay.report.data import QUERIES
 from replay.report.figures import Mark
 from replay.report.sections import swept_parameters
+from replay.sweep import LocalExecutor, load_sweep, run_sweep
 
 from report_checks import QueryAnswers, same_number
 
@@ -92,6 +93,31 @@ def test_several_runs_are_overlaid_and_their_parameters_compared(runs):
     for panel in swept.panels:
         (line,) = panel.series
         assert line.x == (2, 3) and line.mark is Mark.LINE and None not in line.y
+
+
+def test_a_sweeps_directory_is_its_finished_points(tmp_path):
+    """A sweep's directory stands for its points: the swept stage key is a parameter drawn
+    against the headline numbers; the sweep's name and a model key already among the model's
+    parameters are not."""
+    trace = sample_prefix(tmp_path, seconds=1.0)
+    (tmp_path / "study.toml").write_text(f"""trace = "{trace.name}"
+seeds = [1]
+[matrix]
+model = ["kube"]
+"model.schedulers" = [1, 2]
+"stages.network.latency.p99_ms" = [2, 200]
+""")
+    out = tmp_path / "study"
+    report = run_sweep(load_sweep(tmp_path / "study.toml"), out, LocalExecutor(1, None))
+    assert report.done == 4
+    page = build_page([str(out)])
+    assert page.title == "replay report: study"
+    assert [s.key for s in page.sections] == SECTIONS + ["parameters"]
+    figures = {f.key for s in page.sections for f in s.figures}
+    assert {"parameter-stages_network_latency_p99_ms", "parameter-schedulers"} <= figures
+    assert not {"parameter-sweep", "parameter-model_schedulers"} & figures
+    runs_table = page.sections[0].tables[0]
+    assert len(runs_table.rows) == 4
 
 
 def test_swept_parameters_are_those_that_differ_within_a_model():

@@ -17,6 +17,7 @@ from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
 from replay.atomic import TEMPORARY_SUFFIX
 from replay.engine.distributions import LogNormal
+from replay.engine.rundir import DERIVED_TABLES, TABLES
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
 from replay.sweep.point import Task
 from replay.trace.synth import SynthSpec, synthesize
@@ -344,7 +345,8 @@ def test_a_point_is_exactly_replay_run_with_its_config_and_seed(cli, killed_and_
     result = cli("run", folder / "tiny.parquet", "--config", config, "--seed", "1", "--out", alone)
     assert result.code == 0, result.err
     tables = sorted(p.name for p in point.glob("*.parquet"))
-    assert len(tables) == 6 and tables == sorted(p.name for p in alone.glob("*.parquet"))
+    every = sorted(f"{name}.parquet" for name in (*TABLES, *DERIVED_TABLES))
+    assert tables == every == sorted(p.name for p in alone.glob("*.parquet"))
     assert all((point / t).read_bytes() == (alone / t).read_bytes() for t in tables), (
         differences(point, alone))
     recorded = json.loads((point / "manifest.json").read_text())

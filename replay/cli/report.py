@@ -17,7 +17,8 @@ def add_parser(commands) -> None:
                     "over time, conflicts, blind and phantom capacity; with several runs, "
                     "overlaid per run with a comparison table. Needs the report extra: "
                     "pip install 'k8s-watch-replay[report]'. docs/report.md describes the page.")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="run directories, or a sweep's directory for its finished points")
     parser.add_argument("--out", required=True, metavar="FILE",
                         help="the HTML file to write (appears only when complete)")
     parser.add_argument("--static", metavar="DIR",

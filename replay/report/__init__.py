@@ -1,4 +1,4 @@
-"""``replay report``: one self-contained HTML page of figures for one run or a comparison.
+"""``replay report``: one self-contained HTML page of figures for one run, a comparison or a sweep.
 
     from replay.report import write_report
     result = write_report(["runs/sample-godel"], "report.html")
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replay.analysis.runs import check_run_dir
+from replay.analysis.runs import check_run_dir, points_of
 from replay.atomic import atomic_file
 from replay.errors import ReplayError
 from replay.report import data, html
@@ -40,13 +40,16 @@ class ReportResult:
 
 def build_page(run_dirs: Sequence[str], from_ts: dt.datetime | None = None,
                to_ts: dt.datetime | None = None, title: str | None = None) -> Page:
-    """The report's sections over ``run_dirs``, restricted to [from_ts, to_ts) if given."""
+    """The report's sections over ``run_dirs`` (a sweep's directory stands for its finished
+    points), restricted to [from_ts, to_ts) if given."""
+    given = run_dirs
+    run_dirs = [run for path in given for run in points_of(str(path))]
     answers = data.load(run_dirs, {"from_ts": from_ts, "to_ts": to_ts})
     options: list[str] = []
     for option, value in (("--from", from_ts), ("--to", to_ts)):
         if value is not None:
             options += [option, value.isoformat()]
-    names = [run.name for run in answers.runs]
+    names = [Path(path).resolve().name for path in given]
     return Page(title or f"replay report: {', '.join(names)}", tuple(str(p) for p in run_dirs),
                 build_sections(answers), tuple(options),
                 tuple(dict.fromkeys(run.trace for run in answers.runs)))
@@ -60,7 +63,7 @@ def write_report(run_dirs: Sequence[str], out: str | os.PathLike,
     out = Path(out)
     for path in [out] + ([Path(static)] if static is not None else []):
         _not_in_a_run(path, run_dirs)
-    for run in run_dirs:
+    for run in [run for path in run_dirs for run in points_of(str(path))]:
         check_run_dir(run)  # say what is wrong with the input first
     html.plotly_js()  # the extra is there, before minutes of queries
     if static is not None:

@@ -74,12 +74,21 @@ def load(run_dirs: Sequence[str], variables: Mapping[str, Any] | None = None,
                       {k: v for k, v in given.items() if v is not None})
 
 
+def _parameters(row: dict[str, Any]) -> dict[str, Any]:
+    """A run's parameters as the runs view has them: its model's, then for a sweep's point the
+    keys it swept (``stages_network_latency_p99_ms``), without the sweep's name and without a
+    swept ``model_NAME`` that only repeats the model parameter ``NAME``."""
+    given = {k: v for k, v in row.items() if k not in RUN_COLUMNS and v is not None}
+    return {k: v for k, v in given.items()
+            if k != "sweep" and not (k.startswith("model_") and k[len("model_"):] in given)}
+
+
 def _in_given_order(runs: pl.DataFrame, run_dirs: Sequence[str]) -> tuple[Run, ...]:
     by_name = {row["run"]: row for row in runs.iter_rows(named=True)}
     ordered = []
     for path in run_dirs:
         row = by_name[Path(path).resolve().name]
-        parameters = {k: v for k, v in row.items() if k not in RUN_COLUMNS and v is not None}
+        parameters = _parameters(row)
         ordered.append(Run(row["run"], str(path), row["model"], row["seed"], row["profile"],
                            row["trace"], parameters))
     return tuple(ordered)
