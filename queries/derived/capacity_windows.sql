@@ -39,8 +39,8 @@
 -- is held longer than the truth needs.  A watcher mostly applies a node's changes in commit
 -- order, so most such lags overlap no other lag or change on the same node: each of those is a
 -- window by itself.  Only the others (and every change of a node whose changes the watcher
--- applied out of commit order) are cut into
--- segments at every instant where the truth or the view changes, and merged into windows.
+-- applied out of commit order) are cut into segments at every instant where the truth or the
+-- view changes, and merged into windows.
 -- Watchers and nodes are numbered in the order of their names, so that the millions of rows are
 -- joined and ordered by numbers, not names.
 WITH bounds AS MATERIALIZED (
