@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from observe import big_trace
+from common import big_trace, cpu_seconds
 
 from replay.analysis.check import INVARIANTS, Reads, RunTables, check_run
 from replay.api import run_replay
@@ -30,11 +30,6 @@ def observe_run() -> Path:
         print(f"replaying {big_trace()} into {out} ...", flush=True)
         run_replay(big_trace(), load_config(), out=out, force=True)
     return out
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
