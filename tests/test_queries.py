@@ -31,7 +31,7 @@ from replay.engine.config import load_config
 from replay.trace.io import write_trace
 
 import query_reference as ref
-from conftest import SAMPLE_TRACE, shared_data
+from conftest import SAMPLE_TRACE, budget, shared_data
 from strategies import (GIB, T0, bind, delete, node, observed_traces, pod, rows_to_trace,
                         under_load)
 
@@ -210,7 +210,7 @@ def load(client_queue: str, capacity: int) -> str:
 CONFIGS = st.sampled_from([ZERO, ZERO + FEW_WATCHERS, network(1), network(3), network(8),
                            network(3) + FEW_WATCHERS, "seed = 3\n", "seed = 5\n" + FEW_WATCHERS,
                            load("delta_fifo", 2), load("workqueue", 2), load("fifo", 100)])
-PROPERTY = settings(max_examples=25, deadline=None,
+PROPERTY = settings(max_examples=budget(12), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
 
