@@ -99,6 +99,8 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         watchers = (list(config.watchers) if config.watchers is not None
                     else model.default_watchers(trace))
         check_watchers(watchers, trace, str(trace_path), configured=config.watchers is not None)
+        if config.watchers is not None:
+            model.check_watchers(watchers, str(config.source or "the configuration"))
         bar.update()
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = {**_manifest(trace_path, config, model_class, model.settings, len(watchers)),

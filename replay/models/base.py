@@ -89,6 +89,10 @@ class Model:
         """The watchers when the config lists none."""
         raise NotImplementedError
 
+    def check_watchers(self, watchers: list[WatcherSpec], where: str) -> None:
+        """Refuse a configured watchers list (from ``where``) that this model cannot replay
+        with; by default any list will do."""
+
     def replay(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> RunTables:
         """Replay ``trace`` with these ``watchers`` and return the run's tables."""

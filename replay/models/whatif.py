@@ -17,6 +17,7 @@ import polars as pl
 
 from replay.engine.api import (POLICIES, Client, OnAssumed, Pod, RunConfig, RunTables, Scheduler,
                                Simulation, WatcherSpec, Write, WriteKind, node_names)
+from replay.errors import ReplayError
 from replay.limits import MAX_SCHEDULERS
 from replay.models.base import Model, Param
 
@@ -76,6 +77,25 @@ class WhatIfModel(Model):
         kubelets = [WatcherSpec(f"kubelet/{n}", "kubelet", ("pods", "nodes"), node=n)
                     for n in node_names(trace)]
         return self.components() + kubelets
+
+    def check_watchers(self, watchers: list[WatcherSpec], where: str) -> None:
+        """Each of the model's components decides on the view of its own watcher, so a
+        configured ``[[watchers]]`` list (which replaces the model's) must name every component
+        and let it watch at least what the model's own watcher would."""
+        configured = {w.name: w for w in watchers}
+        for component in self.components():
+            watcher = configured.get(component.name)
+            if watcher is None:
+                names = ", ".join(sorted(c.name for c in self.components()))
+                raise ReplayError(
+                    f"{where}: the [[watchers]] list has no watcher named {component.name!r}, "
+                    f"which the {self.name} model's components need ({names}); name each of them "
+                    f"or leave [[watchers]] out to let the model choose")
+            missing = [r for r in component.resources if r not in watcher.resources]
+            if missing:
+                raise ReplayError(
+                    f"{where}: watcher {component.name!r} must watch {', '.join(missing)} too "
+                    f"(the {self.name} model's {component.role} decides on them)")
 
     def replay(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> RunTables:
