@@ -71,8 +71,9 @@ class Segments:
     def cummax(self, values: np.ndarray) -> None:
         """Running maximum per segment, in place (int64 values).
 
-        A few segments: one running maximum per slice.  Many: lifting segment k by k * 2**bits, with 2**bits above the values' range, puts each segment
-        above all before it, so one running maximum of the whole array restarts at each segment.
+        A few segments: one running maximum per slice.  Many: lifting segment k by k * 2**bits,
+        with 2**bits above the values' range, puts each segment above all before it, so one
+        running maximum of the whole array restarts at each segment.
         """
         if len(values) == 0:
             return
@@ -119,7 +120,8 @@ class Segments:
         """Per id from the first to the last, where its segment begins (the first segment's
         less ``done``): a position less this is its place in its segment, 0, 1, 2, ..."""
         if self._begin is None:  # the ids are sorted: a binary search per id, not a count
-            self._begin = np.searchsorted(self.ids, np.arange(self.ids[0], self.ids[-1] + 1))
+            self._begin = np.searchsorted(  # (of the ids' own type: else numpy converts them)
+                self.ids, np.arange(self.ids[0], self.ids[-1] + 1, dtype=self.ids.dtype))
             self._begin[0] -= self.done
         return self._begin
 

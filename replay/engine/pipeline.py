@@ -899,7 +899,7 @@ class Scan:
         streams = pipeline.streams
         self.shared = pipeline.shared_stages(commit, self.resource,
                                              np.bincount(write, minlength=len(commit)))
-        self.starts = np.searchsorted(stream, np.arange(len(streams) + 1))
+        self.starts = np.searchsorted(stream, np.arange(len(streams) + 1, dtype=stream.dtype))
         self.sent, blocked = self._server_side()
         self.waits: list[tuple[int, int, int, int, int, bool]] = []
         self.terminations: list[list[Any]] = []
@@ -942,22 +942,20 @@ class Scan:
         the event ``room`` before them in the stream (in this part or an earlier one) was sent
         after they were dispatched.  By shifted slices, one per distinct room (deliveries are
         sorted by stream, so the event that many rows before is of the same stream exactly
-        when its stream number is the same), not by gathering each one's predecessor."""
+        when its stream number is the same), not by gathering each one's predecessor.  Only the
+        few rows whose event that many rows before was sent after their dispatch are then
+        checked for being of the same stream and of that room."""
         end = start + len(stream)
-        per_row = room[stream] if len(rooms) > 1 else None
         found: list[int] = []
         for r in rooms:
             lo = max(start, r)
             if lo >= end:
                 continue
-            mine = slice(lo - start, None)
-            full = (self.stream[lo - r:end - r] == stream[mine]) \
-                & (sent[lo - r:end - r] > dispatched[mine])
-            if per_row is not None:
-                full &= per_row[mine] == r
-            if full.any():
-                found += self.pipeline.streams.resource[
-                    np.unique(stream[mine][full])].tolist()
+            late = lo + np.flatnonzero(sent[lo - r:end - r] > dispatched[lo - start:])
+            mine = stream[late - start]
+            full = late[(self.stream[late - r] == mine) & (room[mine] == r)]
+            if len(full):
+                found += self.pipeline.streams.resource[np.unique(self.stream[full])].tolist()
         return found
 
     def _objects(self) -> tuple[np.ndarray, np.ndarray]:
