@@ -70,13 +70,14 @@ class ObserveModel(Model):
     def tables(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         """The run's tables as (name, table), each as soon as it is complete; the deliveries in
-        parts, so that each is written while the next is computed."""
+        parts, so that each is written while the next is computed, and first: writing them is
+        the longest of the writer's jobs, which then runs while the pods are computed."""
         replay = _Replay(trace, config, watchers)
         yield "watchers", watchers_table(watchers)
         yield "events", replay.events()
-        yield "pods", replay.pods()
         for part in replay.deliveries():
             yield "deliveries", part
+        yield "pods", replay.pods()
         yield "attempts", replay.attempts()
         yield from replay.scan.incidents().items()
 
