@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 from common import NODES, PODS, big_trace, cpu_seconds, emit, peak_rss_mib
-from replay.api import _read, run_replay
+from replay import models
+from replay.api import run_replay
 from replay.engine.config import RunConfig, load_config
 from replay.models.observe import ObserveModel
 from replay.trace.validate import read_trace
@@ -85,9 +86,12 @@ def main() -> None:
 
 
 def tables_only(trace_path: Path, config: RunConfig, repeat: int) -> None:
-    """The model's tables, computed and dropped: the replay without reading or writing."""
+    """The model's tables, computed and dropped: the replay without reading or writing.  The
+    trace is read once, as ``replay run`` reads it for the model: its columns only."""
+    model_class = models.load(config.model or "observe")
+    columns = model_class.trace_columns
+    trace = read_trace(trace_path, columns=list(columns) if columns is not None else None)
     for i in range(repeat):
-        trace, model_class = _read(trace_path, config.model)
         model = model_class(config.model_params)
         watchers = (list(config.watchers) if config.watchers is not None
                     else model.default_watchers(trace))

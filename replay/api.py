@@ -201,13 +201,19 @@ def _columns(model_class: type[Model]) -> list[str] | None:
 def _summarised(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
                 into: dict) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
     """``tables`` as they pass; once the last has passed, while the last ones are still being
-    written, ``into`` gets the run's end-to-end delay by role and its number of conflicts."""
-    kept: dict[str, list[pa.Table | pl.DataFrame]] = {}
+    written, ``into`` gets the run's end-to-end delay by role and its number of conflicts.  Of
+    the deliveries only each one's delay is kept, by role, as each part passes (8 bytes a
+    delivery rather than the whole table until the end: a gigabyte at a million pods)."""
+    delays: dict[str, list[np.ndarray]] = {}
+    attempts: list[pa.Table | pl.DataFrame] = []
     for name, table in tables:
-        kept.setdefault(name, []).append(table)
         yield name, table
-    into["delay"] = _delay_by_role(kept["deliveries"])
-    into["conflicts"] = _conflicts(kept["attempts"])
+        if name == "deliveries":
+            _add_delays(table, delays)
+        elif name == "attempts":
+            attempts.append(table)
+    into["delay"] = _delay_by_role(delays)
+    into["conflicts"] = _conflicts(attempts)
 
 
 def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watchers: int) -> dict:
@@ -223,14 +229,16 @@ def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watche
     }
 
 
-def _delay_by_role(deliveries: list[pa.Table | pl.DataFrame]) -> pl.DataFrame:
+def _add_delays(part: pa.Table | pl.DataFrame, delays: dict[str, list[np.ndarray]]) -> None:
+    """The end-to-end delay of each of a part's deliveries, appended to its role's."""
+    part = conform_table("deliveries", part)
+    delay_us = _us(part.column("applied_ts")) - _us(part.column("commit_ts"))
+    for role, at in _where(part.column("role")).items():
+        delays.setdefault(role, []).append(delay_us if at is None else delay_us[at])
+
+
+def _delay_by_role(delays: dict[str, list[np.ndarray]]) -> pl.DataFrame:
     """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay."""
-    delays: dict[str, list[np.ndarray]] = {}
-    for part in deliveries:
-        part = conform_table("deliveries", part)
-        delay_us = _us(part.column("applied_ts")) - _us(part.column("commit_ts"))
-        for role, at in _where(part.column("role")).items():
-            delays.setdefault(role, []).append(delay_us if at is None else delay_us[at])
     summary = []
     for role, parts in sorted(delays.items()):
         mine = np.concatenate(parts)

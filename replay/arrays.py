@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
+# Up to this many segments, a running maximum runs over each one's slice in turn; with more (a
+# watch per kubelet), over the whole array at once, each segment lifted above those before it.
+FEW_SEGMENTS = 64
+
 
 def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
     """Departures of a FIFO queue: ``d_i = max(a_i, d_{i-1}) + s_i``, without a Python loop.
@@ -67,10 +71,17 @@ class Segments:
     def cummax(self, values: np.ndarray) -> None:
         """Running maximum per segment, in place (int64 values).
 
-        Lifting segment k by k * 2**bits, with 2**bits above the values' range, puts each segment
-        above all before it, so one running maximum of the whole array restarts at each segment.
+        A few segments: one running maximum per slice.  Many: lifting segment k by k * 2**bits,
+        with 2**bits above the values' range, puts each segment above all before it, so one
+        running maximum of the whole array restarts at each segment.
         """
         if len(values) == 0:
+            return
+        if self.ids[-1] - self.ids[0] < FEW_SEGMENTS:  # a few watches (not a kubelet each)
+            bounds = np.r_[self.first_positions(), len(values)]
+            bounds[0] = 0
+            for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+                np.maximum.accumulate(values[lo:hi], out=values[lo:hi])
             return
         low, high = int(values.min()), int(values.max())
         bits = max((high - low).bit_length(), self._lift[0] if self._lift else 0)
@@ -105,14 +116,14 @@ class Segments:
         out += total
         return out
 
-    def sequence(self, at: slice | np.ndarray) -> np.ndarray:
-        """0, 1, 2, ... within each segment, at positions ``at`` (a watcher's draw counters)."""
-        if self._begin is None:
-            count = np.bincount(self.ids - self.ids[0])
-            self._begin = np.cumsum(count) - count
+    def first_positions(self) -> np.ndarray:
+        """Per id from the first to the last, where its segment begins (the first segment's
+        less ``done``): a position less this is its place in its segment, 0, 1, 2, ..."""
+        if self._begin is None:  # the ids are sorted: a binary search per id, not a count
+            self._begin = np.searchsorted(  # (of the ids' own type: else numpy converts them)
+                self.ids, np.arange(self.ids[0], self.ids[-1] + 1, dtype=self.ids.dtype))
             self._begin[0] -= self.done
-        positions = np.arange(at.start, at.stop) if isinstance(at, slice) else at
-        return (positions - self._begin[self.ids[at] - self.ids[0]]).astype(np.uint64)
+        return self._begin
 
 def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.argsort(keys, kind="stable")`` for integer keys, and the sorted keys, two to three

@@ -50,6 +50,17 @@ def _mix(z: UInts) -> UInts:
     return z ^ (z >> np.uint64(31))
 
 
+def _mix_in_place(z: UInts) -> UInts:
+    """``_mix`` of a fresh array, overwriting it: the draws of a replay are tens of millions,
+    and each temporary that is not made saves a pass over memory."""
+    z ^= z >> np.uint64(30)
+    z *= _M1
+    z ^= z >> np.uint64(27)
+    z *= _M2
+    z ^= z >> np.uint64(31)
+    return z
+
+
 @dataclass(frozen=True)
 class Stream:
     """Counter-based uniform draws for one (seed, stage, parameter), per watcher."""
@@ -66,18 +77,33 @@ class Stream:
         with np.errstate(over="ignore"):
             return _mix(np.uint64(self.key) ^ _mix(np.asarray(watchers, dtype=np.uint64)))
 
+    @staticmethod
+    def shifted_keys(keys: UInts, by: npt.NDArray[np.int64]) -> UInts:
+        """Keys that draw at counter ``c`` what ``keys`` draw at ``c - by`` (``by``: one count
+        per key): a scan that numbers a watcher's deliveries from its first one's place in a
+        larger array draws with the array's positions as counters, without subtracting."""
+        with np.errstate(over="ignore"):
+            shifted: UInts = keys - by.astype(np.uint64) * _GOLDEN
+        return shifted
+
     def bits(self, counters: UInts, keys: Keys | None = None) -> UInts:
         """64 random bits per counter, from ``keys`` (per-watcher keys, one or one per counter;
         by default the shared stream's own key)."""
         if keys is None:
             keys = self.watcher_keys(np.uint64(0))
         with np.errstate(over="ignore"):
-            return _mix(np.asarray(keys, dtype=np.uint64)
-                        + np.asarray(counters, dtype=np.uint64) * _GOLDEN)
+            z = np.asarray(counters, dtype=np.uint64) * _GOLDEN
+            z += np.asarray(keys, dtype=np.uint64)
+            return _mix_in_place(z)
 
     def uniforms(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float64]:
         """One draw in (0, 1) per counter, with 53 bits of resolution."""
-        return ((self.bits(counters, keys) >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0**-53
+        bits = self.bits(counters, keys)
+        bits >>= np.uint64(11)
+        out = bits.astype(np.float64)
+        out += 0.5
+        out *= 2.0**-53
+        return out
 
     def normals(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float32]:
         """Standard normal draws by Box-Muller over two 24-bit uniforms from one draw.
@@ -87,6 +113,16 @@ class Stream:
         """
         bits = self.bits(counters, keys)
         f32 = np.float32
-        u1 = ((bits >> np.uint64(40)).astype(f32) + f32(0.5)) * f32(2.0**-24)
-        u2 = ((bits & np.uint64(0xFFFFFF)).astype(f32) + f32(0.5)) * f32(2.0**-24)
-        return np.sqrt(f32(-2.0) * np.log(u1)) * np.cos(f32(2.0 * np.pi) * u2)
+        u1 = (bits >> np.uint64(40)).astype(f32)
+        bits &= np.uint64(0xFFFFFF)
+        u2 = bits.astype(f32)
+        for u in (u1, u2):  # (k + 0.5) / 2**24, in place
+            u += f32(0.5)
+            u *= f32(2.0**-24)
+        np.log(u1, out=u1)  # sqrt(-2 log u1) cos(2 pi u2), the same operations in place
+        u1 *= f32(-2.0)
+        np.sqrt(u1, out=u1)
+        u2 *= f32(2.0 * np.pi)
+        np.cos(u2, out=u2)
+        u1 *= u2
+        return u1

@@ -102,6 +102,15 @@ def _composed(outer: Callable[[np.ndarray], np.ndarray],
     return lambda part: outer(rows[part])
 
 
+def _positions(part: slice) -> np.ndarray:
+    """The positions of ``part``, as draw counters."""
+    return np.arange(part.start, part.stop, dtype=np.uint64)
+
+
+def _as_counters(positions: np.ndarray) -> np.ndarray:
+    return positions.astype(np.uint64)
+
+
 def _in_chunks(size: int, draw: Callable[[slice], np.ndarray]) -> np.ndarray:
     """``draw(part)`` for consecutive parts of ``range(size)``, one after another: the draws are
     element-wise, so drawing by parts whose temporaries stay in the CPU cache gives the same
@@ -120,6 +129,10 @@ class _Cost:
     dist: Distribution
     stream: Stream
 
+    @property
+    def constant(self) -> bool:
+        return isinstance(self.dist, Constant)
+
     def draw(self, counters: UInts, keys: Keys | None = None) -> Ints:
         return self.dist.sample_us(self.stream, counters, keys)
 
@@ -127,7 +140,7 @@ class _Cost:
                    keys: Callable[[slice], np.ndarray] | None = None) -> np.ndarray:
         """``size`` draws, made a cache-sized part at a time from that part's ``counters`` and
         ``keys``; a constant needs neither."""
-        if isinstance(self.dist, Constant):
+        if self.constant:
             return np.full(size, self.draw(np.zeros(1, dtype=np.uint64))[0])
         return _in_chunks(size, lambda part: self.draw(counters(part),
                                                        None if keys is None else keys(part)))
@@ -837,15 +850,19 @@ class Pipeline(Generic[Payload]):
         vectorised call.  A delivery's counter is its index among its stream's deliveries."""
         distinct, group = self.stream_groups[key]
         ids, keys = segments.ids, self.keys[key]
+        if len(ids) and not all(cost.constant for cost in distinct):
+            # draw at counter = position, from keys shifted by each stream's start
+            first, last = int(ids[0]), int(ids[-1]) + 1
+            keys = keys.copy()
+            keys[first:last] = Stream.shifted_keys(keys[first:last], segments.first_positions())
         if len(distinct) == 1:
-            return distinct[0].draw_parts(len(ids), lambda part: segments.sequence(part),
-                                          lambda part: keys[ids[part]])
+            return distinct[0].draw_parts(len(ids), _positions, lambda part: keys[ids[part]])
         of = group[ids]
         out = np.zeros(len(ids), dtype=np.int64)
         for number, cost in enumerate(distinct):
             rows = np.flatnonzero(of == number)
             if len(rows):
-                out[rows] = cost.draw_parts(len(rows), _composed(segments.sequence, rows),
+                out[rows] = cost.draw_parts(len(rows), _composed(_as_counters, rows),
                                             _composed(lambda at: keys[ids[at]], rows))
         return out
 
@@ -882,7 +899,7 @@ class Scan:
         streams = pipeline.streams
         self.shared = pipeline.shared_stages(commit, self.resource,
                                              np.bincount(write, minlength=len(commit)))
-        self.starts = np.searchsorted(stream, np.arange(len(streams) + 1))
+        self.starts = np.searchsorted(stream, np.arange(len(streams) + 1, dtype=stream.dtype))
         self.sent, blocked = self._server_side()
         self.waits: list[tuple[int, int, int, int, int, bool]] = []
         self.terminations: list[list[Any]] = []
@@ -925,22 +942,20 @@ class Scan:
         the event ``room`` before them in the stream (in this part or an earlier one) was sent
         after they were dispatched.  By shifted slices, one per distinct room (deliveries are
         sorted by stream, so the event that many rows before is of the same stream exactly
-        when its stream number is the same), not by gathering each one's predecessor."""
+        when its stream number is the same), not by gathering each one's predecessor.  Only the
+        few rows whose event that many rows before was sent after their dispatch are then
+        checked for being of the same stream and of that room."""
         end = start + len(stream)
-        per_row = room[stream] if len(rooms) > 1 else None
         found: list[int] = []
         for r in rooms:
             lo = max(start, r)
             if lo >= end:
                 continue
-            mine = slice(lo - start, None)
-            full = (self.stream[lo - r:end - r] == stream[mine]) \
-                & (sent[lo - r:end - r] > dispatched[mine])
-            if per_row is not None:
-                full &= per_row[mine] == r
-            if full.any():
-                found += self.pipeline.streams.resource[
-                    np.unique(stream[mine][full])].tolist()
+            late = lo + np.flatnonzero(sent[lo - r:end - r] > dispatched[lo - start:])
+            mine = stream[late - start]
+            full = late[(self.stream[late - r] == mine) & (room[mine] == r)]
+            if len(full):
+                found += self.pipeline.streams.resource[np.unique(self.stream[full])].tolist()
         return found
 
     def _objects(self) -> tuple[np.ndarray, np.ndarray]:

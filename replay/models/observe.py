@@ -70,13 +70,14 @@ class ObserveModel(Model):
     def tables(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         """The run's tables as (name, table), each as soon as it is complete; the deliveries in
-        parts, so that each is written while the next is computed."""
+        parts, so that each is written while the next is computed, and first: writing them is
+        the longest of the writer's jobs, which then runs while the pods are computed."""
         replay = _Replay(trace, config, watchers)
         yield "watchers", watchers_table(watchers)
         yield "events", replay.events()
-        yield "pods", replay.pods()
         for part in replay.deliveries():
             yield "deliveries", part
+        yield "pods", replay.pods()
         yield "attempts", replay.attempts()
         yield from replay.scan.incidents().items()
 
@@ -138,7 +139,7 @@ class _Replay:
         self.scan = Scan(pipeline, commit_ts, write, stream, codes,
                          lambda: self._keys(committed), lambda: self._deletes(committed), PART)
         watcher_of = pipeline.streams.watcher.astype(np.int32)
-        commit, applied = np.empty_like(write), np.empty_like(write)
+        applied = np.empty_like(write)
         names = [w.name for w in self.watchers]
         roles = sorted({w.role for w in self.watchers})
         role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
@@ -146,7 +147,7 @@ class _Replay:
         for times in self.scan.parts():
             part = slice(start, start + len(times["applied_ts"]))
             start = part.stop
-            commit[part], applied[part] = times["commit_ts"], times["applied_ts"]
+            applied[part] = times["applied_ts"]
             watcher = watcher_of[stream[part]]
             write[part] += 1  # now each delivery's rv (the scan is done with this part)
             yield pa.table({
@@ -159,8 +160,7 @@ class _Replay:
                 "source": pa.DictionaryArray.from_arrays(pa.array(times["source"]), SOURCES),
                 "coalesced": pa.array(times["coalesced"]),
             })
-        self.seen = _Seen(write, watcher_of[stream], commit, applied, self.watchers,
-                          len(committed))
+        self.seen = _Seen(write, watcher_of[stream], commit_ts, applied, self.watchers)
 
     def _keys(self, committed: np.ndarray) -> np.ndarray:
         """Per committed write, its object (resource, namespace and name) as a number, in the
@@ -331,11 +331,12 @@ class _Seen:
     """The deliveries of each watcher, for questions about what a watcher had applied when."""
 
     def __init__(self, rv: np.ndarray, watcher: np.ndarray, commit: np.ndarray,
-                 applied: np.ndarray, watchers: list[WatcherSpec], writes: int):
-        starts = np.searchsorted(watcher, np.arange(len(watchers) + 1))
+                 applied: np.ndarray, watchers: list[WatcherSpec]):
+        """Per delivery: ``rv``, ``watcher`` (sorted) and ``applied``; per write: ``commit``."""
+        starts = np.searchsorted(watcher, np.arange(len(watchers) + 1, dtype=watcher.dtype))
         self.segment = {w.name: slice(starts[i], starts[i + 1]) for i, w in enumerate(watchers)}
         self.rv, self.commit, self.applied = rv, commit, applied
-        self.writes = writes
+        self.writes = len(commit)
 
     def groups(self, names: pl.Series) -> list[tuple[slice, np.ndarray]]:
         """For each watcher in ``names``: its deliveries, and where ``names`` holds it."""
@@ -358,8 +359,8 @@ class _Seen:
         out = np.full(len(at), np.nan)
         for segment, mine in groups:
             order = np.argsort(self.rv[segment], kind="stable")  # its streams, merged by rv
-            out[mine] = view_lag_us(self.commit[segment][order], self.applied[segment][order],
-                                    at[mine]) / 1000.0
+            out[mine] = view_lag_us(self.commit[self.rv[segment][order] - 1],
+                                    self.applied[segment][order], at[mine]) / 1000.0
         return pa.array(out, mask=np.isnan(out))
 
 
