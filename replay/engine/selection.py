@@ -112,7 +112,7 @@ class NodeSelector:
         ``request``; selectHost among them: a node drawn uniformly among those with the top total
         score (NO_NODE if none fits).  Also returns how many nodes were evaluated (up to the last
         feasible one needed)."""
-        if len(self._top) < wanted:
+        if len(self._top) < len(order):  # room for every feasible node (no bounds checks)
             self._top = np.zeros(len(order), dtype=np.int64)
         cpu, memory, gpu = request
         tied, evaluated = self._kernels.walk_and_score(

@@ -4,7 +4,7 @@ Kubernetes' scheduler cache (``pkg/scheduler/internal/cache``) in miniature: cap
 from the node objects and the pods bound to them as the watch delivered them, plus the pods the
 scheduler has assumed itself (``AssumePod``) until it forgets them (``ForgetPod``: the binding came
 back through the watch, or the placement failed).  Free capacity per node lives in numpy arrays so
-that a scheduler can filter and score thousands of nodes in one vectorised step
+that a scheduler can filter and score thousands of nodes in one compiled call
 (``snapshot``, read-only).
 
 Deliveries are applied lazily: the engine hands each one to the watcher's view as soon as its
