@@ -21,13 +21,15 @@ Three steps, as kube-scheduler and Gödel take them (docs/fidelity.md cites ever
    sampling upstream), drawing from the scheduler's own named random stream.
 
 Omega's simulator instead tries random machines until one fits (``random-first-fit``,
-``CoreClusterSimulation.scala``: ``scheduleJob``).  Every step is vectorised over numpy arrays: no
-Python loop per node.
+``CoreClusterSimulation.scala``: ``scheduleJob``).  The loops over nodes are compiled
+(``selectkernel``: walk, scores and top-scored nodes in one call); the random draws stay here,
+from the scheduler's stream, in upstream's order.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
@@ -38,9 +40,14 @@ from replay.engine.view import Snapshot
 POLICIES = ("least-allocated", "most-allocated", "random-first-fit")
 Indices = npt.NDArray[np.int64]
 Ints = npt.NDArray[np.int64]
-MAX_NODE_SCORE = 100  # framework.MaxNodeScore
 # Omega's walk draws candidates this many at a time
 _BATCH = 64
+
+
+def _kernels() -> ModuleType:
+    """``selectkernel``, imported on first use: numba's import is for what-if replays only."""
+    from replay.engine import selectkernel
+    return selectkernel
 
 
 def nodes_to_find(total: int, percentage: int) -> int:
@@ -74,6 +81,11 @@ class NodeSelector:
     def __init__(self, policy: str, percentage: int, rng: np.random.Generator):
         self.policy, self.percentage, self.rng = policy, percentage, rng
         self.next_start = 0
+        self._kernels = _kernels()
+        self._policy = (self._kernels.MOST_ALLOCATED if policy == "most-allocated"
+                        else self._kernels.LEAST_ALLOCATED)
+        self._every: Indices = np.zeros(0, dtype=np.int64)  # every node, in index order
+        self._top: Indices = np.zeros(0, dtype=np.int64)  # the kernel's output
 
     def choose(self, snapshot: Snapshot, request: Request, members: int = 1) -> tuple[int, int]:
         """The node for ``request`` (NO_NODE if none fits) in a unit of ``members`` pods, and how
@@ -85,41 +97,60 @@ class NodeSelector:
             return self._random_first_fit(snapshot, total, request)
         wanted = nodes_to_find(total, self.percentage)
         start = self.next_start % total
-        feasible, evaluated = walk(snapshot, None, start, wanted, request)
+        node, evaluated = self._walk(snapshot, self._all(total), start, wanted, request)
         self.next_start = start + evaluated
-        return self._select(snapshot, feasible, request), evaluated
+        return node, evaluated
 
-    def _select(self, snapshot: Snapshot, feasible: Indices, request: Request) -> int:
-        """selectHost: a node drawn uniformly among those with the top total score."""
-        if len(feasible) == 0:
-            return NO_NODE
-        scores = self.scores(snapshot, feasible, request)
-        top = np.flatnonzero(scores == scores.max())
-        pick = 0 if len(top) == 1 else int(self.rng.integers(len(top)))
-        return int(feasible[top[pick]])
+    def _all(self, total: int) -> Indices:
+        if len(self._every) != total:
+            self._every = np.arange(total, dtype=np.int64)
+        return self._every
+
+    def _walk(self, snapshot: Snapshot, order: Indices, start: int, wanted: int,
+              request: Request) -> tuple[int, int]:
+        """Walk ``order`` from position ``start``, wrapping around, until ``wanted`` nodes fit
+        ``request``; selectHost among them: a node drawn uniformly among those with the top total
+        score (NO_NODE if none fits).  Also returns how many nodes were evaluated (up to the last
+        feasible one needed)."""
+        if len(self._top) < len(order):  # room for every feasible node (no bounds checks)
+            self._top = np.zeros(len(order), dtype=np.int64)
+        cpu, memory, gpu = request
+        tied, evaluated = self._kernels.walk_and_score(
+            snapshot.alloc, snapshot.free, snapshot.present, order, start, wanted, cpu, memory,
+            gpu, self._policy, self.balanced_weight, self._top)
+        if tied == 0:
+            return NO_NODE, evaluated
+        pick = 0 if tied == 1 else int(self.rng.integers(tied))
+        return int(self._top[pick]), evaluated
 
     def scores(self, snapshot: Snapshot, nodes: Indices, request: Request) -> Ints:
-        """The weighted sum of the plugins' integer scores of ``nodes`` for ``request``."""
-        alloc = snapshot.alloc[:2, nodes]
-        requested = alloc - snapshot.free[:2, nodes] + np.array(request[:2]).reshape(2, 1)
-        fit = resource_scores(alloc, requested, self.policy)
-        total: Ints = (fit[0] + fit[1]) // 2  # cpu and memory, weight 1 each
-        if self.balanced_weight:
-            total = total + self.balanced_weight * balanced_allocation(alloc, requested)
-        return total
+        """The weighted sum of the plugins' integer scores of ``nodes`` for ``request``:
+        NodeResourcesFit's LeastAllocated ``(capacity - requested) x 100 / capacity`` (0 if
+        requested exceeds it) or MostAllocated's ``requested x 100 / capacity`` (requested
+        clamped to the capacity), integer division, 0 where the capacity is 0, averaged over cpu
+        and memory; plus NodeResourcesBalancedAllocation's ``(1 - std) x 100`` truncated, std
+        being half the difference of the two used fractions (each at most 1; with one resource
+        of capacity 0, std is 0).  Requested counts the pod being placed."""
+        scores: Ints = self._kernels.score_nodes(
+            snapshot.alloc, snapshot.free, np.asarray(nodes, dtype=np.int64), request[0],
+            request[1], self._policy, self.balanced_weight)
+        return scores
 
     def _random_first_fit(self, snapshot: Snapshot, total: int,
                           request: Request) -> tuple[int, int]:
         """Omega's randomized first fit: random machines, each tried once, until one fits."""
+        first_fit = self._kernels.first_fit
+        free, present = snapshot.free, snapshot.present
+        cpu, memory, gpu = request
         tries = self.rng.choice(total, size=min(_BATCH, total), replace=False)
-        fit = np.flatnonzero(_fits(snapshot, tries, request))
-        if len(fit):
-            return int(tries[fit[0]]), int(fit[0]) + 1
+        fit = first_fit(free, present, tries, cpu, memory, gpu)
+        if fit >= 0:
+            return int(tries[fit]), fit + 1
         rest = np.setdiff1d(np.arange(total), tries, assume_unique=True)
         order = rest[self.rng.permutation(len(rest))]
-        fit = np.flatnonzero(_fits(snapshot, order, request))
-        if len(fit):
-            return int(order[fit[0]]), len(tries) + int(fit[0]) + 1
+        fit = first_fit(free, present, order, cpu, memory, gpu)
+        if fit >= 0:
+            return int(order[fit]), len(tries) + fit + 1
         return NO_NODE, total
 
 
@@ -156,76 +187,8 @@ class GodelNodeSelector(NodeSelector):
             return self._random_first_fit(snapshot, total, request)
         wanted = godel_nodes_to_find(total, self.percentage, members)
         start = int(self.rng.integers(total))
-        feasible, evaluated = walk(snapshot, nodes, start, wanted, request)
-        return self._select(snapshot, feasible, request), evaluated
+        return self._walk(snapshot, self._all(total) if nodes is None else nodes, start, wanted,
+                          request)
 
 
 SelectorFactory = Callable[[str, int, np.random.Generator], NodeSelector]
-
-
-def walk(snapshot: Snapshot, nodes: Indices | None, start: int, wanted: int,
-         request: Request) -> tuple[Indices, int]:
-    """Filter the nodes (all, or the listed ``nodes``) in order from position ``start``, wrapping
-    around, until ``wanted`` fit ``request``: those feasible nodes, and how many were evaluated
-    (up to the last one needed)."""
-    total = snapshot.free.shape[1] if nodes is None else len(nodes)
-    chunk = max(256, 2 * wanted)
-    position = start
-    found: list[Indices] = []
-    count = evaluated = 0
-    while evaluated < total and count < wanted:
-        size = min(chunk, total - evaluated, total - position)  # a piece never wraps around
-        fit = _fitting(snapshot, position, position + size, request, nodes)
-        need = wanted - count
-        if len(fit) >= need:  # enough: stop at the last one needed
-            fit = fit[:need]
-            size = int(fit[-1]) + 1
-        found.append(fit + position if nodes is None else nodes[fit + position])
-        count += len(fit)
-        evaluated += size
-        position = (position + size) % total
-    feasible = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-    return feasible, evaluated
-
-
-def resource_scores(alloc: Ints, requested: Ints, policy: str) -> Ints:
-    """Per resource (rows) and node (columns): LeastAllocated's ``(capacity - requested) x 100 /
-    capacity`` (0 if requested exceeds it) or MostAllocated's ``requested x 100 / capacity``,
-    integer division, 0 where the capacity is 0; requested counts the pod being placed."""
-    capacity = np.maximum(alloc, 1)
-    if policy == "least-allocated":
-        score = np.where(requested > alloc, 0, (alloc - requested) * MAX_NODE_SCORE // capacity)
-    else:  # MostAllocated clamps requested to the capacity instead
-        score = np.minimum(requested, alloc) * MAX_NODE_SCORE // capacity
-    out: Ints = np.where(alloc == 0, 0, score)
-    return out
-
-
-def balanced_allocation(alloc: Ints, requested: Ints) -> Ints:
-    """NodeResourcesBalancedAllocation over cpu and memory: ``(1 - std) x 100`` truncated, std
-    being half the difference of the two used fractions (each at most 1); a resource whose
-    capacity is 0 is left out, and with one fraction left std is 0."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        fraction = np.minimum(requested / alloc, 1.0)
-    both = (alloc[0] != 0) & (alloc[1] != 0)
-    std = np.where(both, np.abs(fraction[0] - fraction[1]) / 2, 0.0)
-    scores: Ints = ((1.0 - std) * MAX_NODE_SCORE).astype(np.int64)
-    return scores
-
-
-def _fitting(snapshot: Snapshot, lo: int, hi: int, request: Request,
-             nodes: Indices | None) -> Indices:
-    """Offsets from ``lo`` of the nodes in positions [lo, hi) that fit ``request``; with no
-    list the positions are node indices and the snapshot is read through slices."""
-    free, present = snapshot.free, snapshot.present
-    at: slice | Indices = slice(lo, hi) if nodes is None else nodes[lo:hi]
-    return np.flatnonzero(present[at] & (free[0, at] >= request[0])
-                          & (free[1, at] >= request[1]) & (free[2, at] >= request[2]))
-
-
-def _fits(snapshot: Snapshot, nodes: Indices, request: Request) -> npt.NDArray[np.bool_]:
-    free = snapshot.free
-    fits: npt.NDArray[np.bool_] = (snapshot.present[nodes] & (free[0, nodes] >= request[0])
-                                   & (free[1, nodes] >= request[1])
-                                   & (free[2, nodes] >= request[2]))
-    return fits

@@ -4,7 +4,7 @@ Kubernetes' scheduler cache (``pkg/scheduler/internal/cache``) in miniature: cap
 from the node objects and the pods bound to them as the watch delivered them, plus the pods the
 scheduler has assumed itself (``AssumePod``) until it forgets them (``ForgetPod``: the binding came
 back through the watch, or the placement failed).  Free capacity per node lives in numpy arrays so
-that a scheduler can filter and score thousands of nodes in one vectorised step
+that a scheduler can filter and score thousands of nodes in one compiled call
 (``snapshot``, read-only).
 
 Deliveries are applied lazily: the engine hands each one to the watcher's view as soon as its
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -41,6 +41,9 @@ _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
           for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
 # The pod writes after which a pod no longer counts on its node in any cache
 _LEAVES = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.POD_FAIL})
+_NODE_SET, _NODE_DELETE = WriteKind.NODE_SET, WriteKind.NODE_DELETE  # (a module global is
+_POD_BIND, _POD_ASSUME = WriteKind.POD_BIND, WriteKind.POD_ASSUME  # quicker than an enum's)
+_NOTHING_DUE = 2**63 - 1  # the due time of a view with no delivery waiting
 
 
 class Snapshot(NamedTuple):
@@ -60,12 +63,15 @@ class View:
         self.counts_assumed = counts_assumed
         self._alloc = np.zeros((3, node_count), dtype=np.int64)
         self._free = np.zeros((3, node_count), dtype=np.int64)
+        self._rows = (self._free[0], self._free[1], self._free[2])  # (a 1-d index is quicker)
         self._present = np.zeros(node_count, dtype=bool)
         self._version = np.zeros(node_count, dtype=np.int64)
         self._placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
         self._assumed: dict[Pod, int] = {}  # pods this watcher placed itself, not yet confirmed
         # per informer (nodes, pods, other resources): (applied_us, write), not yet applied
         self._inboxes: tuple[deque[tuple[int, Write]], ...] = (deque(), deque(), deque())
+        self._due = _NOTHING_DUE  # the earliest applied time in the inboxes
+        self._places = frozenset({_POD_BIND, _POD_ASSUME} if counts_assumed else {_POD_BIND})
         self._unapplied: deque[Write] = deque()  # sent to it, not yet applied, by rv ...
         self._applied_early: set[int] = set()  # ... but for these rvs, already applied
         self._clock = clock
@@ -84,26 +90,28 @@ class View:
         """The engine's hand-over of a delivery, to be applied at ``applied`` (``expected``: it
         was ``_expect``ed)."""
         self._inboxes[_INBOX[write.kind]].append((applied, write))
+        if applied < self._due:
+            self._due = applied
         if not expected:
             self._unapplied.append(write)
 
     def _catch_up(self) -> None:
-        """Apply every delivery due by now."""
-        now = None
+        """Apply every delivery due by now (one informer after the other)."""
+        now = self._clock()
+        if now < self._due:
+            return
         unapplied = self._unapplied
         for inbox in self._inboxes:
-            if inbox:
-                if now is None:
-                    now = self._clock()
-                while inbox and inbox[0][0] <= now:
-                    applied, write = inbox.popleft()
-                    self._apply(write, applied)
-                    if unapplied and unapplied[0] is write:  # in the order it was sent
-                        unapplied.popleft()
-                        if self._applied_early:
-                            self._forget_applied_early()
-                    else:
-                        self._applied_early.add(write.rv)
+            while inbox and inbox[0][0] <= now:
+                applied, write = inbox.popleft()
+                self._apply(write, applied)
+                if unapplied and unapplied[0] is write:  # in the order it was sent
+                    unapplied.popleft()
+                    if self._applied_early:
+                        self._forget_applied_early()
+                else:
+                    self._applied_early.add(write.rv)
+        self._due = min([inbox[0][0] for inbox in self._inboxes if inbox], default=_NOTHING_DUE)
 
     def _forget_applied_early(self) -> None:
         unapplied, early = self._unapplied, self._applied_early
@@ -129,22 +137,23 @@ class View:
         return min((t for t in due if t is not None), default=None)
 
     def _apply(self, write: Write, now: int) -> None:
-        kind, pod = write.kind, write.pod
-        if write.node_version:
-            self._version[write.node] = max(self._version[write.node], write.node_version)
-        if kind == WriteKind.NODE_SET:
-            self._set_node(write.node, write.alloc)
-        elif kind == WriteKind.NODE_DELETE:
-            self._set_node(write.node, None)
-        elif kind == WriteKind.POD_BIND or (kind == WriteKind.POD_ASSUME and self.counts_assumed):
+        kind, pod, version = write.kind, write.pod, write.node_version
+        if version and version > self._version[write.node]:
+            self._version[write.node] = version
+        if kind in self._places:
             assert pod is not None
             self._place(pod, write.node, now)
         elif kind in _LEAVES:
             assert pod is not None
-            self._forget(pod, now)
+            if self._assumed:
+                self._forget(pod, now)
             node = self._placed.pop(pod, None)
             if node is not None:
                 self._take(node, pod.request, 1)
+        elif kind == _NODE_SET:
+            self._set_node(write.node, write.alloc)
+        elif kind == _NODE_DELETE:
+            self._set_node(write.node, None)
 
     def _place(self, pod: Pod, node: int, now: int) -> None:
         """The watch has brought ``pod`` on ``node``: it counts there from now on, once (an own
@@ -170,12 +179,16 @@ class View:
         self._give_backs += grew
 
     def _take(self, node: int, request: Request, sign: int) -> None:
-        free = self._free
-        free[0, node] += sign * request[0]
-        free[1, node] += sign * request[1]
-        free[2, node] += sign * request[2]
+        self._add(node, request, sign)
         if sign > 0:
             self._give_backs += 1
+
+    def _add(self, node: int, request: Request, sign: int) -> None:
+        cpu, memory, gpu = self._rows
+        cpu[node] += sign * request[0]
+        memory[node] += sign * request[1]
+        if request[2]:
+            gpu[node] += sign * request[2]
 
     # -- reading ----------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -186,9 +199,9 @@ class View:
 
     def fits(self, node: int, request: Request) -> bool:
         self._catch_up()
-        free = self._free
-        return bool(self._present[node] and free[0, node] >= request[0]
-                    and free[1, node] >= request[1] and free[2, node] >= request[2])
+        cpu, memory, gpu = self._rows
+        return bool(self._present[node] and cpu[node] >= request[0]
+                    and memory[node] >= request[1] and gpu[node] >= request[2])
 
     def has_placed(self, pod: Pod) -> bool:
         """Whether this view counts ``pod`` from the watch: it has applied its binding (or, in a
@@ -197,23 +210,11 @@ class View:
         self._catch_up()
         return pod in self._placed
 
-    @contextlib.contextmanager
-    def holding(self) -> Iterator[Callable[[int, Request], None]]:
+    def holding(self) -> contextlib.AbstractContextManager[Callable[[int, Request], None]]:
         """A ``hold(node, request)`` that counts a request on a node until the block ends, for
         placing the members of a gang one after another (each sees the room the others took)."""
         self._catch_up()
-        held: list[tuple[int, Request]] = []
-        free = self._free
-
-        def hold(node: int, request: Request) -> None:
-            free[:, node] -= request
-            held.append((node, request))
-
-        try:
-            yield hold
-        finally:
-            for node, request in held:
-                free[:, node] += request
+        return _Holding(self._add)
 
     # -- the watcher's own placements -----------------------------------------------------------
     def assumes(self, pod: Pod) -> bool:
@@ -239,6 +240,25 @@ class View:
             self._take(node, pod.request, 1)
             if self.on_forget is not None:
                 self.on_forget(pod, now)
+
+
+class _Holding:
+    """``View.holding``'s block: the requests held, given back at its end."""
+
+    def __init__(self, add: Callable[[int, Request, int], None]):
+        self._add = add
+        self._held: list[tuple[int, Request]] = []
+
+    def __enter__(self) -> Callable[[int, Request], None]:
+        return self.hold
+
+    def hold(self, node: int, request: Request) -> None:
+        self._add(node, request, -1)
+        self._held.append((node, request))
+
+    def __exit__(self, *exc: object) -> None:
+        for node, request in self._held:
+            self._add(node, request, 1)
 
 
 Array = TypeVar("Array", bound=npt.NDArray[Any])

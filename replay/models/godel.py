@@ -128,9 +128,12 @@ class GodelModel(WhatIfModel):
 
     def _most_idle(self) -> int:
         """The scheduler with the fewest pods in the dispatched state, ties at random."""
-        fewest = min(self.load)
-        idle = [i for i, n in enumerate(self.load) if n == fewest]
-        return idle[0] if len(idle) == 1 else idle[int(self.dispatch_rng.integers(len(idle)))]
+        load = self.load
+        fewest = min(load)
+        if load.count(fewest) == 1:  # (no draw)
+            return load.index(fewest)
+        idle = [i for i, n in enumerate(load) if n == fewest]
+        return idle[int(self.dispatch_rng.integers(len(idle)))]
 
     def _patch_dispatched(self, pod: Pod, instance: int) -> None:
         if pod.pending:

@@ -1,0 +1,110 @@
+"""Node selection's per-decision loops, compiled with numba: the walk, the integer scores and
+the top-scored nodes in one call.
+
+A decision walks a few dozen to a few thousand nodes; as numpy steps it cost some 40 array
+operations of call overhead each (about 50 µs, most of a 1M-pod replay's minute), compiled it is
+one call of a few µs.  The arithmetic is the plugins' own, in the same integer (and, for
+NodeResourcesBalancedAllocation, float64) operations as ``selection``'s numpy ``scores``, so a
+decision is the same node to the bit; the random draw among the top nodes stays with the
+scheduler's own stream, in ``selection``.  Imported only when a what-if replay first selects a
+node (numba's import takes half a second), and compiled once per machine (``cache=True``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+LEAST_ALLOCATED, MOST_ALLOCATED = 0, 1
+_MAX_NODE_SCORE = 100  # framework.MaxNodeScore
+
+
+def _walk_and_score(alloc: Ints, free: Ints, present: Bools, order: Ints, start: int,
+                    wanted: int, cpu: int, memory: int, gpu: int, policy: int,
+                    balanced_weight: int, top: Ints) -> tuple[int, int]:
+    """Walk ``order`` from position ``start``, wrapping around, until ``wanted`` nodes fit the
+    request; score those feasible nodes; write the top-scored ones, in walk order, to ``top``.
+    Returns how many are top-scored (0: none fits) and how many nodes were evaluated (up to the
+    last feasible one needed, or all)."""
+    total = len(order)
+    feasible = np.empty(min(wanted, total), dtype=np.int64)
+    count = evaluated = 0
+    while evaluated < total and count < wanted:
+        node = order[(start + evaluated) % total]
+        evaluated += 1
+        if (present[node] and free[0, node] >= cpu and free[1, node] >= memory
+                and free[2, node] >= gpu):
+            feasible[count] = node
+            count += 1
+    best, tied = -1, 0
+    for i in range(count):
+        node = feasible[i]
+        score = _score(alloc, free, node, cpu, memory, policy, balanced_weight)
+        if score > best:
+            best, tied = score, 0
+        if score == best:
+            top[tied] = node
+            tied += 1
+    return tied, evaluated
+
+
+def _score_node(alloc: Ints, free: Ints, node: int, cpu: int, memory: int, policy: int,
+                balanced_weight: int) -> int:
+    """NodeResourcesFit's score (LeastAllocated or MostAllocated, cpu and memory averaged) plus
+    ``balanced_weight`` x NodeResourcesBalancedAllocation's, for one node."""
+    cpu_fit, cpu_used = _fit(alloc[0, node], free[0, node], cpu, policy)
+    memory_fit, memory_used = _fit(alloc[1, node], free[1, node], memory, policy)
+    score: int = (cpu_fit + memory_fit) // 2
+    if balanced_weight:
+        both = alloc[0, node] != 0 and alloc[1, node] != 0
+        std = abs(cpu_used - memory_used) / 2 if both else 0.0
+        score += balanced_weight * int((1.0 - std) * _MAX_NODE_SCORE)
+    return score
+
+
+def _fit_resource(capacity: int, free: int, request: int, policy: int) -> tuple[int, float]:
+    """One resource's NodeResourcesFit score and used fraction (at most 1) with the request
+    placed; (0, 0) where the capacity is 0."""
+    if capacity == 0:
+        return 0, 0.0
+    requested = capacity - free + request
+    if policy == LEAST_ALLOCATED:
+        fit = 0 if requested > capacity else (capacity - requested) * _MAX_NODE_SCORE // capacity
+    else:  # MostAllocated clamps requested to the capacity instead
+        fit = min(requested, capacity) * _MAX_NODE_SCORE // capacity
+    return fit, min(requested / capacity, 1.0)
+
+
+def _score_nodes(alloc: Ints, free: Ints, nodes: Ints, cpu: int, memory: int, policy: int,
+                 balanced_weight: int) -> Ints:
+    """The scores of ``nodes`` (``_score_node`` of each)."""
+    scores = np.empty(len(nodes), dtype=np.int64)
+    for i in range(len(nodes)):
+        scores[i] = _score(alloc, free, nodes[i], cpu, memory, policy, balanced_weight)
+    return scores
+
+
+def _first_fit(free: Ints, present: Bools, order: Ints, cpu: int, memory: int,
+               gpu: int) -> int:
+    """The position in ``order`` of the first node that fits the request, -1 if none."""
+    for i in range(len(order)):
+        node = order[i]
+        if (present[node] and free[0, node] >= cpu and free[1, node] >= memory
+                and free[2, node] >= gpu):
+            return i
+    return -1
+
+
+_compile: Callable[[Any], Any] = numba.njit(cache=True, nogil=True)
+_fit: Callable[[int, int, int, int], tuple[int, float]] = _compile(_fit_resource)
+_score: Callable[[Ints, Ints, int, int, int, int, int], int] = _compile(_score_node)
+walk_and_score: Callable[[Ints, Ints, Bools, Ints, int, int, int, int, int, int, int, Ints],
+                         tuple[int, int]] = _compile(_walk_and_score)
+score_nodes: Callable[[Ints, Ints, Ints, int, int, int, int], Ints] = _compile(_score_nodes)
+first_fit: Callable[[Ints, Bools, Ints, int, int, int], int] = _compile(_first_fit)
