@@ -70,3 +70,13 @@ def stored_is_the_whole_query(run_dir: Path) -> None:
             assert stored.equals(whole), name
     finally:
         con.close()
+
+
+def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path):
+    import replay.analysis.derive as derive_module
+
+    for available, limit in ((100_000, derive_module.MEMORY_CAP_MIB), (2_000, 1_500),
+                             (800, 1_024), (None, derive_module.MEMORY_CAP_MIB)):
+        monkeypatch.setattr(derive_module, "available_mib", lambda available=available: available)
+        settings = derive_module._memory_settings(tmp_path)
+        assert settings == {"temp_directory": str(tmp_path), "memory_limit": f"{limit}MiB"}
