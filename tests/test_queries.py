@@ -32,6 +32,7 @@ from replay.trace.io import write_trace
 
 import query_reference as ref
 from conftest import SAMPLE_TRACE, budget, shared_data
+from test_derive import stored_is_the_whole_query
 from strategies import (GIB, T0, bind, delete, node, observed_traces, pod, rows_to_trace,
                         under_load)
 
@@ -450,6 +451,7 @@ def test_every_model_answers_every_query(tmp_path, model):
     answers = Answers(out)
     check_capacity(answers)
     check_conflicts(answers)
+    stored_is_the_whole_query(out)
     for name in ("per_component_delay", "per_component_delay_timeline"):
         assert answers.query(name).height > 0
 
@@ -551,6 +553,7 @@ def test_godel_caches_under_load_match_the_reference(tmp_path):
     answers = Answers(tmp_path / "run")
     assert answers.tables["events"].filter(pl.col("pod_state") == "assumed").height > 0
     assert answers.tables["relists"].height > 0
+    stored_is_the_whole_query(tmp_path / "run")
     check_capacity(answers)
     check_delays(answers)
     check_watch_health(answers)

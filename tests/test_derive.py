@@ -1,0 +1,82 @@
+"""The derivation of a run's derived tables: the SQL cut into steps (``replay.analysis.steps``)
+computes exactly what the SQL run whole does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+
+from replay.analysis.derive import derived_sql
+from replay.analysis.runs import open_runs
+from replay.analysis.steps import run_steps, split_steps
+from replay.engine.rundir import DERIVED_TABLES
+
+TRICKY = '''-- a comment with a ( and a WITH x AS (
+WITH "Odd ""name""" AS MATERIALIZED (
+    SELECT 1 AS a, ')' AS b, '-- not a comment' AS c  /* a ( block comment */
+), plain AS (
+    SELECT a + 1 AS a FROM "odd ""name""" WHERE b = ')'
+), unread AS NOT MATERIALIZED (
+    SELECT (a * (2 + 3)) AS a FROM plain
+), last_one AS (
+    SELECT plain.a, unread.a AS b FROM plain, unread
+)
+SELECT * FROM last_one JOIN plain USING (a)
+ORDER BY a;
+'''
+
+
+def test_split_steps_cuts_at_the_expressions_only():
+    steps = split_steps(TRICKY)
+    assert [s.name for s in steps] == ['odd "name"', "plain", "unread", "last_one", None]
+    assert steps[0].sql.strip().startswith("SELECT 1 AS a, ')'")
+    assert steps[0].sql.strip().endswith("/* a ( block comment */")
+    assert steps[2].sql.strip() == "SELECT (a * (2 + 3)) AS a FROM plain"
+    assert steps[-1].sql.startswith("SELECT * FROM last_one JOIN plain")
+    assert 'odd "name"' in steps[1].reads and "plain" in steps[-1].reads
+    assert "-- not a comment" not in steps[0].reads  # strings are not names
+
+
+def test_what_split_steps_does_not_recognise_is_one_step():
+    for sql in ("SELECT 1", "WITH RECURSIVE r AS (SELECT 1) SELECT * FROM r",
+                "WITH c(x) AS (SELECT 1) SELECT x FROM c", "WITH c AS (SELECT 1",
+                "WITH c AS (SELECT 1)"):
+        assert [(s.name, s.sql) for s in split_steps(sql)] == [(None, sql)]
+
+
+def test_run_steps_answers_as_the_query_and_drops_what_is_read_no_more():
+    con = duckdb.connect()
+    done = []
+    answer = run_steps(con, split_steps(TRICKY), done=done.append).fetchall()
+    assert answer == con.sql(TRICKY).fetchall() == [(2, 10)]
+    assert len(done) == 4
+    left = con.sql("SELECT table_name FROM duckdb_tables() WHERE temporary ORDER BY 1").fetchall()
+    assert left == [("last_one",), ("plain",)]  # the final query reads them
+
+
+def stored_is_the_whole_query(run_dir: Path) -> None:
+    """Each derived table of ``run_dir`` holds what its SQL computes run whole, in one query,
+    row for row and type for type (the tests of the replay's runs call this)."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        for name in DERIVED_TABLES:
+            whole = con.sql(derived_sql(name)).arrow()
+            if hasattr(whole, "read_all"):
+                whole = whole.read_all()
+            stored = pq.read_table(Path(run_dir) / f"{name}.parquet")
+            assert stored.schema.equals(whole.schema), name
+            assert stored.equals(whole), name
+    finally:
+        con.close()
+
+
+def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path):
+    import replay.analysis.derive as derive_module
+
+    for available, limit in ((100_000, derive_module.MEMORY_CAP_MIB), (2_000, 1_500),
+                             (800, 1_024), (None, derive_module.MEMORY_CAP_MIB)):
+        monkeypatch.setattr(derive_module, "available_mib", lambda available=available: available)
+        settings = derive_module._memory_settings(tmp_path)
+        assert settings == {"temp_directory": str(tmp_path), "memory_limit": f"{limit}MiB"}
