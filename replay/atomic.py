@@ -145,11 +145,11 @@ def temporary_dir(folder: str | os.PathLike, label: str) -> Iterator[Path]:
     folder = Path(folder)
     sweep(folder)
     path = folder / temporary_name(label)
-    try:
-        os.mkdir(path, 0o700)
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(folder)) from None
-    try:
+    try:  # made inside the try: a Ctrl-C just after the mkdir must not leave it behind
+        try:
+            os.mkdir(path, 0o700)
+        except OSError as err:
+            raise OSError(err.errno, err.strerror, str(folder)) from None
         yield path
     finally:
         _remove(path)
