@@ -145,14 +145,17 @@ def temporary_dir(folder: str | os.PathLike, label: str) -> Iterator[Path]:
     folder = Path(folder)
     sweep(folder)
     path = folder / temporary_name(label)
-    try:  # made inside the try: a Ctrl-C just after the mkdir must not leave it behind
+    ours = True  # made inside the try: a Ctrl-C just after the mkdir must not leave it behind
+    try:
         try:
             os.mkdir(path, 0o700)
         except OSError as err:
+            ours = False  # not made (or another's): not ours to remove
             raise OSError(err.errno, err.strerror, str(folder)) from None
         yield path
     finally:
-        _remove(path)
+        if ours:
+            _remove(path)
 
 
 def fsync(path: str | os.PathLike) -> None:
