@@ -280,6 +280,9 @@ class _Watch:
         # before a new event reaches the result channel, safe from a termination)
         self.recent: deque[int] = deque(maxlen=self.room)
         self.recent_result: deque[int] = deque(maxlen=buffer + 1)
+        # recent[0] once the watch can block its dispatcher (``live`` >= buffer and ``recent``
+        # full), EARLIEST before: a write dispatched before it finds the watch full
+        self.front = EARLIEST
         self.last_sent = self.last_received = EARLIEST
         self.last_rv = 0  # the last event that entered the buffer
         # the last event delivered before those held: its sent, received, rv
@@ -314,9 +317,12 @@ class _Watch:
         result = self.recent_result
         safe = result[0] if len(result) > self.buffer else entry
         result.append(sent)
-        self.recent.append(sent)
+        recent = self.recent
+        recent.append(sent)
         if live:
             self.live += 1
+        if self.live >= self.buffer and len(recent) == self.room:
+            self.front = recent[0]
         held = self.held
         if safe > entry or held:
             if not held:
@@ -390,7 +396,7 @@ class _Watch:
         """The client watches again from ``resume_rv``: from the window, or after a "410 Gone"
         and the reflector's backoff, from a list."""
         if self.resource.keeps(self.resume_rv, now):
-            self.connected, self.live = True, 0
+            self.connected, self.live, self.front = True, 0, EARLIEST
             self.recent.clear()
             self.recent_result.clear()
             missed, self.missed = self.missed, []
@@ -577,25 +583,78 @@ class _Engine:
         resource.cached = cached
         resource.window_cached.append(cached)
         resource.window_rv.append(rv)
-        live = 0
+        live, front = 0, EARLIEST
         for watch in targets:
-            live += watch.connected
+            if watch.connected:
+                live += 1
+                if watch.front > front:
+                    front = watch.front
         start = cached if cached > resource.released else resource.released
         dispatched = start + cacher + per_watcher * live
-        entries: dict[_Watch, int] | None = None
-        blocked = [w for w in targets if w.connected and w.live >= w.buffer  # (w.blocks())
-                   and len(w.recent) == w.room and w.recent[0] > dispatched]
-        if blocked:
-            released, entries, deadline = resource.block(dispatched, blocked, rv, self.waits)
-            resource.released = released
+        if front > dispatched:  # a watch is full: the dispatcher blocks
+            self._blocking_step(rv, resource, key, deleted, targets, payload, dispatched)
         else:
             resource.released = dispatched
+            pending: list[int] | None = None
+            out = self.out
+            for watch in targets:
+                fifo = watch.fifo
+                result = watch.recent_result
+                if not watch.connected or fifo is None or watch.held or (
+                        len(result) > watch.buffer and result[0] > dispatched):
+                    if not watch.connected:
+                        watch.miss(rv, payload, key, deleted, dispatched)
+                    elif watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
+                                     dispatched):
+                        continue
+                    if pending is None:
+                        pending = []
+                    pending.append(watch.watcher)
+                    continue
+                # watch.enter(), inlined for the common case: a live event entering a watch
+                # with room, nothing held, to a fifo client queue
+                draws = watch.event_draws
+                if draws.next == len(draws.buffer):
+                    draws.refill()
+                queue, network, service = draws.buffer[draws.next]
+                draws.next += 1
+                last_sent = watch.last_sent
+                sent = queue + (dispatched if dispatched > last_sent else last_sent)
+                received = sent + network
+                if received < watch.last_received:
+                    received = watch.last_received
+                watch.last_sent, watch.last_received = sent, received
+                result.append(sent)
+                recent = watch.recent
+                recent.append(sent)
+                watch.live += 1
+                if len(recent) == watch.room and watch.live >= watch.buffer:
+                    watch.front = recent[0]
+                watch.last_rv = rv
+                if deleted:
+                    watch.known.discard(key)
+                else:
+                    watch.known.add(key)
+                dequeued = received if received > fifo.last else fifo.last
+                fifo.last = applied = dequeued + service
+                out.append((watch.watcher, rv, payload, sent, received, dequeued, applied,
+                            Source.WATCH, False))
+            self.pending = pending if pending is not None else []
+        resource.objects[key] = (not deleted, targets)
+        return cached, dispatched
+
+    def _blocking_step(self, rv: int, resource: _Resource, key: int, deleted: bool,
+                       targets: list[_Watch], payload: Any, dispatched: int) -> None:
+        """``step`` when the dispatcher finds a watch full with write ``rv``."""
+        blocked = [w for w in targets if w.connected and w.front > dispatched]
+        released, entries, deadline = resource.block(dispatched, blocked, rv, self.waits)
+        resource.released = released
         pending = self.pending = []
         for watch in targets:
             if not watch.connected:
                 watch.miss(rv, payload, key, deleted, dispatched)
                 pending.append(watch.watcher)
-            elif entries is not None and watch in blocked:
+            elif watch in blocked:
                 if watch in entries:
                     if not watch.enter(rv, payload, key, deleted, entries[watch], Source.WATCH,
                                        True, dispatched):
@@ -607,8 +666,6 @@ class _Engine:
             elif not watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
                                  dispatched):
                 pending.append(watch.watcher)
-        resource.objects[key] = (not deleted, targets)
-        return cached, dispatched
 
     def finish(self) -> None:
         self.advance(LATEST)
@@ -622,6 +679,7 @@ Payload = TypeVar("Payload")
 # A delivery as step, advance and finish return it: (watcher, rv, payload, sent, received,
 # dequeued, applied, source, coalesced)
 Delivery = tuple[int, int, Any, int, int, int, int, Source, bool]
+Watches = list[_Watch]  # opaque to callers: ``Pipeline.watches`` makes them for ``step_to``
 
 
 class Pipeline(Generic[Payload]):
@@ -723,20 +781,33 @@ class Pipeline(Generic[Payload]):
         delivered to yet (their watch is held up or closed): ``advance`` and ``finish`` deliver
         it later.
         """
+        return self.step_to(commit, self.watches(resource, targets), resource, key, deleted,
+                            payload)
+
+    def watches(self, resource: int, targets: Sequence[int]) -> Watches:
+        """The watches of ``resource`` by the watchers ``targets``, for ``step_to`` (a caller
+        that sends many writes to the same watchers keeps them)."""
         engine = self._engine
         if engine is None:
             engine = self._engine = _Engine(self, self._last_rv_before)
+        watch_of = engine.watch_of[resource]
+        return [watch_of[w] for w in targets]  # type: ignore[misc]
+
+    def step_to(self, commit: int, watches: Watches, resource: int = 0, key: int | None = None,
+                deleted: bool = False, payload: Payload | None = None
+                ) -> tuple[int, int, int, list[Delivery]]:
+        """``step`` to the ``watches(resource, targets)``."""
+        engine = self._engine
+        assert engine is not None
         if engine.wakeups and engine.wakeups[0][0] <= commit:
             engine.advance(commit)
         self._rv += 1
         rv = self._rv
         self._commits.append(commit)
-        watch_of = engine.watch_of[resource]
         cached, dispatched = engine.step(rv, commit, engine.resources[resource],
-                                         rv if key is None else key, deleted,
-                                         [watch_of[w] for w in targets],  # type: ignore[misc]
-                                         payload)
-        return rv, cached, dispatched, engine.take()
+                                         rv if key is None else key, deleted, watches, payload)
+        out, engine.out = engine.out, []
+        return rv, cached, dispatched, out
 
     @property
     def pending(self) -> list[int]:

@@ -30,7 +30,7 @@ from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome,
                                    Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Environment, Timer
-from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source
+from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
 from replay.engine.rundir import RunTables
 from replay.engine.view import View
 from replay.engine.watchcache import capacities
@@ -42,6 +42,10 @@ from replay.rng import stream
 TS = pl.Datetime("us", "UTC")
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
+# What the engine does with a watcher's deliveries: its view's ``_deliver`` (None: it has no
+# view), the kinds of write it reacts to (None: none) and which of them it wants
+_Sink = tuple[Callable[[int, Write, bool], None] | None, frozenset[WriteKind] | None,
+              Wants | None]
 
 
 class Simulation:
@@ -73,6 +77,8 @@ class Simulation:
         self._filters(watchers)
         self._views: dict[int, View] = {}
         self._reactions: dict[int, tuple[frozenset[WriteKind], Wants | None, Handler]] = {}
+        self._sinks: list[_Sink] | None = None
+        self._targets: dict[tuple[str, int], tuple[list[int], Watches]] = {}
         self._pods: list[Pod] = []
         self._pod_of_incarnation: dict[int, Pod] = {}
         # Incarnations created again under a name whose previous incarnation still exists here
@@ -112,6 +118,7 @@ class Simulation:
         if index not in self._views:
             self._views[index] = View(len(self._truth.nodes), self._clock,
                                       counts_assumed=self._watchers[index].role == "scheduler")
+            self._sinks = None
         return self._views[index]
 
     def react(self, watcher: str, kinds: Collection[WriteKind], handler: Handler,
@@ -120,6 +127,7 @@ class Simulation:
         with ``wants``, for which ``wants(write)``, asked when the write commits); its view has
         applied every delivery due by then."""
         self._reactions[self._index[watcher]] = (frozenset(kinds), wants, handler)
+        self._sinks = None
 
     def on_commit(self, listener: Handler) -> None:
         """Call ``listener(write)`` as each write commits, after the truth has applied it (for
@@ -377,17 +385,13 @@ class Simulation:
             assert pod is not None
             resource, node, code = "pods", pod.node, self._pods_code
             key, deleted = self._pod_object(pod), kind == WriteKind.POD_DELETE
-        targets = self._by_resource.get(resource, [])
-        if node >= 0:
-            targets = targets + self._by_node.get((node, resource), [])
+        found = self._targets.get((resource, node))
+        if found is None:
+            found = self._targets[resource, node] = self._targets_of(resource, node, code)
+        targets, watches = found
         pipeline = self._pipeline
-        if self._all_piped:  # pipeline watcher i is watcher i
-            _, cached, dispatched, deliveries = pipeline.step(write.commit, targets, code, key,
-                                                              deleted, write)
-        else:
-            piped = [self._piped_index[t] for t in targets if not self._instant[t]]
-            _, cached, dispatched, deliveries = pipeline.step(write.commit, piped, code, key,
-                                                              deleted, write)
+        _, cached, dispatched, deliveries = pipeline.step_to(write.commit, watches, code, key,
+                                                             deleted, write)
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
@@ -405,23 +409,43 @@ class Simulation:
         if pipeline.next_wakeup is not None:
             self._arm()
 
+    def _targets_of(self, resource: str, node: int, code: int) -> tuple[list[int], Watches]:
+        """The watchers whose filter matches a write of ``resource`` on ``node``, and the
+        pipeline's watches of them (the instant watchers have none)."""
+        targets = self._by_resource.get(resource, [])
+        if node >= 0:
+            targets = targets + self._by_node.get((node, resource), [])
+        piped = [self._piped_index[t] for t in targets if not self._instant[t]]
+        return targets, self._pipeline.watches(code, piped)
+
     def _hand_over(self, deliveries: list[Delivery], current: int, piped: bool = True) -> None:
         """Log each delivery, hand it to its watcher's view and set its reaction; a delivery of
         a write other than ``current`` was held back by the pipeline and expected by the view."""
-        log = self._log
-        views, reactions = self._views, self._reactions
-        record, at, of = log.deliveries.extend, self._env.at, self._watcher_of_piped
-        mapped = piped and not self._all_piped
+        if not deliveries:
+            return
+        record, call_at, react = self._log.deliveries.extend, self._env.call_at, self._react
+        sinks = self._sinks if self._sinks is not None else self._make_sinks()
+        of = self._watcher_of_piped if piped and not self._all_piped else None
         for w, rv, write, sent, received, dequeued, applied, source, coalesced in deliveries:
-            watcher = of[w] if mapped else w
+            watcher = of[w] if of is not None else w
             record((rv, watcher, sent, received, dequeued, applied, source, coalesced))
-            view = views.get(watcher)
-            if view is not None:
-                view._deliver(applied, write, rv != current)
-            reaction = reactions.get(watcher)
-            if reaction is not None and write.kind in reaction[0] and (
-                    reaction[1] is None or reaction[1](write)):
-                at(applied, self._react, watcher, write)
+            deliver, kinds, wants = sinks[watcher]
+            if deliver is not None:
+                deliver(applied, write, rv != current)
+            if kinds is not None and write.kind in kinds and (wants is None or wants(write)):
+                call_at(applied, react, watcher, write)
+
+    def _make_sinks(self) -> list[_Sink]:
+        """Per watcher, what ``_hand_over`` does with its deliveries: its view's ``_deliver``
+        (None: no view), the kinds it reacts to (None: none) and its ``wants``.  Made again
+        after ``view`` or ``react`` changed them."""
+        sinks: list[_Sink] = []
+        for index in range(len(self._watchers)):
+            view = self._views.get(index)
+            kinds, wants, _ = self._reactions.get(index, (None, None, None))
+            sinks.append((view._deliver if view is not None else None, kinds, wants))
+        self._sinks = sinks
+        return sinks
 
     def _arm(self) -> None:
         """A timer at the pipeline's next event (a watch's recovery, a held delivery, a client
