@@ -74,6 +74,7 @@ STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received
                  "dequeued_ts", "applied_ts")
 DRAW_CHUNK = 1 << 16
 SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
+FIRST_BLOCK = 128  # step() draws this many events of every stream at once, at its start
 EARLIEST = -(1 << 62)  # before any time
 LATEST = 1 << 62  # after any time
 TERMINATION_REASON = "unresponsive"  # cache_watcher.go: "Forcing ... watcher close due to
@@ -158,18 +159,28 @@ class _DrawsAhead:
 
 class _EventDraws:
     """The draws of one stream's three per-event stages (watcher_queue service, network latency,
-    handler service), made together in growing blocks: one call per event."""
+    handler service), made together in growing blocks: one call per event.  The first block
+    (``first``, FIRST_BLOCK events) is drawn for every stream at once (``first_blocks``): most
+    streams of a large cluster are a kubelet's, with a few events each, and a block's draws
+    cost mostly their numpy calls."""
 
-    __slots__ = ("costs", "keys", "buffer", "next", "start")
+    __slots__ = ("costs", "keys", "buffer", "next", "start", "first")
 
-    def __init__(self, costs: tuple[_Cost, ...], keys: tuple[Keys, ...]):
-        self.costs, self.keys = costs, keys
+    def __init__(self, costs: tuple[_Cost, ...], keys: tuple[Keys, ...],
+                 first: tuple[np.ndarray, ...] | None = None):
+        self.costs, self.keys, self.first = costs, keys, first
         self.buffer: list[tuple[int, int, int]] = []
         self.next = 0
         self.start = 0
 
     def refill(self) -> None:
         """The next block of draws (``_Watch.enter`` takes them: ``buffer[next]``)."""
+        first = self.first
+        if first is not None:  # drawn already; counters 0, 1, ... as the others
+            self.first = None
+            self.buffer = list(zip(*(draws.tolist() for draws in first)))
+            self.next = 0
+            return
         self.start += len(self.buffer)
         size = min(max(16, 2 * len(self.buffer)), 4096)
         counters = np.arange(self.start, self.start + size, dtype=np.uint64)
@@ -499,7 +510,9 @@ class _Engine:
         self.pipeline, self.last_rv_before = pipeline, last_rv_before
         self.resources = [pipeline._resource_state(code)
                           for code in range(len(pipeline.streams.resources))]
-        self.watches = [pipeline._watch_state(self, s, self.resources[int(r)])
+        first = pipeline.first_blocks()
+        self.watches = [pipeline._watch_state(self, s, self.resources[int(r)],
+                                              tuple(draws[s] for draws in first))
                         for s, r in enumerate(pipeline.streams.resource)]
         # per resource, each watcher's watch of it (None if it does not watch it)
         self.watch_of: list[list[_Watch | None]] = [
@@ -756,9 +769,31 @@ class Pipeline(Generic[Payload]):
                          self.shared_costs[code], round(server.timeout_budget_ms * 1000),
                          round(server.budget_refill_ms_per_s * 1000))
 
-    def _watch_state(self, engine: _Engine, s: int, resource: _Resource) -> _Watch:
-        events = _EventDraws(*zip(*((self.stream_costs[key][s], self.keys[key][s])
-                                    for key in self._PER_WATCH)))
+    def first_blocks(self) -> list[np.ndarray]:
+        """Per per-event stage (``_PER_WATCH``), the draws of every stream's first FIRST_BLOCK
+        events (counters 0 .. FIRST_BLOCK - 1), one row per stream: one vectorised call per
+        distinct distribution instead of one per stream."""
+        streams = len(self.streams.watcher)
+        counters = np.tile(np.arange(FIRST_BLOCK, dtype=np.uint64), streams)
+        out = []
+        for key in self._PER_WATCH:
+            distinct, group = self.stream_groups[key]
+            keys = np.repeat(np.asarray(self.keys[key], dtype=np.uint64), FIRST_BLOCK)
+            if len(distinct) == 1:
+                drawn = distinct[0].draw(counters, keys)
+            else:
+                drawn = np.empty(len(counters), dtype=np.int64)
+                of = np.repeat(group, FIRST_BLOCK)
+                for number, cost in enumerate(distinct):
+                    rows = np.flatnonzero(of == number)
+                    drawn[rows] = cost.draw(counters[rows], keys[rows])
+            out.append(np.asarray(drawn, dtype=np.int64).reshape(streams, FIRST_BLOCK))
+        return out
+
+    def _watch_state(self, engine: _Engine, s: int, resource: _Resource,
+                     first: tuple[np.ndarray, ...] | None = None) -> _Watch:
+        events = _EventDraws(tuple(self.stream_costs[key][s] for key in self._PER_WATCH),
+                             tuple(self.keys[key][s] for key in self._PER_WATCH), first)
         rewatch, relist, per_object, replace = (
             _DrawsAhead(self.stream_costs[key][s], self.keys[key][s])
             for key in self._STREAM_DRAWS[len(self._PER_WATCH):])

@@ -40,6 +40,7 @@ from replay.progress import progress
 from replay.rng import stream
 
 TS = pl.Datetime("us", "UTC")
+DELIVERY_CHUNK = 1 << 16  # deliveries the log keeps as tuples before it moves them to arrays
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
 # What the engine does with a watcher's deliveries: its view's ``_deliver`` (None: it has no
@@ -423,12 +424,13 @@ class Simulation:
         a write other than ``current`` was held back by the pipeline and expected by the view."""
         if not deliveries:
             return
-        record, call_at, react = self._log.deliveries.extend, self._env.call_at, self._react
+        call_at, react = self._env.call_at, self._react
         sinks = self._sinks if self._sinks is not None else self._make_sinks()
-        of = self._watcher_of_piped if piped and not self._all_piped else None
-        for w, rv, write, sent, received, dequeued, applied, source, coalesced in deliveries:
-            watcher = of[w] if of is not None else w
-            record((rv, watcher, sent, received, dequeued, applied, source, coalesced))
+        if piped and not self._all_piped:  # from the pipeline's numbering to the watchers'
+            of = self._watcher_of_piped
+            deliveries = [(of[d[0]], *d[1:]) for d in deliveries]
+        self._log.delivered(deliveries)
+        for watcher, rv, write, _, _, _, applied, _, _ in deliveries:
             deliver, kinds, wants = sinks[watcher]
             if deliver is not None:
                 deliver(applied, write, rv != current)
@@ -601,8 +603,29 @@ class _Log:
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        # per delivery: rv, watcher, sent, received, dequeued, applied, source, coalesced
-        self.deliveries = array("q")
+        # per delivery: rv, watcher, sent, received, dequeued, applied (``int64``), source,
+        # coalesced (``int8``), one array each; the latest deliveries as the pipeline made them
+        # (``Delivery`` tuples, kept until DELIVERY_CHUNK of them are moved to the arrays at
+        # once: a tuple per delivery exists anyway, and one array append per field costs more)
+        self.delivery_fields = (array("q"), array("i"), *(array("q") for _ in range(4)),
+                                array("b"), array("b"))
+        self.latest: list[Delivery] = []
+
+    def delivered(self, deliveries: list[Delivery]) -> None:
+        """Log these deliveries (their watcher numbered as the run's watchers)."""
+        latest = self.latest
+        latest.extend(deliveries)
+        if len(latest) >= DELIVERY_CHUNK:
+            self.move_latest()
+
+    def move_latest(self) -> None:
+        """The latest deliveries into the arrays."""
+        if not self.latest:
+            return
+        columns = list(zip(*self.latest))
+        self.latest = []
+        for field, column in zip(self.delivery_fields, (1, 0, 3, 4, 5, 6, 7, 8)):
+            field.extend(columns[column])
 
     def event(self, write: Write, by_model: bool) -> None:
         self.rv = write.rv
@@ -618,10 +641,12 @@ class _Log:
 
     def deliveries_table(self, watchers: list[WatcherSpec], instant: list[bool]) -> pa.Table:
         """``instant`` watchers skip the pipeline: each of their stage times is the commit."""
-        fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 8)
-        rv = fields[:, 0].copy()
+        self.move_latest()
+        fields = [np.frombuffer(f, dtype={"q": np.int64, "i": np.int32, "b": np.int8}[
+            f.typecode]) for f in self.delivery_fields]
+        rv = fields[0].copy()
         at = rv - 1
-        watcher = pa.array(fields[:, 1].astype(np.int32))
+        watcher = pa.array(fields[1].copy())
         # each role once in its dictionary: Parquet writes a dictionary with repeated values
         # differently from one process to the next (the same rows, other bytes)
         roles = sorted({w.role for w in watchers})
@@ -629,19 +654,18 @@ class _Log:
         ts = pa.timestamp("us", tz="UTC")
         per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
                                                                      self.dispatched)]
-        skipped = np.asarray(instant, dtype=bool)[fields[:, 1]]
+        skipped = np.asarray(instant, dtype=bool)[fields[1]]
         if skipped.any():
             for shared in per_write[1:]:
                 shared[skipped] = per_write[0][skipped]
-        own = [fields[:, k].copy() for k in range(2, 6)]
+        own = [fields[k].copy() for k in range(2, 6)]
         return pa.table({
             "rv": pa.array(rv),
             "watcher": pa.DictionaryArray.from_arrays(watcher, [w.name for w in watchers]),
-            "role": pa.DictionaryArray.from_arrays(pa.array(role_of[fields[:, 1]]), roles),
+            "role": pa.DictionaryArray.from_arrays(pa.array(role_of[fields[1]]), roles),
             **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts"), per_write + own)},
-            "source": pa.DictionaryArray.from_arrays(pa.array(fields[:, 6].astype(np.int8)),
-                                                     SOURCES),
-            "coalesced": pa.array(fields[:, 7] != 0),
+            "source": pa.DictionaryArray.from_arrays(pa.array(fields[6]), SOURCES),
+            "coalesced": pa.array(fields[7] != 0),
         })
