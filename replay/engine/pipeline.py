@@ -160,9 +160,9 @@ class _DrawsAhead:
 class _EventDraws:
     """The draws of one stream's three per-event stages (watcher_queue service, network latency,
     handler service), made together in growing blocks: one call per event.  The first block
-    (``first``, FIRST_BLOCK events) is drawn for every stream at once (``first_blocks``): most
-    streams of a large cluster are a kubelet's, with a few events each, and a block's draws
-    cost mostly their numpy calls."""
+    (``first``, FIRST_BLOCK events) is drawn for every stream at once
+    (``Pipeline._first_blocks``): most streams of a large cluster are a kubelet's, with a few
+    events each, and a small block's draws cost mostly their numpy calls."""
 
     __slots__ = ("costs", "keys", "buffer", "next", "start", "first")
 
@@ -510,7 +510,7 @@ class _Engine:
         self.pipeline, self.last_rv_before = pipeline, last_rv_before
         self.resources = [pipeline._resource_state(code)
                           for code in range(len(pipeline.streams.resources))]
-        first = pipeline.first_blocks()
+        first = pipeline._first_blocks()
         self.watches = [pipeline._watch_state(self, s, self.resources[int(r)],
                                               tuple(draws[s] for draws in first))
                         for s, r in enumerate(pipeline.streams.resource)]
@@ -769,7 +769,7 @@ class Pipeline(Generic[Payload]):
                          self.shared_costs[code], round(server.timeout_budget_ms * 1000),
                          round(server.budget_refill_ms_per_s * 1000))
 
-    def first_blocks(self) -> list[np.ndarray]:
+    def _first_blocks(self) -> list[np.ndarray]:
         """Per per-event stage (``_PER_WATCH``), the draws of every stream's first FIRST_BLOCK
         events (counters 0 .. FIRST_BLOCK - 1), one row per stream: one vectorised call per
         distinct distribution instead of one per stream."""
