@@ -37,12 +37,17 @@ class Timer:
         self.cancelled = True
 
 
+# A queue entry: due time, order set, callback, its arguments, and its Timer (None: a call the
+# engine never cancels, which needs no Timer)
+_Entry = tuple[int, int, Callable[..., Any], tuple[Any, ...], "Timer | None"]
+
+
 class Environment:
     """Simulated time (``now``, µs since the epoch) and the timers still to fire."""
 
     def __init__(self, start: int = 0):
         self.now = start
-        self._queue: list[tuple[int, int, Timer]] = []
+        self._queue: list[_Entry] = []
         self._order = 0
 
     def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Timer:
@@ -51,8 +56,16 @@ class Environment:
             raise ValueError(f"cannot schedule at {time}, before now ({self.now})")
         self._order += 1
         timer = Timer(time, callback, args)
-        heapq.heappush(self._queue, (time, self._order, timer))
+        heapq.heappush(self._queue, (time, self._order, callback, args, timer))
         return timer
+
+    def call_at(self, time: int, callback: Callable[..., Any], *args: Any) -> None:
+        """``at``, for a call that is never cancelled (no Timer: the engine sets one per
+        reaction to a delivery, millions in a large replay)."""
+        if time < self.now:
+            raise ValueError(f"cannot schedule at {time}, before now ({self.now})")
+        self._order += 1
+        heapq.heappush(self._queue, (time, self._order, callback, args, None))
 
     def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` ``delay`` microseconds from now."""
@@ -61,7 +74,7 @@ class Environment:
     def peek(self) -> int | None:
         """When the next timer that will fire is due; None if there is none."""
         queue = self._queue
-        while queue and queue[0][2].cancelled:
+        while queue and (timer := queue[0][4]) is not None and timer.cancelled:
             heapq.heappop(queue)
         return queue[0][0] if queue else None
 
@@ -69,12 +82,13 @@ class Environment:
         """Fire the next timer (advancing ``now`` to its time); False if none was left."""
         queue = self._queue
         while queue:
-            time, _, timer = heapq.heappop(queue)
-            if timer.cancelled:
-                continue
+            time, _, callback, args, timer = heapq.heappop(queue)
+            if timer is not None:
+                if timer.cancelled:
+                    continue
+                timer.fired = True
             self.now = time
-            timer.fired = True
-            timer.callback(*timer.args)
+            callback(*args)
             return True
         return False
 
@@ -86,15 +100,16 @@ class Environment:
         queue, pop = self._queue, heapq.heappop
         steps = 0
         while queue:
-            time, _, timer = queue[0]
+            time, _, callback, args, timer = queue[0]
             if until is not None and time >= until:
                 break
             pop(queue)
-            if timer.cancelled:
-                continue
+            if timer is not None:
+                if timer.cancelled:
+                    continue
+                timer.fired = True
             self.now = time
-            timer.fired = True
-            timer.callback(*timer.args)
+            callback(*args)
             steps += 1
             if on_step is not None and steps % every == 0:
                 on_step(time)

@@ -74,6 +74,7 @@ STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received
                  "dequeued_ts", "applied_ts")
 DRAW_CHUNK = 1 << 16
 SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
+FIRST_BLOCK = 128  # step() draws this many events of every stream at once, at its start
 EARLIEST = -(1 << 62)  # before any time
 LATEST = 1 << 62  # after any time
 TERMINATION_REASON = "unresponsive"  # cache_watcher.go: "Forcing ... watcher close due to
@@ -171,18 +172,28 @@ class _DrawsAhead:
 
 class _EventDraws:
     """The draws of one stream's three per-event stages (watcher_queue service, network latency,
-    handler service), made together in growing blocks: one call per event."""
+    handler service), made together in growing blocks: one call per event.  The first block
+    (``first``, FIRST_BLOCK events) is drawn for every stream at once
+    (``Pipeline._first_blocks``): most streams of a large cluster are a kubelet's, with a few
+    events each, and a small block's draws cost mostly their numpy calls."""
 
-    __slots__ = ("costs", "keys", "buffer", "next", "start")
+    __slots__ = ("costs", "keys", "buffer", "next", "start", "first")
 
-    def __init__(self, costs: tuple[_Cost, ...], keys: tuple[Keys, ...]):
-        self.costs, self.keys = costs, keys
+    def __init__(self, costs: tuple[_Cost, ...], keys: tuple[Keys, ...],
+                 first: tuple[np.ndarray, ...] | None = None):
+        self.costs, self.keys, self.first = costs, keys, first
         self.buffer: list[tuple[int, int, int]] = []
         self.next = 0
         self.start = 0
 
     def refill(self) -> None:
         """The next block of draws (``_Watch.enter`` takes them: ``buffer[next]``)."""
+        first = self.first
+        if first is not None:  # drawn already; counters 0, 1, ... as the others
+            self.first = None
+            self.buffer = list(zip(*(draws.tolist() for draws in first)))
+            self.next = 0
+            return
         self.start += len(self.buffer)
         size = min(max(16, 2 * len(self.buffer)), 4096)
         counters = np.arange(self.start, self.start + size, dtype=np.uint64)
@@ -293,6 +304,9 @@ class _Watch:
         # before a new event reaches the result channel, safe from a termination)
         self.recent: deque[int] = deque(maxlen=self.room)
         self.recent_result: deque[int] = deque(maxlen=buffer + 1)
+        # recent[0] once the watch can block its dispatcher (``live`` >= buffer and ``recent``
+        # full), EARLIEST before: a write dispatched before it finds the watch full
+        self.front = EARLIEST
         self.last_sent = self.last_received = EARLIEST
         self.last_rv = 0  # the last event that entered the buffer
         # the last event delivered before those held: its sent, received, rv
@@ -327,9 +341,12 @@ class _Watch:
         result = self.recent_result
         safe = result[0] if len(result) > self.buffer else entry
         result.append(sent)
-        self.recent.append(sent)
+        recent = self.recent
+        recent.append(sent)
         if live:
             self.live += 1
+        if self.live >= self.buffer and len(recent) == self.room:
+            self.front = recent[0]
         held = self.held
         if safe > entry or held:
             if not held:
@@ -403,7 +420,7 @@ class _Watch:
         """The client watches again from ``resume_rv``: from the window, or after a "410 Gone"
         and the reflector's backoff, from a list."""
         if self.resource.keeps(self.resume_rv, now):
-            self.connected, self.live = True, 0
+            self.connected, self.live, self.front = True, 0, EARLIEST
             self.recent.clear()
             self.recent_result.clear()
             missed, self.missed = self.missed, []
@@ -506,7 +523,9 @@ class _Engine:
         self.pipeline, self.last_rv_before = pipeline, last_rv_before
         self.resources = [pipeline._resource_state(code)
                           for code in range(len(pipeline.streams.resources))]
-        self.watches = [pipeline._watch_state(self, s, self.resources[int(r)])
+        first = pipeline._first_blocks()
+        self.watches = [pipeline._watch_state(self, s, self.resources[int(r)],
+                                              tuple(draws[s] for draws in first))
                         for s, r in enumerate(pipeline.streams.resource)]
         # per resource, each watcher's watch of it (None if it does not watch it)
         self.watch_of: list[list[_Watch | None]] = [
@@ -590,25 +609,78 @@ class _Engine:
         resource.cached = cached
         resource.window_cached.append(cached)
         resource.window_rv.append(rv)
-        live = 0
+        live, front = 0, EARLIEST
         for watch in targets:
-            live += watch.connected
+            if watch.connected:
+                live += 1
+                if watch.front > front:
+                    front = watch.front
         start = cached if cached > resource.released else resource.released
         dispatched = start + cacher + per_watcher * live
-        entries: dict[_Watch, int] | None = None
-        blocked = [w for w in targets if w.connected and w.live >= w.buffer  # (w.blocks())
-                   and len(w.recent) == w.room and w.recent[0] > dispatched]
-        if blocked:
-            released, entries, deadline = resource.block(dispatched, blocked, rv, self.waits)
-            resource.released = released
+        if front > dispatched:  # a watch is full: the dispatcher blocks
+            self._blocking_step(rv, resource, key, deleted, targets, payload, dispatched)
         else:
             resource.released = dispatched
+            pending: list[int] | None = None
+            out = self.out
+            for watch in targets:
+                fifo = watch.fifo
+                result = watch.recent_result
+                if not watch.connected or fifo is None or watch.held or (
+                        len(result) > watch.buffer and result[0] > dispatched):
+                    if not watch.connected:
+                        watch.miss(rv, payload, key, deleted, dispatched)
+                    elif watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
+                                     dispatched):
+                        continue
+                    if pending is None:
+                        pending = []
+                    pending.append(watch.watcher)
+                    continue
+                # watch.enter(), inlined for the common case: a live event entering a watch
+                # with room, nothing held, to a fifo client queue
+                draws = watch.event_draws
+                if draws.next == len(draws.buffer):
+                    draws.refill()
+                queue, network, service = draws.buffer[draws.next]
+                draws.next += 1
+                last_sent = watch.last_sent
+                sent = queue + (dispatched if dispatched > last_sent else last_sent)
+                received = sent + network
+                if received < watch.last_received:
+                    received = watch.last_received
+                watch.last_sent, watch.last_received = sent, received
+                result.append(sent)
+                recent = watch.recent
+                recent.append(sent)
+                watch.live += 1
+                if len(recent) == watch.room and watch.live >= watch.buffer:
+                    watch.front = recent[0]
+                watch.last_rv = rv
+                if deleted:
+                    watch.known.discard(key)
+                else:
+                    watch.known.add(key)
+                dequeued = received if received > fifo.last else fifo.last
+                fifo.last = applied = dequeued + service
+                out.append((watch.watcher, rv, payload, sent, received, dequeued, applied,
+                            Source.WATCH, False))
+            self.pending = pending if pending is not None else []
+        resource.objects[key] = (not deleted, targets)
+        return cached, dispatched
+
+    def _blocking_step(self, rv: int, resource: _Resource, key: int, deleted: bool,
+                       targets: list[_Watch], payload: Any, dispatched: int) -> None:
+        """``step`` when the dispatcher finds a watch full with write ``rv``."""
+        blocked = [w for w in targets if w.connected and w.front > dispatched]
+        released, entries, deadline = resource.block(dispatched, blocked, rv, self.waits)
+        resource.released = released
         pending = self.pending = []
         for watch in targets:
             if not watch.connected:
                 watch.miss(rv, payload, key, deleted, dispatched)
                 pending.append(watch.watcher)
-            elif entries is not None and watch in blocked:
+            elif watch in blocked:
                 if watch in entries:
                     if not watch.enter(rv, payload, key, deleted, entries[watch], Source.WATCH,
                                        True, dispatched):
@@ -620,8 +692,6 @@ class _Engine:
             elif not watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
                                  dispatched):
                 pending.append(watch.watcher)
-        resource.objects[key] = (not deleted, targets)
-        return cached, dispatched
 
     def finish(self) -> None:
         self.advance(LATEST)
@@ -635,6 +705,7 @@ Payload = TypeVar("Payload")
 # A delivery as step, advance and finish return it: (watcher, rv, payload, sent, received,
 # dequeued, applied, source, coalesced)
 Delivery = tuple[int, int, Any, int, int, int, int, Source, bool]
+Watches = list[_Watch]  # opaque to callers: ``Pipeline.watches`` makes them for ``step_to``
 
 
 class Pipeline(Generic[Payload]):
@@ -711,9 +782,31 @@ class Pipeline(Generic[Payload]):
                          self.shared_costs[code], round(server.timeout_budget_ms * 1000),
                          round(server.budget_refill_ms_per_s * 1000))
 
-    def _watch_state(self, engine: _Engine, s: int, resource: _Resource) -> _Watch:
-        events = _EventDraws(*zip(*((self.stream_costs[key][s], self.keys[key][s])
-                                    for key in self._PER_WATCH)))
+    def _first_blocks(self) -> list[np.ndarray]:
+        """Per per-event stage (``_PER_WATCH``), the draws of every stream's first FIRST_BLOCK
+        events (counters 0 .. FIRST_BLOCK - 1), one row per stream: one vectorised call per
+        distinct distribution instead of one per stream."""
+        streams = len(self.streams.watcher)
+        counters = np.tile(np.arange(FIRST_BLOCK, dtype=np.uint64), streams)
+        out = []
+        for key in self._PER_WATCH:
+            distinct, group = self.stream_groups[key]
+            keys = np.repeat(np.asarray(self.keys[key], dtype=np.uint64), FIRST_BLOCK)
+            if len(distinct) == 1:
+                drawn = distinct[0].draw(counters, keys)
+            else:
+                drawn = np.empty(len(counters), dtype=np.int64)
+                of = np.repeat(group, FIRST_BLOCK)
+                for number, cost in enumerate(distinct):
+                    rows = np.flatnonzero(of == number)
+                    drawn[rows] = cost.draw(counters[rows], keys[rows])
+            out.append(np.asarray(drawn, dtype=np.int64).reshape(streams, FIRST_BLOCK))
+        return out
+
+    def _watch_state(self, engine: _Engine, s: int, resource: _Resource,
+                     first: tuple[np.ndarray, ...] | None = None) -> _Watch:
+        events = _EventDraws(tuple(self.stream_costs[key][s] for key in self._PER_WATCH),
+                             tuple(self.keys[key][s] for key in self._PER_WATCH), first)
         rewatch, relist, per_object, replace = (
             _DrawsAhead(self.stream_costs[key][s], self.keys[key][s])
             for key in self._STREAM_DRAWS[len(self._PER_WATCH):])
@@ -736,20 +829,33 @@ class Pipeline(Generic[Payload]):
         delivered to yet (their watch is held up or closed): ``advance`` and ``finish`` deliver
         it later.
         """
+        return self.step_to(commit, self.watches(resource, targets), resource, key, deleted,
+                            payload)
+
+    def watches(self, resource: int, targets: Sequence[int]) -> Watches:
+        """The watches of ``resource`` by the watchers ``targets``, for ``step_to`` (a caller
+        that sends many writes to the same watchers keeps them)."""
         engine = self._engine
         if engine is None:
             engine = self._engine = _Engine(self, self._last_rv_before)
+        watch_of = engine.watch_of[resource]
+        return [watch_of[w] for w in targets]  # type: ignore[misc]
+
+    def step_to(self, commit: int, watches: Watches, resource: int = 0, key: int | None = None,
+                deleted: bool = False, payload: Payload | None = None
+                ) -> tuple[int, int, int, list[Delivery]]:
+        """``step`` to the ``watches(resource, targets)``."""
+        engine = self._engine
+        assert engine is not None
         if engine.wakeups and engine.wakeups[0][0] <= commit:
             engine.advance(commit)
         self._rv += 1
         rv = self._rv
         self._commits.append(commit)
-        watch_of = engine.watch_of[resource]
         cached, dispatched = engine.step(rv, commit, engine.resources[resource],
-                                         rv if key is None else key, deleted,
-                                         [watch_of[w] for w in targets],  # type: ignore[misc]
-                                         payload)
-        return rv, cached, dispatched, engine.take()
+                                         rv if key is None else key, deleted, watches, payload)
+        out, engine.out = engine.out, []
+        return rv, cached, dispatched, out
 
     @property
     def pending(self) -> list[int]:

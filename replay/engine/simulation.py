@@ -17,8 +17,10 @@ makes it, at a timer set for the pipeline's next event.
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from array import array
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import numpy as np
@@ -30,7 +32,7 @@ from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome,
                                    Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Environment, Timer
-from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source
+from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
 from replay.engine.rundir import RunTables
 from replay.engine.view import View
 from replay.engine.watchcache import capacities
@@ -40,8 +42,20 @@ from replay.progress import progress
 from replay.rng import stream
 
 TS = pl.Datetime("us", "UTC")
+# deliveries the log keeps as tuples before it moves them to arrays (while still in the CPU
+# cache: 65,536 at a time was slower than one append per delivery)
+DELIVERY_CHUNK = 1 << 10
+# The garbage collector's thresholds during a replay: CPython's (700, 10, 10) would run a young
+# collection every 700 objects made (a write, its deliveries, a timer: thousands a second of
+# simulated time), 10-17 % of a what-if replay's CPU time; the replay makes no garbage cycles
+# per event, so rarer collections cost nothing in memory
+REPLAY_GC_THRESHOLDS = (100_000, 50, 100)
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
+# What the engine does with a watcher's deliveries: its view's ``_deliver`` (None: it has no
+# view), the kinds of write it reacts to (None: none) and which of them it wants
+_Sink = tuple[Callable[[int, Write, bool], None] | None, frozenset[WriteKind] | None,
+              Wants | None]
 
 
 class Simulation:
@@ -73,6 +87,8 @@ class Simulation:
         self._filters(watchers)
         self._views: dict[int, View] = {}
         self._reactions: dict[int, tuple[frozenset[WriteKind], Wants | None, Handler]] = {}
+        self._sinks: list[_Sink] | None = None
+        self._targets: dict[tuple[str, int], tuple[list[int], Watches]] = {}
         self._pods: list[Pod] = []
         self._pod_of_incarnation: dict[int, Pod] = {}
         # Incarnations created again under a name whose previous incarnation still exists here
@@ -112,6 +128,7 @@ class Simulation:
         if index not in self._views:
             self._views[index] = View(len(self._truth.nodes), self._clock,
                                       counts_assumed=self._watchers[index].role == "scheduler")
+            self._sinks = None
         return self._views[index]
 
     def react(self, watcher: str, kinds: Collection[WriteKind], handler: Handler,
@@ -120,6 +137,7 @@ class Simulation:
         with ``wants``, for which ``wants(write)``, asked when the write commits); its view has
         applied every delivery due by then."""
         self._reactions[self._index[watcher]] = (frozenset(kinds), wants, handler)
+        self._sinks = None
 
     def on_commit(self, listener: Handler) -> None:
         """Call ``listener(write)`` as each write commits, after the truth has applied it (for
@@ -377,17 +395,13 @@ class Simulation:
             assert pod is not None
             resource, node, code = "pods", pod.node, self._pods_code
             key, deleted = self._pod_object(pod), kind == WriteKind.POD_DELETE
-        targets = self._by_resource.get(resource, [])
-        if node >= 0:
-            targets = targets + self._by_node.get((node, resource), [])
+        found = self._targets.get((resource, node))
+        if found is None:
+            found = self._targets[resource, node] = self._targets_of(resource, node, code)
+        targets, watches = found
         pipeline = self._pipeline
-        if self._all_piped:  # pipeline watcher i is watcher i
-            _, cached, dispatched, deliveries = pipeline.step(write.commit, targets, code, key,
-                                                              deleted, write)
-        else:
-            piped = [self._piped_index[t] for t in targets if not self._instant[t]]
-            _, cached, dispatched, deliveries = pipeline.step(write.commit, piped, code, key,
-                                                              deleted, write)
+        _, cached, dispatched, deliveries = pipeline.step_to(write.commit, watches, code, key,
+                                                             deleted, write)
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
@@ -405,23 +419,44 @@ class Simulation:
         if pipeline.next_wakeup is not None:
             self._arm()
 
+    def _targets_of(self, resource: str, node: int, code: int) -> tuple[list[int], Watches]:
+        """The watchers whose filter matches a write of ``resource`` on ``node``, and the
+        pipeline's watches of them (the instant watchers have none)."""
+        targets = self._by_resource.get(resource, [])
+        if node >= 0:
+            targets = targets + self._by_node.get((node, resource), [])
+        piped = [self._piped_index[t] for t in targets if not self._instant[t]]
+        return targets, self._pipeline.watches(code, piped)
+
     def _hand_over(self, deliveries: list[Delivery], current: int, piped: bool = True) -> None:
         """Log each delivery, hand it to its watcher's view and set its reaction; a delivery of
         a write other than ``current`` was held back by the pipeline and expected by the view."""
-        log = self._log
-        views, reactions = self._views, self._reactions
-        record, at, of = log.deliveries.extend, self._env.at, self._watcher_of_piped
-        mapped = piped and not self._all_piped
-        for w, rv, write, sent, received, dequeued, applied, source, coalesced in deliveries:
-            watcher = of[w] if mapped else w
-            record((rv, watcher, sent, received, dequeued, applied, source, coalesced))
-            view = views.get(watcher)
-            if view is not None:
-                view._deliver(applied, write, rv != current)
-            reaction = reactions.get(watcher)
-            if reaction is not None and write.kind in reaction[0] and (
-                    reaction[1] is None or reaction[1](write)):
-                at(applied, self._react, watcher, write)
+        if not deliveries:
+            return
+        call_at, react = self._env.call_at, self._react
+        sinks = self._sinks if self._sinks is not None else self._make_sinks()
+        if piped and not self._all_piped:  # from the pipeline's numbering to the watchers'
+            of = self._watcher_of_piped
+            deliveries = [(of[d[0]], *d[1:]) for d in deliveries]
+        self._log.delivered(deliveries)
+        for watcher, rv, write, _, _, _, applied, _, _ in deliveries:
+            deliver, kinds, wants = sinks[watcher]
+            if deliver is not None:
+                deliver(applied, write, rv != current)
+            if kinds is not None and write.kind in kinds and (wants is None or wants(write)):
+                call_at(applied, react, watcher, write)
+
+    def _make_sinks(self) -> list[_Sink]:
+        """Per watcher, what ``_hand_over`` does with its deliveries: its view's ``_deliver``
+        (None: no view), the kinds it reacts to (None: none) and its ``wants``.  Made again
+        after ``view`` or ``react`` changed them."""
+        sinks: list[_Sink] = []
+        for index in range(len(self._watchers)):
+            view = self._views.get(index)
+            kinds, wants, _ = self._reactions.get(index, (None, None, None))
+            sinks.append((view._deliver if view is not None else None, kinds, wants))
+        self._sinks = sinks
+        return sinks
 
     def _arm(self) -> None:
         """A timer at the pipeline's next event (a watch's recovery, a held delivery, a client
@@ -450,6 +485,10 @@ class Simulation:
     # -- running and the tables ---------------------------------------------------------------
     def replay(self) -> RunTables:
         """Run the workload to its end (and every timer it set), then build the tables."""
+        with _fewer_collections():
+            return self._replay()
+
+    def _replay(self) -> RunTables:
         w = self._workload
         if len(w.row):
             self._env.at(int(w.ts[0]), self._feed, 0)
@@ -552,6 +591,17 @@ class Simulation:
         })
 
 
+@contextlib.contextmanager
+def _fewer_collections() -> Iterator[None]:
+    """The garbage collector at REPLAY_GC_THRESHOLDS, then as it was."""
+    before = gc.get_threshold()
+    gc.set_threshold(*REPLAY_GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+
+
 def _index(values: np.ndarray) -> pl.Series:
     """Indices for ``gather``, -1 meaning none (null)."""
     return pl.Series(values).replace(-1, None)
@@ -577,8 +627,29 @@ class _Log:
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        # per delivery: rv, watcher, sent, received, dequeued, applied, source, coalesced
-        self.deliveries = array("q")
+        # per delivery: rv, watcher, sent, received, dequeued, applied (``int64``), source,
+        # coalesced (``int8``), one array each; the latest deliveries as the pipeline made them
+        # (``Delivery`` tuples, kept until DELIVERY_CHUNK of them are moved to the arrays at
+        # once: a tuple per delivery exists anyway, and an array append per delivery costs more)
+        self.delivery_fields = (array("q"), array("i"), *(array("q") for _ in range(4)),
+                                array("b"), array("b"))
+        self.latest: list[Delivery] = []
+
+    def delivered(self, deliveries: list[Delivery]) -> None:
+        """Log these deliveries (their watcher numbered as the run's watchers)."""
+        latest = self.latest
+        latest.extend(deliveries)
+        if len(latest) >= DELIVERY_CHUNK:
+            self.move_latest()
+
+    def move_latest(self) -> None:
+        """The latest deliveries into the arrays."""
+        if not self.latest:
+            return
+        columns = list(zip(*self.latest))
+        self.latest = []
+        for field, column in zip(self.delivery_fields, (1, 0, 3, 4, 5, 6, 7, 8)):
+            field.extend(columns[column])
 
     def event(self, write: Write, by_model: bool) -> None:
         self.rv = write.rv
@@ -594,10 +665,12 @@ class _Log:
 
     def deliveries_table(self, watchers: list[WatcherSpec], instant: list[bool]) -> pa.Table:
         """``instant`` watchers skip the pipeline: each of their stage times is the commit."""
-        fields = np.frombuffer(self.deliveries, dtype=np.int64).reshape(-1, 8)
-        rv = fields[:, 0].copy()
+        self.move_latest()
+        fields = [np.frombuffer(f, dtype={"q": np.int64, "i": np.int32, "b": np.int8}[
+            f.typecode]) for f in self.delivery_fields]
+        rv = fields[0].copy()
         at = rv - 1
-        watcher = pa.array(fields[:, 1].astype(np.int32))
+        watcher = pa.array(fields[1].copy())
         # each role once in its dictionary: Parquet writes a dictionary with repeated values
         # differently from one process to the next (the same rows, other bytes)
         roles = sorted({w.role for w in watchers})
@@ -605,19 +678,18 @@ class _Log:
         ts = pa.timestamp("us", tz="UTC")
         per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
                                                                      self.dispatched)]
-        skipped = np.asarray(instant, dtype=bool)[fields[:, 1]]
+        skipped = np.asarray(instant, dtype=bool)[fields[1]]
         if skipped.any():
             for shared in per_write[1:]:
                 shared[skipped] = per_write[0][skipped]
-        own = [fields[:, k].copy() for k in range(2, 6)]
+        own = [fields[k].copy() for k in range(2, 6)]
         return pa.table({
             "rv": pa.array(rv),
             "watcher": pa.DictionaryArray.from_arrays(watcher, [w.name for w in watchers]),
-            "role": pa.DictionaryArray.from_arrays(pa.array(role_of[fields[:, 1]]), roles),
+            "role": pa.DictionaryArray.from_arrays(pa.array(role_of[fields[1]]), roles),
             **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
                  "dequeued_ts", "applied_ts"), per_write + own)},
-            "source": pa.DictionaryArray.from_arrays(pa.array(fields[:, 6].astype(np.int8)),
-                                                     SOURCES),
-            "coalesced": pa.array(fields[:, 7] != 0),
+            "source": pa.DictionaryArray.from_arrays(pa.array(fields[6]), SOURCES),
+            "coalesced": pa.array(fields[7] != 0),
         })
