@@ -91,8 +91,11 @@ CREATE OR REPLACE MACRO in_time_window(ts) AS
     ts >= coalesce(getvariable('from_ts')::TIMESTAMPTZ, '-infinity'::TIMESTAMPTZ)
     AND ts < coalesce(getvariable('to_ts')::TIMESTAMPTZ, 'infinity'::TIMESTAMPTZ);
 
+-- (Without the parameter, name IS NOT NULL, as name GLOB '*' is: a filter DuckDB answers from the
+-- Parquet statistics, where the GLOB read and tested every name.)
 CREATE OR REPLACE MACRO watcher_selected(name) AS
-    name GLOB coalesce(getvariable('watcher'), '*');
+    CASE WHEN getvariable('watcher') IS NULL THEN name IS NOT NULL
+         ELSE name GLOB getvariable('watcher') END;
 
 -- minute_of(ts): the minute (UTC) that holds ts, as date_trunc('minute', ts) in UTC, computed
 -- from the epoch: date_trunc on a TIMESTAMPTZ goes through the time zone library row by row,
