@@ -27,7 +27,7 @@ WITH per_role AS (
            [delay_stats(storage_to_cache), delay_stats(cacher_queue), delay_stats(watcher_queue),
             delay_stats(network), delay_stats(client_queue), delay_stats(handler),
             delay_stats(end_to_end)] AS stats
-    FROM delivery_delays
+    FROM delivery_delays_us
     WHERE in_time_window(commit_ts) AND watcher_selected(watcher)
     GROUP BY run, watcher_role
 ), per_component AS (

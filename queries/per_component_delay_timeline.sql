@@ -18,11 +18,11 @@
 -- Parameters: from_ts, to_ts select deliveries by their write's commit_ts; watcher selects
 -- watchers by name.
 WITH per_minute AS (
-    SELECT run, date_trunc('minute', commit_ts) AS minute, watcher_role, count(*) AS events,
+    SELECT run, minute_of(commit_ts) AS minute, watcher_role, count(*) AS events,
            [delay_stats(storage_to_cache), delay_stats(cacher_queue), delay_stats(watcher_queue),
             delay_stats(network), delay_stats(client_queue), delay_stats(handler),
             delay_stats(end_to_end)] AS stats
-    FROM delivery_delays
+    FROM delivery_delays_us
     WHERE in_time_window(commit_ts) AND watcher_selected(watcher)
     GROUP BY run, minute, watcher_role
 ), per_component AS (

@@ -19,7 +19,7 @@
 --
 -- Parameters: from_ts, to_ts select windows by start_ts; watcher selects watchers by name.
 WITH windows AS (
-    SELECT run, node, date_trunc('minute', start_ts) AS minute, resource, gap_seconds, wasted
+    SELECT run, node, minute_of(start_ts) AS minute, resource, gap_seconds, wasted
     FROM capacity_windows
     WHERE kind = 'stale' AND in_time_window(start_ts) AND watcher_selected(watcher)
 ), ranked AS (

@@ -21,13 +21,16 @@
 -- Every watcher's row: `replay query RUN stale_capacity_summary`.
 --
 -- Parameters: from_ts, to_ts select windows by start_ts; watcher selects watchers by name.
-WITH each_watcher AS (
-    SELECT *,
+WITH summaries AS (
+    FROM capacity_summary(NULL)
+), each_watcher AS (
+    SELECT * EXCLUDE (per_role),
            row_number() OVER (PARTITION BY run, watcher_role, one_node
                               ORDER BY blind_core_seconds DESC, watcher) AS worst
-    FROM capacity_summary(false)
+    FROM summaries
+    WHERE NOT per_role
 ), per_role AS (
-    FROM capacity_summary(true)
+    SELECT * EXCLUDE (per_role) FROM summaries WHERE per_role
 ), shown AS (
     SELECT * REPLACE (CASE WHEN one_node THEN worst ELSE 0 END AS worst),
            CASE WHEN one_node THEN 1 ELSE 0 END AS place

@@ -26,7 +26,7 @@ WITH roles AS (
     JOIN watchers USING (run, watcher)
     WHERE watcher_selected(viewers.watcher)
 ), windows AS (
-    SELECT run, watchers.role AS watcher_role, date_trunc('minute', start_ts) AS minute,
+    SELECT run, watchers.role AS watcher_role, minute_of(start_ts) AS minute,
            kind, resource, gap_seconds, wasted, conflicts
     FROM capacity_windows
     JOIN watchers USING (run, watcher)
