@@ -58,9 +58,12 @@ WITH attempt_counts AS (
     WHERE role = 'scheduler' AND watcher_selected(watcher)
 ), capacity AS (
     SELECT run,
-           sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu') AS blind_core_seconds,
-           sum(gap_seconds) FILTER (kind = 'stale' AND resource = 'cpu' AND wasted)
-               AS wasted_core_seconds,
+           -- whole nano-core-seconds, summed as integers: the same whatever order the threads
+           -- add them in (as core_seconds in views.sql), which a sum of doubles is not
+           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'stale' AND resource = 'cpu')
+               / 1e9 AS blind_core_seconds,
+           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'stale' AND resource = 'cpu'
+                                                         AND wasted) / 1e9 AS wasted_core_seconds,
            count(*) FILTER (kind = 'phantom') AS phantom_windows
     FROM capacity_windows
     JOIN schedulers USING (run, watcher)

@@ -36,13 +36,13 @@ WITH watches AS (
     WHERE watcher_selected(watcher)
 ), waits AS (
     SELECT run, resource, watcher, count(*) AS blocked_waits,
-           sum(ms_between(start_ts, end_ts)) / 1000 AS blocked_seconds
+           sum(epoch_us(end_ts) - epoch_us(start_ts)) / 1e6 AS blocked_seconds
     FROM dispatch_waits
     WHERE in_time_window(start_ts)
     GROUP BY ALL
 ), stalls AS (
-    SELECT run, resource, sum(longest) / 1000 AS resource_blocked_seconds
-    FROM (SELECT run, resource, rv, max(ms_between(start_ts, end_ts)) AS longest
+    SELECT run, resource, sum(longest) / 1e6 AS resource_blocked_seconds
+    FROM (SELECT run, resource, rv, max(epoch_us(end_ts) - epoch_us(start_ts)) AS longest
           FROM dispatch_waits
           WHERE in_time_window(start_ts)
           GROUP BY ALL)
@@ -70,13 +70,13 @@ WITH watches AS (
     GROUP BY run, resource, watcher, spell
 ), frozen AS (
     SELECT run, resource, watcher,
-           sum(ms_between(start_ts, end_ts)) / 1000 AS frozen_seconds,
+           sum(epoch_us(end_ts) - epoch_us(start_ts)) / 1e6 AS frozen_seconds,
            max(ms_between(start_ts, end_ts)) / 1000 AS max_frozen_seconds
     FROM spells
     GROUP BY ALL
 ), lists AS (
     SELECT run, resource, watcher, count(*) AS relists, sum(objects) AS listed_objects,
-           sum(ms_between(start_ts, end_ts)) / 1000 AS list_seconds
+           sum(epoch_us(end_ts) - epoch_us(start_ts)) / 1e6 AS list_seconds
     FROM relists
     WHERE in_time_window(start_ts)
     GROUP BY ALL
