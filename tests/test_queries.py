@@ -211,7 +211,7 @@ def load(client_queue: str, capacity: int) -> str:
 CONFIGS = st.sampled_from([ZERO, ZERO + FEW_WATCHERS, network(1), network(3), network(8),
                            network(3) + FEW_WATCHERS, "seed = 3\n", "seed = 5\n" + FEW_WATCHERS,
                            load("delta_fifo", 2), load("workqueue", 2), load("fifo", 100)])
-PROPERTY = settings(max_examples=budget(12), deadline=None,
+PROPERTY = settings(max_examples=budget(8), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
 
@@ -559,7 +559,7 @@ def test_godel_caches_under_load_match_the_reference(tmp_path):
     check_watch_health(answers)
 
 
-@settings(max_examples=budget(50), deadline=None)
+@settings(max_examples=budget(15), deadline=None)
 @given(st.lists(st.integers(-2**50, 2**50), min_size=1, max_size=200))
 def test_minute_of_is_date_trunc_in_utc(micros):
     """minute_of() (views.sql), which the minute-by-minute queries group by, is
