@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -14,7 +15,7 @@ from replay.analysis.check import check_run, failed
 from replay.api import run_replay
 from replay.engine.config import load_config
 from replay.engine.rundir import TABLES as RUN_TABLES
-from replay.engine.rundir import conform_table, write_run
+from replay.engine.rundir import WIDE_BATCH, TableFile, _batch_size, conform_table, write_run
 from replay.errors import ReplayError
 from replay.models.observe import ObserveModel
 from replay.trace.io import write_trace
@@ -238,3 +239,38 @@ def test_bad_config_is_one_line(cli, tmp_path):
     result = cli("run", SAMPLE_TRACE, "--config", config, "--out", tmp_path / "run")
     assert result.code == 1
     assert result.err.count("\n") == 1 and "p99_ms" in result.err
+
+
+def _write_file(path, table):
+    file = TableFile(path)
+    file.add(table)
+    file.close()
+    return path.read_bytes()
+
+
+def test_wide_encoder_batches_write_the_same_bytes(tmp_path, monkeypatch):
+    """``TableFile`` hands the deliveries (numbers, times, flags and small Arrow dictionaries)
+    to the encoder in wide batches: the file must be the one pyarrow's default batches give
+    (pages of 20,000 rows, here 60,000 rows in two row groups of a part each); a table with
+    plain strings, whose dictionary outgrows its limit mid-way, keeps the default batches."""
+    rng = np.random.default_rng(7)
+    rows = 60_000
+    deliveries = pa.table({
+        "rv": pa.array(np.sort(rng.integers(1, 10**6, rows))),
+        "watcher": pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(3, dtype=np.int32), rows // 3)), ["a", "b", "c"]),
+        "sent_ts": pa.array(np.cumsum(rng.integers(0, 10**4, rows))).view(
+            pa.timestamp("us", tz="UTC")),
+        "source": pa.DictionaryArray.from_arrays(
+            pa.array(np.where(rng.random(rows) < 0.01, 1, 0).astype(np.int8)),
+            ["watch", "rewatch", "relist"]),
+        "coalesced": pa.array(rng.random(rows) < 0.05),
+    })
+    names = pa.table({"rv": pa.array(np.arange(rows)),
+                      "name": pa.array([f"pod-{i:06d}-{'x' * 16}" for i in range(rows)])})
+    assert _batch_size(deliveries) == WIDE_BATCH and _batch_size(names) is None
+    wide = {name: _write_file(tmp_path / f"{name}-wide.parquet", table)
+            for name, table in (("deliveries", deliveries), ("names", names))}
+    monkeypatch.setattr("replay.engine.rundir._batch_size", lambda part: None)
+    for name, table in (("deliveries", deliveries), ("names", names)):
+        assert _write_file(tmp_path / f"{name}.parquet", table) == wide[name], name

@@ -80,6 +80,11 @@ TABLES: dict[str, pa.Schema] = {
 DERIVED_TABLES = ("capacity_windows",)
 MANIFEST = "manifest.json"
 OWN_FILES = frozenset([MANIFEST, *(f"{name}.parquet" for name in (*TABLES, *DERIVED_TABLES))])
+# A table whose every column is a number, a time, a flag or an Arrow dictionary of at most this
+# many bytes (the deliveries: watcher, role, source) is handed to the Parquet encoder in batches of
+# WIDE_BATCH rows rather than pyarrow's 1,024, the same bytes (``TableFile._batch_size``).
+SMALL_DICTIONARY_BYTES = 256 << 10
+WIDE_BATCH = 1 << 16
 # Tables up to this size have their checksum verified whenever a run is opened; larger ones their
 # size and footer only (a full verification reads them all: ``verify_run(..., full=True)``).
 SMALL_TABLE_BYTES = 8 << 20
@@ -175,13 +180,37 @@ class TableFile:
             self._writer = pq.ParquetWriter(
                 self.path, part.schema, compression="zstd", use_dictionary=strings,
                 column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
-                write_statistics=summarised, store_schema=False, write_page_checksum=True)
+                write_statistics=summarised, store_schema=False, write_page_checksum=True,
+                write_batch_size=_batch_size(part))
         self._writer.write_table(part, row_group_size=1 << 20)
 
     def _finish(self) -> None:
         if self._writer is not None:
             self._writer.close()
             self.digest = file_digest(self.path)
+
+
+def _batch_size(part: pa.Table) -> int | None:
+    """How many rows the Parquet encoder takes at a time: ``WIDE_BATCH`` where that cannot change
+    a byte of the file, else pyarrow's default (None).
+
+    The encoder computes an Arrow dictionary column's min/max statistics per batch (a kernel call
+    each: two thirds of the cost of writing the column in batches of 1,024), and otherwise
+    decides two things per batch: where a page ends, and when a dictionary grown past its limit
+    (1 MiB) falls back to plain.  Pages end at 20,000 rows (``max_rows_per_page``) whatever the
+    batch, unless their bytes reach 1 MiB first, which 20,000 numbers or dictionary indices
+    cannot; a dictionary that starts under the limit and never grows (an Arrow dictionary whose
+    values the writer takes whole; a table written in parts reuses its first part's) never
+    falls back.  Plain strings may do both, so a table with any keeps the default."""
+    for column in part.columns:
+        kind = column.type
+        if pa.types.is_dictionary(kind):
+            if sum(chunk.dictionary.nbytes for chunk in column.chunks) > SMALL_DICTIONARY_BYTES:
+                return None
+        elif not (pa.types.is_integer(kind) or pa.types.is_timestamp(kind)
+                  or pa.types.is_boolean(kind)):
+            return None
+    return WIDE_BATCH
 
 
 def file_digest(path: str | os.PathLike[str]) -> dict[str, Any]:

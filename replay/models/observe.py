@@ -156,9 +156,9 @@ class _Replay:
                 # dictionary of each role once is half as costly to write as one of 20,000
                 "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher), names),
                 "role": pa.DictionaryArray.from_arrays(pa.array(role_of[watcher]), roles),
-                **{name: pa.array(times[name], type=TS) for name in STAGE_COLUMNS},
+                **{name: _timestamps_of(times[name]) for name in STAGE_COLUMNS},
                 "source": pa.DictionaryArray.from_arrays(pa.array(times["source"]), SOURCES),
-                "coalesced": pa.array(times["coalesced"]),
+                "coalesced": _flags(times["coalesced"]),
             })
         self.seen = _Seen(write, watcher_of[stream], commit_ts, applied, self.watchers)
 
@@ -307,6 +307,19 @@ def _reasons(code: np.ndarray, bound: np.ndarray) -> pa.DictionaryArray:
 def _timestamps(us: np.ndarray) -> pa.Array:
     """Microseconds since the epoch as timestamps, -1 as null."""
     return pa.array(us, type=TS, mask=us == -1)
+
+
+def _timestamps_of(us: np.ndarray) -> pa.Array:
+    """int64 microseconds as timestamps, without a copy (``pa.array(us, type=TS)`` copies: a
+    quarter of a second for a million pods' deliveries)."""
+    return pa.array(us).view(TS)
+
+
+def _flags(values: np.ndarray) -> pa.Array:
+    """A boolean column from numpy's bools, packed to bits by numpy (several times faster than
+    ``pa.array``'s own packing)."""
+    bits = np.packbits(values, bitorder="little")
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
 
 
 def _times_at(ts: np.ndarray, rows: np.ndarray) -> pa.Array:
