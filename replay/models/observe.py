@@ -116,10 +116,10 @@ class _Replay:
             frame, attempt = frame.filter(pl.Series(ok)), attempt[ok]
         rows = frame.height
         return (frame.to_arrow(compat_level=pl.CompatLevel.newest())
-                .append_column("rv", pa.array(np.arange(1, rows + 1)))
+                .append_column("rv", _array(np.arange(1, rows + 1)))
                 .append_column("origin", pa.DictionaryArray.from_arrays(
-                    pa.array(np.zeros(rows, dtype=np.int8)), pa.array(["trace"])))
-                .append_column("attempt_id", pa.array(attempt, mask=attempt == 0))
+                    _array(np.zeros(rows, dtype=np.int8)), pa.array(["trace"])))
+                .append_column("attempt_id", _array(attempt, nulls=attempt == 0))
                 .append_column("pod_state", pa.nulls(rows, pa.string())))
 
     def deliveries(self) -> Iterator[pa.Table]:
@@ -151,13 +151,13 @@ class _Replay:
             watcher = watcher_of[stream[part]]
             write[part] += 1  # now each delivery's rv (the scan is done with this part)
             yield pa.table({
-                "rv": pa.array(write[part]),
+                "rv": _array(write[part]),
                 # dictionary-encoded: millions of copies of a name are not worth building, and a
                 # dictionary of each role once is half as costly to write as one of 20,000
-                "watcher": pa.DictionaryArray.from_arrays(pa.array(watcher), names),
-                "role": pa.DictionaryArray.from_arrays(pa.array(role_of[watcher]), roles),
+                "watcher": pa.DictionaryArray.from_arrays(_array(watcher), names),
+                "role": pa.DictionaryArray.from_arrays(_array(role_of[watcher]), roles),
                 **{name: _timestamps_of(times[name]) for name in STAGE_COLUMNS},
-                "source": pa.DictionaryArray.from_arrays(pa.array(times["source"]), SOURCES),
+                "source": pa.DictionaryArray.from_arrays(_array(times["source"]), SOURCES),
                 "coalesced": _flags(times["coalesced"]),
             })
         self.seen = _Seen(write, watcher_of[stream], commit_ts, applied, self.watchers)
@@ -219,7 +219,7 @@ class _Replay:
             **_take(self.trace, ["node"], binding),
             "deleted_ts": _times_at(ts, delete),
             "deleted_rv": self._rvs_at(delete),
-            "attempts": tried[order].astype(np.int64),
+            "attempts": _array(tried[order].astype(np.int64)),
             **_take(self.trace, ["cpu_milli", "memory_bytes", "gpu_milli"], create),
         })
 
@@ -230,7 +230,7 @@ class _Replay:
 
     def _rvs_at(self, rows: np.ndarray) -> pa.Array:
         """The rv of each of ``rows`` (committed rows), null where a row is -1."""
-        return pa.array(self.rv_of_row[rows], mask=rows < 0)
+        return _array(self.rv_of_row[rows], nulls=rows < 0)
 
     def _previous_attempt(self, committed: np.ndarray) -> np.ndarray:
         """For each attempt, the commit of its pod's previous attempt (-1 if none): each
@@ -271,13 +271,13 @@ class _Replay:
         bound = (code >= 200) & (code <= 299)
         forgotten = np.where(bound, seen.applied_at(groups, rv_of_row[rows]), committed)
         return pa.table({
-            "attempt_id": np.arange(1, len(rows) + 1),
+            "attempt_id": _array(np.arange(1, len(rows) + 1)),
             "pod": _arrow(self.history.pods.gather(incarnation)),
             "scheduler": _arrow(scheduler),
             "enqueued_ts": _timestamps(enqueued),
             "started_ts": pa.nulls(len(rows), TS),
-            "decided_ts": pa.array(self.decided, type=TS),
-            "committed_ts": pa.array(committed, type=TS),
+            "decided_ts": _array(self.decided, TS),
+            "committed_ts": _array(committed, TS),
             "node": _arrow(self.trace["node"].gather(rows)),
             "outcome": _outcomes(code, bound),
             "reason": _reasons(code, bound),
@@ -292,7 +292,7 @@ def _outcomes(code: np.ndarray, bound: np.ndarray) -> pa.DictionaryArray:
     """``bound`` for a 2xx, ``conflict`` for a 409, else ``error``."""
     index = np.where(bound, OUTCOMES.index("bound"),
                      np.where(code == 409, OUTCOMES.index("conflict"), OUTCOMES.index("error")))
-    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int8)), pa.array(OUTCOMES))
+    return pa.DictionaryArray.from_arrays(_array(index.astype(np.int8)), pa.array(OUTCOMES))
 
 
 def _reasons(code: np.ndarray, bound: np.ndarray) -> pa.DictionaryArray:
@@ -300,19 +300,33 @@ def _reasons(code: np.ndarray, bound: np.ndarray) -> pa.DictionaryArray:
     failed = np.unique(code[~bound & (code != 409)])
     index = np.where(bound | (code == 409), 0, 1 + np.searchsorted(failed, code))
     labels = ["api_conflict", *(f"http_{c}" for c in failed.tolist())]
-    return pa.DictionaryArray.from_arrays(pa.array(index.astype(np.int32), mask=bound),
+    return pa.DictionaryArray.from_arrays(_array(index.astype(np.int32), nulls=bound),
                                           pa.array(labels))
 
 
 def _timestamps(us: np.ndarray) -> pa.Array:
     """Microseconds since the epoch as timestamps, -1 as null."""
-    return pa.array(us, type=TS, mask=us == -1)
+    return _array(us, TS, nulls=us == -1)
+
+
+def _array(values: np.ndarray, kind: pa.DataType | None = None,
+           nulls: np.ndarray | None = None) -> pa.Array:
+    """Fixed-width numpy numbers as an Arrow array of ``kind`` (default: their own type), null
+    where ``nulls`` holds, without ``pa.array``: no copy (``pa.array(us, type=TS)`` copies, a
+    quarter of a second for a million pods' deliveries) and the null bitmap packed by numpy."""
+    values = np.ascontiguousarray(values)
+    kind = kind or pa.from_numpy_dtype(values.dtype)
+    if nulls is None or not nulls.any():
+        return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)],
+                                     null_count=0)
+    valid = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    return pa.Array.from_buffers(kind, len(values), [valid, pa.py_buffer(values)],
+                                 null_count=int(np.count_nonzero(nulls)))
 
 
 def _timestamps_of(us: np.ndarray) -> pa.Array:
-    """int64 microseconds as timestamps, without a copy (``pa.array(us, type=TS)`` copies: a
-    quarter of a second for a million pods' deliveries)."""
-    return pa.array(us).view(TS)
+    """int64 microseconds as timestamps, without a copy."""
+    return _array(us, TS)
 
 
 def _flags(values: np.ndarray) -> pa.Array:
@@ -324,7 +338,7 @@ def _flags(values: np.ndarray) -> pa.Array:
 
 def _times_at(ts: np.ndarray, rows: np.ndarray) -> pa.Array:
     """The trace's ``ts`` at ``rows``, null where a row is -1."""
-    return pa.array(ts[rows], type=TS, mask=rows < 0)
+    return _array(ts[rows], TS, nulls=rows < 0)
 
 
 def _take(trace: pl.DataFrame, columns: list[str], rows: np.ndarray) -> dict[str, pa.Array]:
@@ -374,7 +388,7 @@ class _Seen:
             order = np.argsort(self.rv[segment], kind="stable")  # its streams, merged by rv
             out[mine] = view_lag_us(self.commit[self.rv[segment][order] - 1],
                                     self.applied[segment][order], at[mine]) / 1000.0
-        return pa.array(out, mask=np.isnan(out))
+        return _array(out, nulls=np.isnan(out))
 
 
 def _creation_order(since: np.ndarray, pod: pl.Series) -> np.ndarray:
