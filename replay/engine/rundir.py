@@ -199,9 +199,10 @@ def _batch_size(part: pa.Table) -> int | None:
     decides two things per batch: where a page ends, and when a dictionary grown past its limit
     (1 MiB) falls back to plain.  Pages end at 20,000 rows (``max_rows_per_page``) whatever the
     batch, unless their bytes reach 1 MiB first, which 20,000 numbers or dictionary indices
-    cannot; a dictionary that starts under the limit and never grows (an Arrow dictionary whose
-    values the writer takes whole; a table written in parts reuses its first part's) never
-    falls back.  Plain strings may do both, so a table with any keeps the default."""
+    cannot; an Arrow dictionary, which the writer takes whole, never grows, so one under the
+    limit never falls back.  Plain strings may do both, so a table with any keeps the default.
+    The first part decides for the whole file: observe's parts share one dictionary of the
+    watchers' names, and the what-if models' tables come whole."""
     for column in part.columns:
         kind = column.type
         if pa.types.is_dictionary(kind):
