@@ -21,6 +21,7 @@ import pyarrow as pa
 from replay.analysis.catalog import queries_dir
 from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
 from replay.analysis.steps import run_steps, split_steps
+from replay.analysis.windows import sweep_steps
 from replay.atomic import atomic_file, temporary_dir
 from replay.engine.rundir import (
     DERIVED_TABLES,
@@ -101,7 +102,8 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
     steps = split_steps(derived_sql(name))
     with (duckdb_errors(f"queries/derived/{name}.sql"), atomic_file(dest) as tmp,
           progress(len(steps), f"deriving {name}", unit="step") as bar):
-        reader = run_steps(con, steps, done=bar.update).to_arrow_reader(BATCH_ROWS)
+        replace = sweep_steps(con) if name == "capacity_windows" else (lambda step: False)
+        reader = run_steps(con, steps, done=bar.update, replace=replace).to_arrow_reader(BATCH_ROWS)
         file = TableFile(tmp)
         try:
             for batch in reader:

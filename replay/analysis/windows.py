@@ -1,0 +1,400 @@
+"""The sweep of ``queries/derived/capacity_windows.sql``: its expressions from ``classified`` to
+``windows`` (and ``stale_segments``) computed in numpy and a numba kernel instead of DuckDB.
+
+The SQL file stays the definition of the table: ``replay derive`` runs its other expressions
+as they are (``replay.analysis.steps``) and this module computes these ones from the same
+inputs (``lags``, ``irregular``, ``held``) into temporary tables of the same names, columns and
+types, so the final query reads them as it would read DuckDB's.  The tests keep the stored table
+identical to the query run whole, on runs of every model.
+
+Why: those expressions are a sweep per watcher and node, which SQL can say only with window
+functions over millions of tiny partitions, joins of the lags with themselves, and unions
+unnested into one row per resource; DuckDB spent about a third of the derivation's CPU there.
+Here the lags are sorted once by watcher, node and rv: a lag's previous change is the row
+before it (found by a binary search where it is not), so which lags are alone is a vectorised
+comparison, and each of those is a window by itself (most windows); the others go through one
+sequential pass per watcher and node in a compiled kernel, with exact integers (the integral of
+a window, ``gap_us``, is 128-bit, as DuckDB's HUGEINT).
+
+A run whose lags hold a change twice for one watcher (the SQL's self-joins would then multiply
+rows) is left to the SQL; so is one whose keys do not fit the kernel's 64-bit packing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+import numba
+import numpy as np
+import pyarrow as pa
+
+# the expressions this module computes, and the two of them later expressions read
+SWEPT = frozenset({"classified", "lone_windows", "points", "instants", "stepped",
+                   "merged_segments", "windows", "stale_segments"})
+READS = frozenset({"lags", "irregular", "held"})
+RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
+_NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
+
+_LAG_COLUMNS = f"""
+    viewer_id, node_id, rv, coalesce(previous_rv, -1) AS previous_rv,
+    epoch_us(commit_ts) AS commit_us,
+    coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
+    coalesce(epoch_us(applied_ts), {_NEVER}) AS applied_us, applied_ts IS NULL AS missed,
+    epoch_us(view_ts) AS view_us,
+    cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory, gpu_milli::BIGINT AS gpu,
+    truth_cpu::BIGINT AS truth_cpu, truth_memory::BIGINT AS truth_memory,
+    truth_gpu::BIGINT AS truth_gpu
+"""
+
+
+@dataclass
+class Sweep:
+    """The sweep's tables, as Arrow, until a step asks for them."""
+    lone_windows: pa.Table  # windows of one lag each (their integrals computed by DuckDB)
+    merged_windows: pa.Table  # windows of merged segments, integrals in two 64-bit halves
+    stale_segments: pa.Table
+
+
+def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
+    """A step runner's replacement for the expressions in ``SWEPT``: given a step's name, make
+    its temporary view and return True, or return False to let its SQL run (the run is left to
+    the SQL).  The sweep runs when the first of them is asked for, once its inputs exist; the
+    expressions before ``windows`` and ``stale_segments`` are only read by those, so they need
+    no table."""
+    state: dict[str, Sweep | None] = {}
+
+    def replace(name: str) -> bool:
+        if name not in SWEPT:
+            return False
+        if "sweep" not in state:
+            state["sweep"] = sweep(con)
+        done = state["sweep"]
+        if done is None:
+            return False
+        if name == "windows":
+            _view(con, name, f"""
+                SELECT viewer_id, node_id, resource::VARCHAR AS resource, start_ts, end_ts,
+                       open_at_end, stale, gap_max,
+                       gap_max::HUGEINT * (epoch_us(end_ts) - epoch_us(start_ts)) AS gap_us
+                FROM {_register(con, "lone_windows", done.lone_windows)}
+                UNION ALL
+                SELECT viewer_id, node_id, resource::VARCHAR, start_ts, end_ts, open_at_end,
+                       stale, gap_max,
+                       gap_hi::HUGEINT * 18446744073709551616::HUGEINT + gap_lo::HUGEINT
+                FROM {_register(con, "merged_windows", done.merged_windows)}""")
+        elif name == "stale_segments":
+            _view(con, name, f"""
+                SELECT viewer_id, node_id, resource::VARCHAR AS resource, start_ts, end_ts,
+                       window_ts, truth, view
+                FROM {_register(con, "stale_segments", done.stale_segments)}""")
+        return True
+
+    return replace
+
+
+def _register(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> str:
+    """Let DuckDB read ``table`` (without copying it) as ``_swept_NAME``; returns that name."""
+    con.register(f"_swept_{name}", table)
+    return f"_swept_{name}"
+
+
+def _view(con: duckdb.DuckDBPyConnection, name: str, sql: str) -> None:
+    con.execute(f"CREATE TEMPORARY VIEW {name} AS {sql}")
+
+
+def _arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
+    table = rel.arrow()
+    return table.read_all() if hasattr(table, "read_all") else table
+
+
+def sweep(con: duckdb.DuckDBPyConnection) -> Sweep | None:
+    """The windows and stale segments of the lags, irregular pairs and held assumptions in
+    ``con``'s temporary tables, as the SQL's expressions compute them; None where the SQL must
+    (see the module's docstring)."""
+    lags = _arrow(con.sql(f"SELECT {_LAG_COLUMNS} FROM lags"))
+    cols = {name: lags.column(name).to_numpy() for name in lags.column_names}
+    del lags
+    irregular = _arrow(con.sql("SELECT viewer_id, node_id FROM irregular"))
+    held = _arrow(con.sql("""
+        SELECT viewer_id, node_id, epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS end_us,
+               at_end, cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
+               gpu_milli::BIGINT AS gpu
+        FROM held"""))
+    nodes = 1 + max(int(cols["node_id"].max(initial=0)),
+                    int(_max(irregular, "node_id")), int(_max(held, "node_id")))
+    viewers = 1 + max(int(cols["viewer_id"].max(initial=0)),
+                      int(_max(irregular, "viewer_id")), int(_max(held, "viewer_id")))
+    rvs = 2 + int(cols["rv"].max(initial=0))
+    if viewers * nodes * rvs >= 1 << 62:
+        return None
+    pair = cols["viewer_id"] * nodes + cols["node_id"]
+    key = pair * rvs + cols["rv"]
+    order = np.argsort(key)  # unique keys (else left to the SQL): any sort will do
+    key = key[order]
+    if len(key) > 1 and bool((key[1:] == key[:-1]).any()):
+        return None  # a change twice for one watcher: the SQL's joins multiply rows
+    for name in cols:
+        cols[name] = cols[name][order]
+    pair = pair[order]
+    del order
+    alone = _alone(cols, pair, key, rvs, _pairs(irregular, nodes))
+    del key
+    lone_windows, lone_stale = _lone(cols, alone)
+    merged = _merged(cols, pair, ~alone, held, nodes)
+    return Sweep(lone_windows=lone_windows, merged_windows=merged[0],
+                 stale_segments=pa.concat_tables([lone_stale, merged[1]]))
+
+
+def _max(table: pa.Table, column: str) -> int:
+    return int(table.column(column).to_numpy().max(initial=0)) if table.num_rows else 0
+
+
+def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
+    return (table.column("viewer_id").to_numpy().astype(np.int64) * nodes
+            + table.column("node_id").to_numpy())
+
+
+def _alone(cols: dict[str, np.ndarray], pair: np.ndarray, key: np.ndarray, rvs: int,
+           irregular: np.ndarray) -> np.ndarray:
+    """``classified.alone``: the pair is regular, the previous change of the node (as the
+    viewer received it) was applied before this one committed, and the next one committed
+    after this one entered the view."""
+    # the previous change's row: the row before, if it holds it, else wherever it is
+    wanted = pair * rvs + cols["previous_rv"]
+    at = np.empty(len(key), dtype=np.int64)
+    at[0:1] = -1
+    at[1:] = np.arange(len(key) - 1)
+    found = np.zeros(len(key), dtype=bool)
+    found[1:] = key[:-1] == wanted[1:]
+    others = np.flatnonzero(~found & (cols["previous_rv"] >= 0))
+    if len(others):
+        where = np.searchsorted(key, wanted[others])
+        hit = where < len(key)
+        hit[hit] = key[where[hit]] == wanted[others[hit]]
+        at[others[hit]] = where[hit]
+        found[others[hit]] = True
+    previous_applied = np.where(found, cols["applied_us"][np.maximum(at, 0)], _NEVER)
+    previous_missed = np.where(found, cols["missed"][np.maximum(at, 0)], True)
+    return (~np.isin(pair, irregular)
+            & (previous_missed | (previous_applied < cols["commit_us"]))
+            & (cols["next_commit_us"] > cols["view_us"]))
+
+
+def _lone(cols: dict[str, np.ndarray], alone: np.ndarray) -> tuple[pa.Table, pa.Table]:
+    """``lone_windows``, as rows of ``windows`` and of ``stale_segments``."""
+    lagging = np.flatnonzero(alone & (cols["view_us"] > cols["commit_us"]))
+    windows, stale = [], []
+    for number, resource in enumerate(RESOURCES):
+        change = cols[resource][lagging]
+        rows = lagging[change != 0]
+        change = change[change != 0]
+        start, end = cols["commit_us"][rows], cols["view_us"][rows]
+        viewer, node = cols["viewer_id"][rows], cols["node_id"][rows]
+        resource_col = np.full(len(rows), number, dtype=np.int8)
+        windows.append(_windows_table(viewer, node, resource_col, start, end,
+                                      np.zeros(len(rows), dtype=bool), change > 0,
+                                      np.abs(change)))
+        truth = cols[f"truth_{resource}"][rows]
+        is_stale = change > 0
+        stale.append(_stale_table(viewer[is_stale], node[is_stale], resource_col[is_stale],
+                                  start[is_stale], end[is_stale], start[is_stale],
+                                  truth[is_stale], (truth - change)[is_stale]))
+    return pa.concat_tables(windows), pa.concat_tables(stale)
+
+
+def _timestamps(us: np.ndarray) -> pa.Array:
+    return pa.array(us.astype(np.int64), type=pa.timestamp("us", tz="UTC"))
+
+
+def _resources(codes: np.ndarray) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(codes, type=pa.int8()), pa.array(RESOURCES))
+
+
+def _windows_table(viewer, node, resource, start, end, open_at_end, stale, gap_max,
+                   *halves) -> pa.Table:
+    """Rows of ``windows``; ``halves``: the integrals' high and low 64 bits, if computed."""
+    return pa.table({"viewer_id": viewer.astype(np.int64), "node_id": node.astype(np.int64),
+                     "resource": _resources(resource), "start_ts": _timestamps(start),
+                     "end_ts": _timestamps(end), "open_at_end": open_at_end, "stale": stale,
+                     "gap_max": gap_max.astype(np.int64),
+                     **dict(zip(("gap_hi", "gap_lo"), halves))})
+
+
+def _stale_table(viewer, node, resource, start, end, window, truth, view) -> pa.Table:
+    return pa.table({"viewer_id": viewer.astype(np.int64), "node_id": node.astype(np.int64),
+                     "resource": _resources(resource), "start_ts": _timestamps(start),
+                     "end_ts": _timestamps(end), "window_ts": _timestamps(window),
+                     "truth": truth.astype(np.int64), "view": view.astype(np.int64)})
+
+
+def _merged(cols: dict[str, np.ndarray], pair: np.ndarray, swept: np.ndarray, held: pa.Table,
+            nodes: int) -> tuple[pa.Table, pa.Table]:
+    """``points`` to ``merged_segments`` and their windows: the lags that are not alone and
+    the held assumptions, as steps of the difference (view minus truth) at each instant, swept
+    per viewer and node in time order."""
+    rows = np.flatnonzero(swept)
+    lagging = cols["view_us"][rows] > cols["commit_us"][rows]
+    entered = rows[lagging]
+    held_cols = {name: held.column(name).to_numpy() for name in held.column_names}
+    held_pair = _pairs(held, nodes)
+    gaps = [np.concatenate([np.where(lagging, -cols[r][rows], 0), cols[r][entered],
+                            held_cols[r], -held_cols[r]]) for r in RESOURCES]
+    point_pair = np.concatenate([pair[rows], pair[entered], held_pair, held_pair])
+    ts = np.concatenate([cols["commit_us"][rows], cols["view_us"][entered],
+                         held_cols["start_us"], held_cols["end_us"]])
+    none = np.full(len(entered) + 2 * len(held_pair), -1, dtype=np.int64)
+    rv = np.concatenate([cols["rv"][rows], none])  # -1: no change commits at this point
+    truths = [np.concatenate([cols[f"truth_{r}"][rows], none * 0]) for r in RESOURCES]
+    at_end = np.concatenate([np.zeros(len(rows), dtype=bool), cols["missed"][entered],
+                             np.zeros(len(held_pair), dtype=bool),
+                             held_cols["at_end"].astype(bool)])
+    order = np.lexsort((ts, point_pair))
+    out = _sweep_kernel(point_pair[order], ts[order], rv[order],
+                        np.stack([g[order] for g in gaps]), np.stack([t[order] for t in truths]),
+                        at_end[order])
+    (w_pair, w_res, w_start, w_end, w_open, w_stale, w_max, w_hi, w_lo,
+     s_pair, s_res, s_start, s_end, s_window, s_truth, s_view) = out
+    windows = _windows_table(w_pair // nodes, w_pair % nodes, w_res, w_start, w_end, w_open,
+                             w_stale, w_max, w_hi, w_lo)
+    stale = _stale_table(s_pair // nodes, s_pair % nodes, s_res, s_start, s_end, s_window,
+                         s_truth, s_view)
+    return windows, stale
+
+
+@numba.njit(cache=True)
+def _mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
+    """``hi * 2**64 + lo += a[i] * b[i]`` for non-negative int64 ``a`` and ``b``, exactly."""
+    mask = np.uint64(0xFFFFFFFF)
+    for i in range(len(a)):
+        x, y = np.uint64(a[i]), np.uint64(b[i])
+        x0, x1 = x & mask, x >> np.uint64(32)
+        y0, y1 = y & mask, y >> np.uint64(32)
+        low = x0 * y0
+        mid1 = x1 * y0
+        mid2 = x0 * y1
+        high = x1 * y1
+        mid = (low >> np.uint64(32)) + (mid1 & mask) + (mid2 & mask)
+        product_lo = (low & mask) | ((mid & mask) << np.uint64(32))
+        product_hi = high + (mid1 >> np.uint64(32)) + (mid2 >> np.uint64(32)) + (mid >> np.uint64(32))
+        new_lo = lo[i] + product_lo
+        carry = np.uint64(1) if new_lo < lo[i] else np.uint64(0)
+        lo[i] = new_lo
+        hi[i] += np.int64(product_hi + carry)
+
+
+@numba.njit(cache=True)
+def _sweep_kernel(pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - compiled
+    """The SQL's ``instants``, ``stepped``, ``merged_segments`` and their windows over points
+    sorted by pair and time: one pass that sums each instant's points, then one over the
+    instants that carries each resource's difference and its open window."""
+    n = len(pair)
+    # instants: (pair, ts) groups
+    i_pair = np.empty(n, np.int64)
+    i_ts = np.empty(n, np.int64)
+    i_step = np.zeros((3, n), np.int64)
+    i_ends = np.zeros((3, n), np.bool_)
+    i_truth = np.zeros((3, n), np.int64)
+    i_has_truth = np.zeros(n, np.bool_)
+    count = 0
+    k = 0
+    while k < n:
+        j = k
+        best_rv = -1
+        ended = np.zeros(3, np.int64)
+        while j < n and pair[j] == pair[k] and ts[j] == ts[k]:
+            for r in range(3):
+                i_step[r, count] += gaps[r, j]
+                if at_end[j]:
+                    ended[r] += gaps[r, j]
+            if rv[j] >= 0 and rv[j] > best_rv:
+                best_rv = rv[j]
+                for r in range(3):
+                    i_truth[r, count] = truths[r, j]
+            j += 1
+        i_pair[count] = pair[k]
+        i_ts[count] = ts[k]
+        i_has_truth[count] = best_rv >= 0
+        for r in range(3):
+            i_ends[r, count] = ended[r] != 0
+        count += 1
+        k = j
+    # windows (at most one per resource per instant) and stale segments
+    w_pair = np.empty(3 * count, np.int64)
+    w_res = np.empty(3 * count, np.int8)
+    w_start = np.empty(3 * count, np.int64)
+    w_end = np.empty(3 * count, np.int64)
+    w_open = np.zeros(3 * count, np.bool_)
+    w_stale = np.zeros(3 * count, np.bool_)
+    w_max = np.zeros(3 * count, np.int64)
+    w_hi = np.zeros(3 * count, np.int64)
+    w_lo = np.zeros(3 * count, np.uint64)
+    s_pair = np.empty(3 * count, np.int64)
+    s_res = np.empty(3 * count, np.int8)
+    s_start = np.empty(3 * count, np.int64)
+    s_end = np.empty(3 * count, np.int64)
+    s_window = np.empty(3 * count, np.int64)
+    s_truth = np.empty(3 * count, np.int64)
+    s_view = np.empty(3 * count, np.int64)
+    windows = 0
+    segments = 0
+    current = np.full(3, -1, np.int64)  # each resource's open window (its row), -1: none
+    gap = np.zeros(3, np.int64)
+    truth = np.zeros(3, np.int64)
+    one = np.zeros(1, np.int64)
+    one_b = np.zeros(1, np.int64)
+    one_hi = np.zeros(1, np.int64)
+    one_lo = np.zeros(1, np.uint64)
+    for i in range(count):
+        if i == 0 or i_pair[i] != i_pair[i - 1]:
+            for r in range(3):
+                gap[r] = 0
+                truth[r] = 0
+                current[r] = -1
+        if i_has_truth[i]:
+            for r in range(3):
+                truth[r] = i_truth[r, i]
+        last = i + 1 == count or i_pair[i + 1] != i_pair[i]
+        for r in range(3):
+            before = gap[r]
+            gap[r] += i_step[r, i]
+            if gap[r] == 0:
+                continue
+            if np.sign(gap[r]) != np.sign(before):
+                current[r] = windows
+                w_pair[windows] = i_pair[i]
+                w_res[windows] = r
+                w_start[windows] = i_ts[i]
+                w_end[windows] = i_ts[i]
+                w_stale[windows] = gap[r] < 0
+                windows += 1
+            if last:  # cannot happen: every step is undone within its pair
+                raise ValueError("a difference left open at the end of a pair")
+            w = current[r]
+            end = i_ts[i + 1]
+            w_end[w] = max(w_end[w], end)
+            if i_ends[r, i + 1]:
+                w_open[w] = True
+            size = abs(gap[r])
+            w_max[w] = max(w_max[w], size)
+            one[0] = size
+            one_b[0] = end - i_ts[i]
+            one_hi[0] = w_hi[w]
+            one_lo[0] = w_lo[w]
+            _mul_add128(one, one_b, one_hi, one_lo)
+            w_hi[w] = one_hi[0]
+            w_lo[w] = one_lo[0]
+            if gap[r] < 0:
+                s_pair[segments] = i_pair[i]
+                s_res[segments] = r
+                s_start[segments] = i_ts[i]
+                s_end[segments] = end
+                s_window[segments] = w_start[w]
+                s_truth[segments] = truth[r]
+                s_view[segments] = truth[r] + gap[r]
+                segments += 1
+    return (w_pair[:windows], w_res[:windows], w_start[:windows], w_end[:windows],
+            w_open[:windows], w_stale[:windows], w_max[:windows], w_hi[:windows],
+            w_lo[:windows], s_pair[:segments], s_res[:segments], s_start[:segments],
+            s_end[:segments], s_window[:segments], s_truth[:segments], s_view[:segments])
