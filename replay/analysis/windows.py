@@ -30,23 +30,14 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-# the expressions this module computes, and the two of them later expressions read
-SWEPT = frozenset({"classified", "lone_windows", "points", "instants", "stepped",
-                   "merged_segments", "windows", "stale_segments"})
-READS = frozenset({"lags", "irregular", "held"})
+# the expressions this module computes: from the lags to the windows
+SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_windows", "points",
+         "instants", "stepped", "merged_segments", "windows", "stale_segments")
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
 _NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
+_CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false, true: -1, 0, 1
 
-_LAG_COLUMNS = f"""
-    viewer_id, node_id, rv, coalesce(previous_rv, -1) AS previous_rv,
-    epoch_us(commit_ts) AS commit_us,
-    coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
-    coalesce(epoch_us(applied_ts), {_NEVER}) AS applied_us, applied_ts IS NULL AS missed,
-    epoch_us(view_ts) AS view_us,
-    cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory, gpu_milli::BIGINT AS gpu,
-    truth_cpu::BIGINT AS truth_cpu, truth_memory::BIGINT AS truth_memory,
-    truth_gpu::BIGINT AS truth_gpu
-"""
+Columns = dict[str, np.ndarray]
 
 
 @dataclass
@@ -59,21 +50,36 @@ class Sweep:
 
 def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
     """A step runner's replacement for the expressions in ``SWEPT``: given a step's name, make
-    its temporary view and return True, or return False to let its SQL run (the run is left to
-    the SQL).  The sweep runs when the first of them is asked for, once its inputs exist; the
-    expressions before ``windows`` and ``stale_segments`` are only read by those, so they need
-    no table."""
-    state: dict[str, Sweep | None] = {}
+    its temporary view and return True, or return False to let its SQL run.
+
+    ``received`` and ``lags`` become views of numpy arrays (the SQL's ``shortfall``, ``missed``
+    and ``held`` read them); the sweep runs at ``inverted``, once ``held`` exists, and makes
+    ``windows`` and ``stale_segments``, which are all that later expressions read of the
+    others.  A run the arrays cannot hold as the SQL does (see ``_received``) is left to the
+    SQL whole."""
+    state: dict[str, object] = {}
 
     def replace(name: str) -> bool:
         if name not in SWEPT:
             return False
-        if "sweep" not in state:
-            state["sweep"] = sweep(con)
-        done = state["sweep"]
-        if done is None:
+        if name == "received":
+            state["received"] = _received(con)
+            if state["received"] is None:
+                return False
+            _view(con, "received", f"FROM {_register(con, 'received', state['received'])}")
+            return True
+        received = state.get("received")
+        if received is None:
             return False
-        if name == "windows":
+        assert isinstance(received, dict)
+        if name == "lags":
+            state["lags"] = lags = _with_missed(con, received)
+            _view(con, "lags", f"FROM {_register(con, 'lags', lags)}")
+        elif name == "inverted":
+            state["sweep"] = sweep(con, state.pop("lags"))  # type: ignore[arg-type]
+        elif name == "windows":
+            done = state["sweep"]
+            assert isinstance(done, Sweep)
             _view(con, name, f"""
                 SELECT viewer_id, node_id, resource::VARCHAR AS resource, start_ts, end_ts,
                        open_at_end, stale, gap_max,
@@ -85,6 +91,8 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
                        gap_hi::HUGEINT * 18446744073709551616::HUGEINT + gap_lo::HUGEINT
                 FROM {_register(con, "merged_windows", done.merged_windows)}""")
         elif name == "stale_segments":
+            done = state["sweep"]
+            assert isinstance(done, Sweep)
             _view(con, name, f"""
                 SELECT viewer_id, node_id, resource::VARCHAR AS resource, start_ts, end_ts,
                        window_ts, truth, view
@@ -94,9 +102,10 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
     return replace
 
 
-def _register(con: duckdb.DuckDBPyConnection, name: str, table: pa.Table) -> str:
-    """Let DuckDB read ``table`` (without copying it) as ``_swept_NAME``; returns that name."""
-    con.register(f"_swept_{name}", table)
+def _register(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table | Columns) -> str:
+    """Let DuckDB read ``data`` (lags as numpy columns, or an Arrow table) as ``_swept_NAME``;
+    returns that name."""
+    con.register(f"_swept_{name}", data if isinstance(data, pa.Table) else _lags_table(data))
     return f"_swept_{name}"
 
 
@@ -109,37 +118,142 @@ def _arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
     return table.read_all() if hasattr(table, "read_all") else table
 
 
-def sweep(con: duckdb.DuckDBPyConnection) -> Sweep | None:
-    """The windows and stale segments of the lags, irregular pairs and held assumptions in
-    ``con``'s temporary tables, as the SQL's expressions compute them; None where the SQL must
-    (see the module's docstring)."""
-    lags = _arrow(con.sql(f"SELECT {_LAG_COLUMNS} FROM lags"))
-    cols = {name: lags.column(name).to_numpy() for name in lags.column_names}
-    del lags
-    irregular = _arrow(con.sql("SELECT viewer_id, node_id FROM irregular"))
+def _numpy(rel: duckdb.DuckDBPyRelation) -> Columns:
+    table = _arrow(rel)
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def _received(con: duckdb.DuckDBPyConnection) -> Columns | None:
+    """The SQL's ``received``: each change as each viewer received it, by looking each
+    delivery's rv up in the changes sorted by rv and class.  None (left to the SQL) unless the
+    run is one run whose changes have one row per rv and class and whose viewers received each
+    change once: the SQL's joins would multiply rows otherwise."""
+    if con.sql("SELECT count(DISTINCT run) FROM viewers").fetchall()[0][0] > 1:
+        return None
+    viewers = _numpy(con.sql(f"""
+        SELECT viewer_id, dense_rank() OVER (ORDER BY watcher) AS watcher_code,
+               only_node IS NOT NULL AS only_one, coalesce(nodes.node_id, -1) AS only_node_id,
+               {_CLASS.format("class")} AS class
+        FROM viewers
+        LEFT JOIN nodes ON nodes.run = viewers.run AND nodes.node = viewers.only_node
+        ORDER BY viewer_id"""))
+    if not np.array_equal(viewers["viewer_id"], np.arange(1, len(viewers["viewer_id"]) + 1)):
+        return None
+    changes = _numpy(con.sql(f"""
+        WITH names AS (SELECT DISTINCT watcher, dense_rank() OVER (ORDER BY watcher) AS code
+                       FROM viewers)
+        SELECT change_id, {_CLASS.format("class")} AS class, rv, node_id,
+               coalesce(previous_rv, -1) AS previous_rv, epoch_us(commit_ts) AS commit_us,
+               coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
+               cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
+               gpu_milli::BIGINT AS gpu, truth_cpu::BIGINT AS truth_cpu,
+               truth_memory::BIGINT AS truth_memory, truth_gpu::BIGINT AS truth_gpu,
+               coalesce(names.code, -1) AS assumed_code,
+               CASE WHEN assumed_here AND assumed_from = commit_ts
+                    THEN coalesce(names.code, -1) ELSE -1 END AS folds_code,
+               coalesce(epoch_us(assumed_until), 0) AS assumed_until_us
+        FROM changes
+        LEFT JOIN names ON names.watcher = changes.assumed_by"""))
+    deliveries = _numpy(con.sql(f"""
+        SELECT viewers.viewer_id, deliveries.rv,
+               coalesce(epoch_us(deliveries.applied_ts), {_NEVER}) AS applied_us,
+               deliveries.applied_ts IS NULL AS missed
+        FROM deliveries
+        JOIN viewers ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher"""))
+    nodes = 1 + int(con.sql("SELECT coalesce(max(node_id), 0) FROM nodes").fetchall()[0][0])
+    rvs = 2 + int(changes["rv"].max(initial=0))
+    if (len(viewers["viewer_id"]) + 1) * nodes * rvs >= 1 << 62 or deliveries["missed"].any():
+        return None  # keys too large for int64; or a delivery never applied
+    change_key = changes["rv"] * 3 + changes["class"] + 1
+    by_key = np.argsort(change_key)
+    change_key = change_key[by_key]
+    if len(change_key) and (changes["rv"].min() < 0 or bool((change_key[1:] == change_key[:-1]).any())):
+        return None
+    viewer = deliveries["viewer_id"] - 1
+    wanted = deliveries["rv"] * 3 + viewers["class"][viewer] + 1
+    at = np.minimum(np.searchsorted(change_key, wanted), max(len(change_key) - 1, 0))
+    hit = change_key[at] == wanted if len(change_key) else np.zeros(len(wanted), dtype=bool)
+    change = by_key[at]
+    hit &= ~viewers["only_one"][viewer] | (changes["node_id"][change] == viewers["only_node_id"][viewer])
+    rows = np.flatnonzero(hit)
+    viewer, change = viewer[rows], change[rows]
+    pair_change = (viewer.astype(np.int64) * (len(changes["rv"]) + 1) + change)
+    if len(pair_change) > 1:
+        pair_change = np.sort(pair_change)
+        if bool((pair_change[1:] == pair_change[:-1]).any()):
+            return None  # a change received twice
+    del pair_change
+    received: Columns = {"viewer_id": viewer + 1}
+    for name in ("change_id", "node_id", "rv", "previous_rv", "commit_us", "next_commit_us"):
+        received[name] = changes[name][change]
+    applied, missed = deliveries["applied_us"][rows], deliveries["missed"][rows]
+    watcher = viewers["watcher_code"][viewer]
+    folds = ((changes["folds_code"][change] == watcher) & ~missed
+             & (changes["assumed_until_us"][change] >= applied))
+    received["applied_us"], received["missed"] = applied, missed
+    received["view_us"] = np.where(folds, received["commit_us"], applied)
+    received["own"] = changes["assumed_code"][change] == watcher
+    for name in (*RESOURCES, *(f"truth_{r}" for r in RESOURCES)):
+        received[name] = changes[name][change]
+    received["from_missed"] = np.zeros(len(rows), dtype=bool)
+    return received
+
+
+def _with_missed(con: duckdb.DuckDBPyConnection, received: Columns) -> Columns:
+    """The SQL's ``lags``: the received changes and those of ``missed``."""
+    missed = _numpy(con.sql(f"""
+        SELECT viewer_id, change_id, node_id, rv, coalesce(previous_rv, -1) AS previous_rv,
+               epoch_us(commit_ts) AS commit_us,
+               coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
+               {_NEVER} AS applied_us, true AS missed, epoch_us(view_ts) AS view_us, own,
+               cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
+               gpu_milli::BIGINT AS gpu, truth_cpu::BIGINT AS truth_cpu,
+               truth_memory::BIGINT AS truth_memory, truth_gpu::BIGINT AS truth_gpu,
+               true AS from_missed
+        FROM missed"""))
+    if not len(missed["viewer_id"]):
+        return received
+    return {name: np.concatenate([received[name], missed[name].astype(received[name].dtype)])
+            for name in received}
+
+
+def _lags_table(cols: Columns) -> pa.Table:
+    """The lags as the SQL's ``received`` and ``lags`` hold them (nulls where it has them)."""
+    def ts(name: str, null: np.ndarray | None = None) -> pa.Array:
+        return pa.array(cols[name], type=pa.timestamp("us", tz="UTC"), mask=null)
+
+    return pa.table({
+        "viewer_id": cols["viewer_id"], "change_id": cols["change_id"],
+        "node_id": cols["node_id"], "rv": cols["rv"],
+        "previous_rv": pa.array(cols["previous_rv"], mask=cols["previous_rv"] < 0),
+        "commit_ts": ts("commit_us"),
+        "next_commit_ts": ts("next_commit_us", cols["next_commit_us"] == _NEVER),
+        "applied_ts": ts("applied_us", cols["missed"]),
+        "view_ts": ts("view_us", cols["view_us"] == _NEVER), "own": cols["own"],
+        "cpu_milli": cols["cpu"], "memory_bytes": cols["memory"], "gpu_milli": cols["gpu"],
+        "truth_cpu": cols["truth_cpu"], "truth_memory": cols["truth_memory"],
+        "truth_gpu": cols["truth_gpu"]})
+
+
+def sweep(con: duckdb.DuckDBPyConnection, cols: Columns) -> Sweep:
+    """The SQL's ``inverted`` to ``windows`` and ``stale_segments``, from the lags and the
+    ``held`` assumptions in ``con``."""
     held = _arrow(con.sql("""
         SELECT viewer_id, node_id, epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS end_us,
                at_end, cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
                gpu_milli::BIGINT AS gpu
         FROM held"""))
-    nodes = 1 + max(int(cols["node_id"].max(initial=0)),
-                    int(_max(irregular, "node_id")), int(_max(held, "node_id")))
-    viewers = 1 + max(int(cols["viewer_id"].max(initial=0)),
-                      int(_max(irregular, "viewer_id")), int(_max(held, "viewer_id")))
+    nodes = 1 + max(int(cols["node_id"].max(initial=0)), int(_max(held, "node_id")))
     rvs = 2 + int(cols["rv"].max(initial=0))
-    if viewers * nodes * rvs >= 1 << 62:
-        return None
     pair = cols["viewer_id"] * nodes + cols["node_id"]
     key = pair * rvs + cols["rv"]
-    order = np.argsort(key)  # unique keys (else left to the SQL): any sort will do
+    order = np.argsort(key)  # unique keys (checked by _received): any sort will do
     key = key[order]
-    if len(key) > 1 and bool((key[1:] == key[:-1]).any()):
-        return None  # a change twice for one watcher: the SQL's joins multiply rows
-    for name in cols:
-        cols[name] = cols[name][order]
+    cols = {name: column[order] for name, column in cols.items()}
     pair = pair[order]
     del order
-    alone = _alone(cols, pair, key, rvs, _pairs(irregular, nodes))
+    irregular = np.concatenate([pair[cols["from_missed"]], _pairs(held, nodes)])
+    alone = _alone(cols, pair, key, rvs, irregular)
     del key
     lone_windows, lone_stale = _lone(cols, alone)
     merged = _merged(cols, pair, ~alone, held, nodes)
@@ -158,7 +272,8 @@ def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
 
 def _alone(cols: dict[str, np.ndarray], pair: np.ndarray, key: np.ndarray, rvs: int,
            irregular: np.ndarray) -> np.ndarray:
-    """``classified.alone``: the pair is regular, the previous change of the node (as the
+    """``classified.alone``: the pair is regular (``irregular``: it missed a change or held an
+    assumption; or ``inverted``, found here), the previous change of the node (as the
     viewer received it) was applied before this one committed, and the next one committed
     after this one entered the view."""
     # the previous change's row: the row before, if it holds it, else wherever it is
@@ -177,6 +292,9 @@ def _alone(cols: dict[str, np.ndarray], pair: np.ndarray, key: np.ndarray, rvs: 
         found[others[hit]] = True
     previous_applied = np.where(found, cols["applied_us"][np.maximum(at, 0)], _NEVER)
     previous_missed = np.where(found, cols["missed"][np.maximum(at, 0)], True)
+    # ``inverted``: pairs with a change applied before the change committed before it
+    inverted = ~previous_missed & ~cols["missed"] & (previous_applied > cols["applied_us"])
+    irregular = np.concatenate([irregular, pair[inverted]])
     return (~np.isin(pair, irregular)
             & (previous_missed | (previous_applied < cols["commit_us"]))
             & (cols["next_commit_us"] > cols["view_us"]))
