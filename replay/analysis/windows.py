@@ -63,20 +63,26 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
         if name not in SWEPT:
             return False
         if name == "received":
-            state["received"] = _received(con)
+            state["sizes"] = _sizes(con)
+            state["received"] = _received(con, *state["sizes"])  # type: ignore[misc]
             if state["received"] is None:
                 return False
+            state["numpy"] = True
             _view(con, "received", f"FROM {_register(con, 'received', state['received'])}")
             return True
-        received = state.get("received")
-        if received is None:
+        if not state.get("numpy"):
             return False
-        assert isinstance(received, dict)
         if name == "lags":
-            state["lags"] = lags = _with_missed(con, received)
+            received = state["received"]
+            assert isinstance(received, dict)
+            state["lags"] = lags = _with_missed(con, received, *state["sizes"])  # type: ignore[misc]
             _view(con, "lags", f"FROM {_register(con, 'lags', lags)}")
-        elif name == "inverted":
-            state["sweep"] = sweep(con, state.pop("lags"))  # type: ignore[arg-type]
+        elif name == "inverted":  # after held, the last expression the SQL runs on the lags
+            state["sweep"] = sweep(con, state.pop("lags"), *state["sizes"])  # type: ignore[arg-type, misc]
+            del state["received"]
+            for view in ("received", "lags"):  # free the arrays: nothing reads them any more
+                con.execute(f"DROP VIEW {view}")
+                con.unregister(f"_swept_{view}")
         elif name == "windows":
             done = state["sweep"]
             assert isinstance(done, Sweep)
@@ -123,7 +129,7 @@ def _numpy(rel: duckdb.DuckDBPyRelation) -> Columns:
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
-def _received(con: duckdb.DuckDBPyConnection) -> Columns | None:
+def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Columns | None:
     """The SQL's ``received``: each change as each viewer received it, by looking each
     delivery's rv up in the changes sorted by rv and class.  None (left to the SQL) unless the
     run is one run whose changes have one row per rv and class and whose viewers received each
@@ -160,33 +166,37 @@ def _received(con: duckdb.DuckDBPyConnection) -> Columns | None:
                deliveries.applied_ts IS NULL AS missed
         FROM deliveries
         JOIN viewers ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher"""))
-    nodes = 1 + int(con.sql("SELECT coalesce(max(node_id), 0) FROM nodes").fetchall()[0][0])
-    rvs = 2 + int(changes["rv"].max(initial=0))
     if (len(viewers["viewer_id"]) + 1) * nodes * rvs >= 1 << 62 or deliveries["missed"].any():
         return None  # keys too large for int64; or a delivery never applied
     change_key = changes["rv"] * 3 + changes["class"] + 1
     by_key = np.argsort(change_key)
     change_key = change_key[by_key]
-    if len(change_key) and (changes["rv"].min() < 0 or bool((change_key[1:] == change_key[:-1]).any())):
-        return None
+    if len(change_key) and (changes["rv"].min() < 0
+                            or bool((change_key[1:] == change_key[:-1]).any())):
+        return None  # a write that changes two nodes' capacity (none does so far)
     viewer = deliveries["viewer_id"] - 1
     wanted = deliveries["rv"] * 3 + viewers["class"][viewer] + 1
     at = np.minimum(np.searchsorted(change_key, wanted), max(len(change_key) - 1, 0))
     hit = change_key[at] == wanted if len(change_key) else np.zeros(len(wanted), dtype=bool)
     change = by_key[at]
-    hit &= ~viewers["only_one"][viewer] | (changes["node_id"][change] == viewers["only_node_id"][viewer])
+    hit &= (~viewers["only_one"][viewer]
+            | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
     rows = np.flatnonzero(hit)
     viewer, change = viewer[rows], change[rows]
-    pair_change = (viewer.astype(np.int64) * (len(changes["rv"]) + 1) + change)
-    if len(pair_change) > 1:
-        pair_change = np.sort(pair_change)
-        if bool((pair_change[1:] == pair_change[:-1]).any()):
-            return None  # a change received twice
-    del pair_change
+    # in the sweep's order, by viewer, node and rv: a change received twice shows as a repeat
+    key = _lag_key(viewer + 1, changes["node_id"][change], changes["rv"][change], nodes, rvs)
+    order = np.argsort(key)
+    key = key[order]
+    if len(key) > 1 and bool((key[1:] == key[:-1]).any()):
+        return None
+    del key
+    rows, viewer, change = rows[order], viewer[order], change[order]
+    del order
     received: Columns = {"viewer_id": viewer + 1}
     for name in ("change_id", "node_id", "rv", "previous_rv", "commit_us", "next_commit_us"):
         received[name] = changes[name][change]
     applied, missed = deliveries["applied_us"][rows], deliveries["missed"][rows]
+    del deliveries, rows
     watcher = viewers["watcher_code"][viewer]
     folds = ((changes["folds_code"][change] == watcher) & ~missed
              & (changes["assumed_until_us"][change] >= applied))
@@ -195,11 +205,19 @@ def _received(con: duckdb.DuckDBPyConnection) -> Columns | None:
     received["own"] = changes["assumed_code"][change] == watcher
     for name in (*RESOURCES, *(f"truth_{r}" for r in RESOURCES)):
         received[name] = changes[name][change]
-    received["from_missed"] = np.zeros(len(rows), dtype=bool)
+    received["from_missed"] = np.zeros(len(viewer), dtype=bool)
     return received
 
 
-def _with_missed(con: duckdb.DuckDBPyConnection, received: Columns) -> Columns:
+def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, rvs: int
+             ) -> np.ndarray:
+    """Viewer, node and rv packed in one integer that sorts as the three (``_received``
+    checked that it fits)."""
+    return (viewer.astype(np.int64) * nodes + node) * rvs + rv
+
+
+def _with_missed(con: duckdb.DuckDBPyConnection, received: Columns, nodes: int, rvs: int
+                 ) -> Columns:
     """The SQL's ``lags``: the received changes and those of ``missed``."""
     missed = _numpy(con.sql(f"""
         SELECT viewer_id, change_id, node_id, rv, coalesce(previous_rv, -1) AS previous_rv,
@@ -213,8 +231,18 @@ def _with_missed(con: duckdb.DuckDBPyConnection, received: Columns) -> Columns:
         FROM missed"""))
     if not len(missed["viewer_id"]):
         return received
-    return {name: np.concatenate([received[name], missed[name].astype(received[name].dtype)])
+    lags = {name: np.concatenate([received[name], missed[name].astype(received[name].dtype)])
             for name in received}
+    order = np.argsort(_lag_key(lags["viewer_id"], lags["node_id"], lags["rv"], nodes, rvs))
+    return {name: column[order] for name, column in lags.items()}
+
+
+def _sizes(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """Bounds of the node ids and rvs, for ``_lag_key`` (while ``nodes`` and ``changes``
+    exist)."""
+    nodes, rvs = con.sql("""SELECT (SELECT coalesce(max(node_id), 0) + 1 FROM nodes),
+                                   (SELECT coalesce(max(rv), 0) + 2 FROM changes)""").fetchall()[0]
+    return int(nodes), int(rvs)
 
 
 def _lags_table(cols: Columns) -> pa.Table:
@@ -235,7 +263,7 @@ def _lags_table(cols: Columns) -> pa.Table:
         "truth_gpu": cols["truth_gpu"]})
 
 
-def sweep(con: duckdb.DuckDBPyConnection, cols: Columns) -> Sweep:
+def sweep(con: duckdb.DuckDBPyConnection, cols: Columns, nodes: int, rvs: int) -> Sweep:
     """The SQL's ``inverted`` to ``windows`` and ``stale_segments``, from the lags and the
     ``held`` assumptions in ``con``."""
     held = _arrow(con.sql("""
@@ -243,15 +271,8 @@ def sweep(con: duckdb.DuckDBPyConnection, cols: Columns) -> Sweep:
                at_end, cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
                gpu_milli::BIGINT AS gpu
         FROM held"""))
-    nodes = 1 + max(int(cols["node_id"].max(initial=0)), int(_max(held, "node_id")))
-    rvs = 2 + int(cols["rv"].max(initial=0))
     pair = cols["viewer_id"] * nodes + cols["node_id"]
-    key = pair * rvs + cols["rv"]
-    order = np.argsort(key)  # unique keys (checked by _received): any sort will do
-    key = key[order]
-    cols = {name: column[order] for name, column in cols.items()}
-    pair = pair[order]
-    del order
+    key = pair * rvs + cols["rv"]  # sorted: _received and _with_missed keep the lags so
     irregular = np.concatenate([pair[cols["from_missed"]], _pairs(held, nodes)])
     alone = _alone(cols, pair, key, rvs, irregular)
     del key
@@ -259,10 +280,6 @@ def sweep(con: duckdb.DuckDBPyConnection, cols: Columns) -> Sweep:
     merged = _merged(cols, pair, ~alone, held, nodes)
     return Sweep(lone_windows=lone_windows, merged_windows=merged[0],
                  stale_segments=pa.concat_tables([lone_stale, merged[1]]))
-
-
-def _max(table: pa.Table, column: str) -> int:
-    return int(table.column(column).to_numpy().max(initial=0)) if table.num_rows else 0
 
 
 def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
