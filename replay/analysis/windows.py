@@ -44,6 +44,7 @@ Columns = dict[str, np.ndarray]
 class Sweep:
     """The sweep's tables, as Arrow, until a step asks for them."""
     lone_windows: pa.Table  # windows of one lag each (their integrals computed by DuckDB)
+    # and the stale segments of the others (those of lone windows are lone_windows' rows)
     merged_windows: pa.Table  # windows of merged segments, integrals in two 64-bit halves
     stale_segments: pa.Table
 
@@ -76,13 +77,16 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
             received = state["received"]
             assert isinstance(received, dict)
             state["lags"] = lags = _with_missed(con, received, *state["sizes"])  # type: ignore[misc]
-            _view(con, "lags", f"FROM {_register(con, 'lags', lags)}")
+            _view(con, "lags", "FROM _swept_received" if lags is received
+                  else f"FROM {_register(con, 'lags', lags)}")
         elif name == "inverted":  # after held, the last expression the SQL runs on the lags
-            state["sweep"] = sweep(con, state.pop("lags"), *state["sizes"])  # type: ignore[arg-type, misc]
-            del state["received"]
-            for view in ("received", "lags"):  # free the arrays: nothing reads them any more
+            for view in ("received", "lags"):  # nothing reads them any more: free them
                 con.execute(f"DROP VIEW {view}")
-                con.unregister(f"_swept_{view}")
+            con.unregister("_swept_received")
+            if "lags" in state and state["lags"] is not state["received"]:
+                con.unregister("_swept_lags")
+            del state["received"]
+            state["sweep"] = sweep(con, state.pop("lags"), *state["sizes"])  # type: ignore[arg-type, misc]
         elif name == "windows":
             done = state["sweep"]
             assert isinstance(done, Sweep)
@@ -102,7 +106,12 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
             _view(con, name, f"""
                 SELECT viewer_id, node_id, resource::VARCHAR AS resource, start_ts, end_ts,
                        window_ts, truth, view
-                FROM {_register(con, "stale_segments", done.stale_segments)}""")
+                FROM {_register(con, "stale_segments", done.stale_segments)}
+                UNION ALL
+                SELECT viewer_id, node_id, resource::VARCHAR, start_ts, end_ts, start_ts, truth,
+                       view
+                FROM _swept_lone_windows
+                WHERE stale""")
         return True
 
     return replace
@@ -213,7 +222,7 @@ def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, r
              ) -> np.ndarray:
     """Viewer, node and rv packed in one integer that sorts as the three (``_received``
     checked that it fits)."""
-    return (viewer.astype(np.int64) * nodes + node) * rvs + rv
+    return (_ints(viewer) * nodes + node) * rvs + rv
 
 
 def _with_missed(con: duckdb.DuckDBPyConnection, received: Columns, nodes: int, rvs: int
@@ -276,14 +285,16 @@ def sweep(con: duckdb.DuckDBPyConnection, cols: Columns, nodes: int, rvs: int) -
     irregular = np.concatenate([pair[cols["from_missed"]], _pairs(held, nodes)])
     alone = _alone(cols, pair, key, rvs, irregular)
     del key
-    lone_windows, lone_stale = _lone(cols, alone)
+    for name in ("change_id", "previous_rv", "next_commit_us", "applied_us", "own"):
+        del cols[name]  # what the windows do not need
+    lone_windows = _lone(cols, alone)
     merged = _merged(cols, pair, ~alone, held, nodes)
     return Sweep(lone_windows=lone_windows, merged_windows=merged[0],
-                 stale_segments=pa.concat_tables([lone_stale, merged[1]]))
+                 stale_segments=merged[1])
 
 
 def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
-    return (table.column("viewer_id").to_numpy().astype(np.int64) * nodes
+    return (_ints(table.column("viewer_id").to_numpy()) * nodes
             + table.column("node_id").to_numpy())
 
 
@@ -317,51 +328,52 @@ def _alone(cols: dict[str, np.ndarray], pair: np.ndarray, key: np.ndarray, rvs: 
             & (cols["next_commit_us"] > cols["view_us"]))
 
 
-def _lone(cols: dict[str, np.ndarray], alone: np.ndarray) -> tuple[pa.Table, pa.Table]:
-    """``lone_windows``, as rows of ``windows`` and of ``stale_segments``."""
+def _lone(cols: dict[str, np.ndarray], alone: np.ndarray) -> pa.Table:
+    """``lone_windows``: rows of ``windows`` with the truth and the view of their one segment,
+    which ``stale_segments`` reads for the stale ones (``view = truth - change``)."""
     lagging = np.flatnonzero(alone & (cols["view_us"] > cols["commit_us"]))
-    windows, stale = [], []
+    windows = []
     for number, resource in enumerate(RESOURCES):
         change = cols[resource][lagging]
         rows = lagging[change != 0]
         change = change[change != 0]
-        start, end = cols["commit_us"][rows], cols["view_us"][rows]
-        viewer, node = cols["viewer_id"][rows], cols["node_id"][rows]
-        resource_col = np.full(len(rows), number, dtype=np.int8)
-        windows.append(_windows_table(viewer, node, resource_col, start, end,
-                                      np.zeros(len(rows), dtype=bool), change > 0,
-                                      np.abs(change)))
         truth = cols[f"truth_{resource}"][rows]
-        is_stale = change > 0
-        stale.append(_stale_table(viewer[is_stale], node[is_stale], resource_col[is_stale],
-                                  start[is_stale], end[is_stale], start[is_stale],
-                                  truth[is_stale], (truth - change)[is_stale]))
-    return pa.concat_tables(windows), pa.concat_tables(stale)
+        table = _windows_table(cols["viewer_id"][rows], cols["node_id"][rows],
+                               np.full(len(rows), number, dtype=np.int8),
+                               cols["commit_us"][rows], cols["view_us"][rows],
+                               np.zeros(len(rows), dtype=bool), change > 0, np.abs(change))
+        windows.append(table.append_column("truth", pa.array(truth))
+                       .append_column("view", pa.array(truth - change)))
+    return pa.concat_tables(windows)
 
 
 def _timestamps(us: np.ndarray) -> pa.Array:
-    return pa.array(us.astype(np.int64), type=pa.timestamp("us", tz="UTC"))
+    return pa.array(_ints(us), type=pa.timestamp("us", tz="UTC"))
 
 
 def _resources(codes: np.ndarray) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes, type=pa.int8()), pa.array(RESOURCES))
 
 
+def _ints(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.int64, copy=False)
+
+
 def _windows_table(viewer, node, resource, start, end, open_at_end, stale, gap_max,
                    *halves) -> pa.Table:
     """Rows of ``windows``; ``halves``: the integrals' high and low 64 bits, if computed."""
-    return pa.table({"viewer_id": viewer.astype(np.int64), "node_id": node.astype(np.int64),
+    return pa.table({"viewer_id": _ints(viewer), "node_id": _ints(node),
                      "resource": _resources(resource), "start_ts": _timestamps(start),
                      "end_ts": _timestamps(end), "open_at_end": open_at_end, "stale": stale,
-                     "gap_max": gap_max.astype(np.int64),
+                     "gap_max": _ints(gap_max),
                      **dict(zip(("gap_hi", "gap_lo"), halves))})
 
 
 def _stale_table(viewer, node, resource, start, end, window, truth, view) -> pa.Table:
-    return pa.table({"viewer_id": viewer.astype(np.int64), "node_id": node.astype(np.int64),
+    return pa.table({"viewer_id": _ints(viewer), "node_id": _ints(node),
                      "resource": _resources(resource), "start_ts": _timestamps(start),
                      "end_ts": _timestamps(end), "window_ts": _timestamps(window),
-                     "truth": truth.astype(np.int64), "view": view.astype(np.int64)})
+                     "truth": _ints(truth), "view": _ints(view)})
 
 
 def _merged(cols: dict[str, np.ndarray], pair: np.ndarray, swept: np.ndarray, held: pa.Table,
