@@ -40,6 +40,28 @@ _CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false
 Columns = dict[str, np.ndarray]
 
 
+class Lags:
+    """The lags: per row, a viewer, the row of its change in ``changes`` and how the viewer
+    received it (``applied_us``, ``view_us``, ``missed``, ``own``, ``from_missed``); a change's
+    own columns are gathered when asked for, so that the millions of lags do not each hold a copy
+    of them (a 1M-pod run has 15M lags of 2M changes)."""
+
+    def __init__(self, changes: Columns, own: Columns):
+        self.changes, self.own = changes, own
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.own[name] if name in self.own else self.changes[name][self.own["change"]]
+
+    def at(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """``self[name][rows]``, gathering only those rows."""
+        if name in self.own:
+            return self.own[name][rows]
+        return self.changes[name][self.own["change"][rows]]
+
+    def __len__(self) -> int:
+        return len(self.own["change"])
+
+
 @dataclass
 class Sweep:
     """The sweep's tables, as Arrow, until a step asks for them."""
@@ -75,7 +97,7 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
             return False
         if name == "lags":
             received = state["received"]
-            assert isinstance(received, dict)
+            assert isinstance(received, Lags)
             state["lags"] = lags = _with_missed(con, received, *state["sizes"])  # type: ignore[misc]
             _view(con, "lags", "FROM _swept_received" if lags is received
                   else f"FROM {_register(con, 'lags', lags)}")
@@ -117,9 +139,9 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
     return replace
 
 
-def _register(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table | Columns) -> str:
-    """Let DuckDB read ``data`` (lags as numpy columns, or an Arrow table) as ``_swept_NAME``;
-    returns that name."""
+def _register(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table | Lags) -> str:
+    """Let DuckDB read ``data`` (lags, or an Arrow table) as ``_swept_NAME``; returns that
+    name."""
     con.register(f"_swept_{name}", data if isinstance(data, pa.Table) else _lags_table(data))
     return f"_swept_{name}"
 
@@ -138,7 +160,7 @@ def _numpy(rel: duckdb.DuckDBPyRelation) -> Columns:
     return {name: table.column(name).to_numpy() for name in table.column_names}
 
 
-def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Columns | None:
+def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | None:
     """The SQL's ``received``: each change as each viewer received it, by looking each
     delivery's rv up in the changes sorted by rv and class.  None (left to the SQL) unless the
     run is one run whose changes have one row per rv and class and whose viewers received each
@@ -201,21 +223,17 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Columns |
     del key
     rows, viewer, change = rows[order], viewer[order], change[order]
     del order
-    received: Columns = {"viewer_id": viewer + 1}
-    for name in ("change_id", "node_id", "rv", "previous_rv", "commit_us", "next_commit_us"):
-        received[name] = changes[name][change]
     applied, missed = deliveries["applied_us"][rows], deliveries["missed"][rows]
     del deliveries, rows
     watcher = viewers["watcher_code"][viewer]
     folds = ((changes["folds_code"][change] == watcher) & ~missed
              & (changes["assumed_until_us"][change] >= applied))
-    received["applied_us"], received["missed"] = applied, missed
-    received["view_us"] = np.where(folds, received["commit_us"], applied)
-    received["own"] = changes["assumed_code"][change] == watcher
-    for name in (*RESOURCES, *(f"truth_{r}" for r in RESOURCES)):
-        received[name] = changes[name][change]
-    received["from_missed"] = np.zeros(len(viewer), dtype=bool)
-    return received
+    return Lags(changes, {
+        "viewer_id": (viewer + 1).astype(np.int32), "change": change.astype(np.int32),
+        "applied_us": applied, "missed": missed,
+        "view_us": np.where(folds, changes["commit_us"][change], applied),
+        "own": changes["assumed_code"][change] == watcher,
+        "from_missed": np.zeros(len(viewer), dtype=bool)})
 
 
 def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, rvs: int
@@ -225,25 +243,26 @@ def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, r
     return (_ints(viewer) * nodes + node) * rvs + rv
 
 
-def _with_missed(con: duckdb.DuckDBPyConnection, received: Columns, nodes: int, rvs: int
-                 ) -> Columns:
+def _with_missed(con: duckdb.DuckDBPyConnection, received: Lags, nodes: int, rvs: int
+                 ) -> Lags:
     """The SQL's ``lags``: the received changes and those of ``missed``."""
-    missed = _numpy(con.sql(f"""
-        SELECT viewer_id, change_id, node_id, rv, coalesce(previous_rv, -1) AS previous_rv,
-               epoch_us(commit_ts) AS commit_us,
-               coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
-               {_NEVER} AS applied_us, true AS missed, epoch_us(view_ts) AS view_us, own,
-               cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
-               gpu_milli::BIGINT AS gpu, truth_cpu::BIGINT AS truth_cpu,
-               truth_memory::BIGINT AS truth_memory, truth_gpu::BIGINT AS truth_gpu,
-               true AS from_missed
+    missed = _numpy(con.sql("""
+        SELECT viewer_id::INTEGER AS viewer_id, change_id, epoch_us(view_ts) AS view_us, own
         FROM missed"""))
     if not len(missed["viewer_id"]):
         return received
-    lags = {name: np.concatenate([received[name], missed[name].astype(received[name].dtype)])
-            for name in received}
+    changes = received.changes
+    row_of = np.zeros(int(changes["change_id"].max()) + 1, dtype=np.int32)
+    row_of[changes["change_id"]] = np.arange(len(changes["change_id"]), dtype=np.int32)
+    count = len(missed["viewer_id"])
+    added = {"viewer_id": missed["viewer_id"], "change": row_of[missed["change_id"]],
+             "applied_us": np.full(count, _NEVER), "missed": np.ones(count, dtype=bool),
+             "view_us": missed["view_us"], "own": missed["own"],
+             "from_missed": np.ones(count, dtype=bool)}
+    lags = Lags(changes, {name: np.concatenate([column, added[name].astype(column.dtype)])
+                          for name, column in received.own.items()})
     order = np.argsort(_lag_key(lags["viewer_id"], lags["node_id"], lags["rv"], nodes, rvs))
-    return {name: column[order] for name, column in lags.items()}
+    return Lags(changes, {name: column[order] for name, column in lags.own.items()})
 
 
 def _sizes(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
@@ -254,25 +273,21 @@ def _sizes(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return int(nodes), int(rvs)
 
 
-def _lags_table(cols: Columns) -> pa.Table:
-    """The lags as the SQL's ``received`` and ``lags`` hold them (nulls where it has them)."""
-    def ts(name: str, null: np.ndarray | None = None) -> pa.Array:
-        return pa.array(cols[name], type=pa.timestamp("us", tz="UTC"), mask=null)
+def _lags_table(lags: Lags) -> pa.Table:
+    """The columns of the SQL's ``received`` and ``lags`` that its later expressions read
+    (``shortfall``, ``missed``, ``held``), with its nulls."""
+    def ts(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+        return pa.array(values, type=pa.timestamp("us", tz="UTC"),
+                        mask=null if null is not None and null.any() else None)
 
     return pa.table({
-        "viewer_id": cols["viewer_id"], "change_id": cols["change_id"],
-        "node_id": cols["node_id"], "rv": cols["rv"],
-        "previous_rv": pa.array(cols["previous_rv"], mask=cols["previous_rv"] < 0),
-        "commit_ts": ts("commit_us"),
-        "next_commit_ts": ts("next_commit_us", cols["next_commit_us"] == _NEVER),
-        "applied_ts": ts("applied_us", cols["missed"]),
-        "view_ts": ts("view_us", cols["view_us"] == _NEVER), "own": cols["own"],
-        "cpu_milli": cols["cpu"], "memory_bytes": cols["memory"], "gpu_milli": cols["gpu"],
-        "truth_cpu": cols["truth_cpu"], "truth_memory": cols["truth_memory"],
-        "truth_gpu": cols["truth_gpu"]})
+        "viewer_id": lags["viewer_id"].astype(np.int64), "change_id": lags["change_id"],
+        "node_id": lags["node_id"], "rv": lags["rv"], "commit_ts": ts(lags["commit_us"]),
+        "applied_ts": ts(lags["applied_us"], lags["missed"]), "view_ts": ts(lags["view_us"]),
+        "own": lags["own"]})
 
 
-def sweep(con: duckdb.DuckDBPyConnection, cols: Columns, nodes: int, rvs: int) -> Sweep:
+def sweep(con: duckdb.DuckDBPyConnection, cols: Lags, nodes: int, rvs: int) -> Sweep:
     """The SQL's ``inverted`` to ``windows`` and ``stale_segments``, from the lags and the
     ``held`` assumptions in ``con``."""
     held = _arrow(con.sql("""
@@ -280,13 +295,11 @@ def sweep(con: duckdb.DuckDBPyConnection, cols: Columns, nodes: int, rvs: int) -
                at_end, cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
                gpu_milli::BIGINT AS gpu
         FROM held"""))
-    pair = cols["viewer_id"] * nodes + cols["node_id"]
+    pair = _ints(cols["viewer_id"]) * nodes + cols["node_id"]
     key = pair * rvs + cols["rv"]  # sorted: _received and _with_missed keep the lags so
     irregular = np.concatenate([pair[cols["from_missed"]], _pairs(held, nodes)])
     alone = _alone(cols, pair, key, rvs, irregular)
     del key
-    for name in ("change_id", "previous_rv", "next_commit_us", "applied_us", "own"):
-        del cols[name]  # what the windows do not need
     lone_windows = _lone(cols, alone)
     merged = _merged(cols, pair, ~alone, held, nodes)
     return Sweep(lone_windows=lone_windows, merged_windows=merged[0],
@@ -298,20 +311,22 @@ def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
             + table.column("node_id").to_numpy())
 
 
-def _alone(cols: dict[str, np.ndarray], pair: np.ndarray, key: np.ndarray, rvs: int,
+def _alone(cols: Lags, pair: np.ndarray, key: np.ndarray, rvs: int,
            irregular: np.ndarray) -> np.ndarray:
     """``classified.alone``: the pair is regular (``irregular``: it missed a change or held an
     assumption; or ``inverted``, found here), the previous change of the node (as the
     viewer received it) was applied before this one committed, and the next one committed
     after this one entered the view."""
     # the previous change's row: the row before, if it holds it, else wherever it is
-    wanted = pair * rvs + cols["previous_rv"]
+    previous_rv = cols["previous_rv"]
+    wanted = pair * rvs + previous_rv
     at = np.empty(len(key), dtype=np.int64)
     at[0:1] = -1
     at[1:] = np.arange(len(key) - 1)
     found = np.zeros(len(key), dtype=bool)
     found[1:] = key[:-1] == wanted[1:]
-    others = np.flatnonzero(~found & (cols["previous_rv"] >= 0))
+    others = np.flatnonzero(~found & (previous_rv >= 0))
+    del previous_rv
     if len(others):
         where = np.searchsorted(key, wanted[others])
         hit = where < len(key)
@@ -328,19 +343,19 @@ def _alone(cols: dict[str, np.ndarray], pair: np.ndarray, key: np.ndarray, rvs: 
             & (cols["next_commit_us"] > cols["view_us"]))
 
 
-def _lone(cols: dict[str, np.ndarray], alone: np.ndarray) -> pa.Table:
+def _lone(cols: Lags, alone: np.ndarray) -> pa.Table:
     """``lone_windows``: rows of ``windows`` with the truth and the view of their one segment,
     which ``stale_segments`` reads for the stale ones (``view = truth - change``)."""
     lagging = np.flatnonzero(alone & (cols["view_us"] > cols["commit_us"]))
     windows = []
     for number, resource in enumerate(RESOURCES):
-        change = cols[resource][lagging]
+        change = cols.at(resource, lagging)
         rows = lagging[change != 0]
         change = change[change != 0]
-        truth = cols[f"truth_{resource}"][rows]
-        table = _windows_table(cols["viewer_id"][rows], cols["node_id"][rows],
+        truth = cols.at(f"truth_{resource}", rows)
+        table = _windows_table(cols.at("viewer_id", rows), cols.at("node_id", rows),
                                np.full(len(rows), number, dtype=np.int8),
-                               cols["commit_us"][rows], cols["view_us"][rows],
+                               cols.at("commit_us", rows), cols.at("view_us", rows),
                                np.zeros(len(rows), dtype=bool), change > 0, np.abs(change))
         windows.append(table.append_column("truth", pa.array(truth))
                        .append_column("view", pa.array(truth - change)))
@@ -376,25 +391,25 @@ def _stale_table(viewer, node, resource, start, end, window, truth, view) -> pa.
                      "truth": _ints(truth), "view": _ints(view)})
 
 
-def _merged(cols: dict[str, np.ndarray], pair: np.ndarray, swept: np.ndarray, held: pa.Table,
+def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
             nodes: int) -> tuple[pa.Table, pa.Table]:
     """``points`` to ``merged_segments`` and their windows: the lags that are not alone and
     the held assumptions, as steps of the difference (view minus truth) at each instant, swept
     per viewer and node in time order."""
     rows = np.flatnonzero(swept)
-    lagging = cols["view_us"][rows] > cols["commit_us"][rows]
+    lagging = cols.at("view_us", rows) > cols.at("commit_us", rows)
     entered = rows[lagging]
     held_cols = {name: held.column(name).to_numpy() for name in held.column_names}
     held_pair = _pairs(held, nodes)
-    gaps = [np.concatenate([np.where(lagging, -cols[r][rows], 0), cols[r][entered],
+    gaps = [np.concatenate([np.where(lagging, -cols.at(r, rows), 0), cols.at(r, entered),
                             held_cols[r], -held_cols[r]]) for r in RESOURCES]
     point_pair = np.concatenate([pair[rows], pair[entered], held_pair, held_pair])
-    ts = np.concatenate([cols["commit_us"][rows], cols["view_us"][entered],
+    ts = np.concatenate([cols.at("commit_us", rows), cols.at("view_us", entered),
                          held_cols["start_us"], held_cols["end_us"]])
     none = np.full(len(entered) + 2 * len(held_pair), -1, dtype=np.int64)
-    rv = np.concatenate([cols["rv"][rows], none])  # -1: no change commits at this point
-    truths = [np.concatenate([cols[f"truth_{r}"][rows], none * 0]) for r in RESOURCES]
-    at_end = np.concatenate([np.zeros(len(rows), dtype=bool), cols["missed"][entered],
+    rv = np.concatenate([cols.at("rv", rows), none])  # -1: no change commits at this point
+    truths = [np.concatenate([cols.at(f"truth_{r}", rows), none * 0]) for r in RESOURCES]
+    at_end = np.concatenate([np.zeros(len(rows), dtype=bool), cols.at("missed", entered),
                              np.zeros(len(held_pair), dtype=bool),
                              held_cols["at_end"].astype(bool)])
     order = np.lexsort((ts, point_pair))
