@@ -7,7 +7,9 @@ together, and three shipped queries read them.  ``replay run`` derives them once
 the run; ``replay derive`` does it again after a table or a derived query has changed.  The SQL
 stays the definition: a derived table is exactly what its file's query returns (the tests
 compare the two), computed one common table expression at a time (``replay.analysis.steps``),
-which takes a third of the memory and three quarters of the time of the query run whole.
+which takes a third of the memory and three quarters of the time of the query run whole; the
+capacity windows' sweep, from ``received`` to ``windows``, is computed in numpy instead
+(``replay.analysis.windows``), in about a third of DuckDB's time for it.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ import pyarrow as pa
 SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_windows", "points",
          "instants", "stepped", "merged_segments", "windows", "stale_segments")
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
+SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
 _NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
 _CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false, true: -1, 0, 1
 
@@ -287,23 +288,50 @@ def _lags_table(lags: Lags) -> pa.Table:
         "own": lags["own"]})
 
 
-def sweep(con: duckdb.DuckDBPyConnection, cols: Lags, nodes: int, rvs: int) -> Sweep:
+def sweep(con: duckdb.DuckDBPyConnection, lags: Lags, nodes: int, rvs: int) -> Sweep:
     """The SQL's ``inverted`` to ``windows`` and ``stale_segments``, from the lags and the
-    ``held`` assumptions in ``con``."""
+    ``held`` assumptions in ``con``, a part of the watcher-node pairs at a time (pairs do not
+    interact), so that the arrays of the sweep's steps stay small beside the lags'."""
     held = _arrow(con.sql("""
         SELECT viewer_id, node_id, epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS end_us,
                at_end, cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
                gpu_milli::BIGINT AS gpu
         FROM held"""))
-    pair = _ints(cols["viewer_id"]) * nodes + cols["node_id"]
-    key = pair * rvs + cols["rv"]  # sorted: _received and _with_missed keep the lags so
-    irregular = np.concatenate([pair[cols["from_missed"]], _pairs(held, nodes)])
-    alone = _alone(cols, pair, key, rvs, irregular)
+    held_pair = _pairs(held, nodes)
+    by_pair = np.argsort(held_pair, kind="stable")
+    held, held_pair = held.take(by_pair), held_pair[by_pair]
+    pair = _ints(lags["viewer_id"]) * nodes + lags["node_id"]
+    parts: list[tuple[pa.Table, pa.Table, pa.Table]] = []
+    start, count = 0, len(pair)
+    while not parts or start < count:
+        end = min(start + SWEEP_ROWS, count)
+        if end < count:  # end at a pair's first lag, after at least one whole pair
+            end = int(np.searchsorted(pair, pair[end], side="left"))
+            if end == start:
+                end = int(np.searchsorted(pair, pair[start], side="right"))
+        # the held assumptions of this part's pairs, and in the first and last parts of any
+        # pair before or after every lag's
+        first = 0 if start == 0 else int(np.searchsorted(held_pair, pair[start], side="left"))
+        last = (len(held_pair) if end >= count
+                else int(np.searchsorted(held_pair, pair[end], side="left")))
+        part = Lags(lags.changes, {name: column[start:end] for name, column in lags.own.items()})
+        parts.append(_sweep_part(part, pair[start:end], held.slice(first, last - first),
+                                 held_pair[first:last], nodes, rvs))
+        start = end
+    return Sweep(lone_windows=pa.concat_tables([p[0] for p in parts]),
+                 merged_windows=pa.concat_tables([p[1] for p in parts]),
+                 stale_segments=pa.concat_tables([p[2] for p in parts]))
+
+
+def _sweep_part(lags: Lags, pair: np.ndarray, held: pa.Table, held_pair: np.ndarray,
+                nodes: int, rvs: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+    key = pair * rvs + lags["rv"]  # sorted: _received and _with_missed keep the lags so
+    irregular = np.concatenate([pair[lags["from_missed"]], held_pair])
+    alone = _alone(lags, pair, key, rvs, irregular)
     del key
-    lone_windows = _lone(cols, alone)
-    merged = _merged(cols, pair, ~alone, held, nodes)
-    return Sweep(lone_windows=lone_windows, merged_windows=merged[0],
-                 stale_segments=merged[1])
+    lone_windows = _lone(lags, alone)
+    merged_windows, stale_segments = _merged(lags, pair, ~alone, held, nodes)
+    return lone_windows, merged_windows, stale_segments
 
 
 def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
