@@ -206,10 +206,12 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     if len(change_key) and (changes["rv"].min() < 0
                             or bool((change_key[1:] == change_key[:-1]).any())):
         return None  # a write that changes two nodes' capacity (none does so far)
+    if not len(change_key):  # no write changed any capacity: nothing was received
+        deliveries = {name: column[:0] for name, column in deliveries.items()}
     viewer = deliveries["viewer_id"] - 1
     wanted = deliveries["rv"] * 3 + viewers["class"][viewer] + 1
     at = np.minimum(np.searchsorted(change_key, wanted), max(len(change_key) - 1, 0))
-    hit = change_key[at] == wanted if len(change_key) else np.zeros(len(wanted), dtype=bool)
+    hit = change_key[at] == wanted
     change = by_key[at]
     hit &= (~viewers["only_one"][viewer]
             | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
