@@ -3,11 +3,10 @@
 stored table with the query on runs of every model (``test_derive.stored_is_the_whole_query``,
 which also checks that the sweep, not the SQL, computed it), and test_queries' properties
 compare it with a reference in Python on random traces; these pin the parts those runs may not
-reach: missed changes, held assumptions, 128-bit integrals, and a run left to the SQL."""
+reach: a missed change, an attempt held after its conflict, 128-bit integrals, and a run left
+to the SQL."""
 
 from __future__ import annotations
-
-import datetime as dt
 
 import numpy as np
 import polars as pl
@@ -41,26 +40,7 @@ def drop_a_delivery(tables):
                                      & (pl.col("watcher") == "kubelet/n1")))}
 
 
-def never_forget(tables):
-    """The scheduler never forgets b's assumption: held until the end of the run."""
-    a = tables["attempts"]
-    return {"attempts": a.with_columns(forgotten_ts=pl.when(pl.col("attempt_id") == 1)
-                                       .then(pl.lit(None, dtype=a["forgotten_ts"].dtype))
-                                       .otherwise("forgotten_ts"))}
-
-
-def apply_out_of_order(tables):
-    """The kubelet applies the new node after a's binding: changes applied out of commit
-    order (an inverted pair)."""
-    d = tables["deliveries"]
-    first = d.filter(pl.col("watcher") == "kubelet/n1")["rv"].min()
-    return {"deliveries": d.with_columns(applied_ts=pl.when(
-        (pl.col("watcher") == "kubelet/n1") & (pl.col("rv") == first))
-        .then(pl.col("applied_ts") + dt.timedelta(milliseconds=30)).otherwise("applied_ts"))}
-
-
-@pytest.mark.parametrize("edit, rows", [(drop_a_delivery, WORKED), (never_forget, WORKED),
-                                        (apply_out_of_order, WORKED),
+@pytest.mark.parametrize("edit, rows", [(drop_a_delivery, WORKED),
                                         (learn_of_conflicts_late, FAILED_D)])
 def test_irregular_pairs_are_swept_as_the_sql_cuts_them(tmp_path, edit, rows):
     stored_is_the_whole_query(edited_run(tmp_path, edit, rows))
