@@ -1,23 +1,27 @@
-"""The sweep of ``queries/derived/capacity_windows.sql``: its expressions from ``classified`` to
+"""The sweep of ``queries/derived/capacity_windows.sql``: its expressions from ``received`` to
 ``windows`` (and ``stale_segments``) computed in numpy and a numba kernel instead of DuckDB.
 
 The SQL file stays the definition of the table: ``replay derive`` runs its other expressions
 as they are (``replay.analysis.steps``) and this module computes these ones from the same
-inputs (``lags``, ``irregular``, ``held``) into temporary tables of the same names, columns and
-types, so the final query reads them as it would read DuckDB's.  The tests keep the stored table
-identical to the query run whole, on runs of every model.
+inputs (``deliveries``, ``changes``, ``viewers``, ``missed``, ``held``) into temporary views of
+the same names and column types, so the SQL's later expressions read them as they would read
+DuckDB's.  The tests keep the stored table identical to the query run whole, on runs of every
+model.
 
-Why: those expressions are a sweep per watcher and node, which SQL can say only with window
-functions over millions of tiny partitions, joins of the lags with themselves, and unions
-unnested into one row per resource; DuckDB spent about a third of the derivation's CPU there.
-Here the lags are sorted once by watcher, node and rv: a lag's previous change is the row
-before it (found by a binary search where it is not), so which lags are alone is a vectorised
-comparison, and each of those is a window by itself (most windows); the others go through one
-sequential pass per watcher and node in a compiled kernel, with exact integers (the integral of
-a window, ``gap_us``, is 128-bit, as DuckDB's HUGEINT).
+Why: those expressions are a join of every delivery with its change and a sweep per watcher and
+node, which SQL can say only with window functions over millions of tiny partitions, joins of the
+lags with themselves, and unions unnested into one row per resource; DuckDB spent about half of
+the derivation's CPU there.  Here each delivery's change is found by a binary search in the
+changes sorted by rv; the lags are sorted once by watcher, node and rv, so a lag's previous
+change is the row before it (found by a binary search where it is not), which lags are alone is
+a vectorised comparison, and each of those is a window by itself (most windows); the others go
+through one sequential pass per watcher and node in a compiled kernel, with exact integers (the
+integral of a window, ``gap_us``, is 128-bit, as DuckDB's HUGEINT).
 
-A run whose lags hold a change twice for one watcher (the SQL's self-joins would then multiply
-rows) is left to the SQL; so is one whose keys do not fit the kernel's 64-bit packing.
+A run the arrays cannot hold as the SQL does is left to the SQL whole (``_received`` says
+which): several runs at once, a change received twice by one watcher or a write that changes
+two nodes (the SQL's joins would multiply rows), a delivery never applied, keys too large for
+the 64-bit packing.
 """
 
 from __future__ import annotations
