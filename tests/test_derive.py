@@ -10,7 +10,8 @@ import pyarrow.parquet as pq
 
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
-from replay.analysis.steps import run_steps, split_steps
+from replay.analysis import windows
+from replay.analysis.steps import _quote, run_steps, split_steps
 from replay.engine.rundir import DERIVED_TABLES
 
 TRICKY = '''-- a comment with a ( and a WITH x AS (
@@ -56,9 +57,13 @@ def test_run_steps_answers_as_the_query_and_drops_what_is_read_no_more():
     assert left == [("last_one",), ("plain",)]  # the final query reads them
 
 
-def stored_is_the_whole_query(run_dir: Path) -> None:
+def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
     """Each derived table of ``run_dir`` holds what its SQL computes run whole, in one query,
-    row for row and type for type (the tests of the replay's runs call this)."""
+    row for row and type for type (the tests of the replay's runs call this); and, if
+    ``swept``, ``replay derive`` computed the capacity windows' sweep in numpy
+    (``replay.analysis.windows``), not by leaving the run to the SQL."""
+    if swept:
+        assert sweeps_in_numpy(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -72,10 +77,23 @@ def stored_is_the_whole_query(run_dir: Path) -> None:
         con.close()
 
 
+def sweeps_in_numpy(run_dir: Path) -> bool:
+    """Whether ``replay derive`` computes the run's capacity windows from ``received`` on in
+    numpy, rather than leaving the run to the SQL."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        steps = split_steps(derived_sql("capacity_windows"))
+        for step in steps[:[s.name for s in steps].index("received")]:
+            con.execute(f"CREATE TEMPORARY TABLE {_quote(step.name)} AS {step.sql}")
+        return windows._received(con, *windows._sizes(con)) is not None
+    finally:
+        con.close()
+
+
 def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path):
     import replay.analysis.derive as derive_module
 
-    for available, limit in ((100_000, derive_module.MEMORY_CAP_MIB), (2_000, 1_500),
+    for available, limit in ((100_000, derive_module.MEMORY_CAP_MIB), (2_000, min(1_500, derive_module.MEMORY_CAP_MIB)),
                              (800, 1_024), (None, derive_module.MEMORY_CAP_MIB)):
         monkeypatch.setattr(derive_module, "available_mib", lambda available=available: available)
         settings = derive_module._memory_settings(tmp_path)

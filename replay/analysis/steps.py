@@ -106,17 +106,26 @@ def _step(name: str | None, sql: str, toks: list[Token]) -> Step:
 
 
 def run_steps(con: duckdb.DuckDBPyConnection, steps: list[Step],
-              done: Callable[[int], object] = lambda steps: None) -> duckdb.DuckDBPyRelation:
+              done: Callable[[int], object] = lambda steps: None,
+              replace: Callable[[str], bool] = lambda name: False) -> duckdb.DuckDBPyRelation:
     """Make each expression of ``steps`` a temporary table, dropping each as soon as no later
     step mentions it (``done(1)`` after each), and return the final query's relation (it runs
-    when read; the tables it reads stay until the connection closes)."""
+    when read; the tables it reads stay until the connection closes).
+
+    ``replace(name)`` may compute an expression another way: it makes a temporary table or view
+    of that name itself (which it owns: it is not dropped here), or decides that nothing will
+    read it, and returns True; or returns False to let its SQL run."""
     last_read = {step.name: max(n for n, later in enumerate(steps) if step.name in later.reads
                                 or later is step)
                  for step in steps if step.name is not None}
+    replaced = set()
     for number, step in enumerate(steps[:-1]):
-        con.execute(f"CREATE TEMPORARY TABLE {_quote(step.name)} AS {step.sql}")
+        if replace(step.name or ""):
+            replaced.add(step.name)
+        else:
+            con.execute(f"CREATE TEMPORARY TABLE {_quote(step.name)} AS {step.sql}")
         for name, last in last_read.items():
-            if last == number:
+            if last == number and name not in replaced:
                 con.execute(f"DROP TABLE temp.{_quote(name)}")
         done(1)
     return con.sql(steps[-1].sql)

@@ -1,0 +1,596 @@
+"""The sweep of ``queries/derived/capacity_windows.sql``: its expressions from ``received`` to
+``windows`` (and ``stale_segments``) computed in numpy and a numba kernel instead of DuckDB.
+
+The SQL file stays the definition of the table: ``replay derive`` runs its other expressions
+as they are (``replay.analysis.steps``) and this module computes these ones from the same
+inputs (``deliveries``, ``changes``, ``viewers``, ``missed``, ``held``) into temporary views of
+the same names and column types, so the SQL's later expressions read them as they would read
+DuckDB's.  The tests keep the stored table identical to the query run whole, on runs of every
+model.
+
+Why: those expressions are a join of every delivery with its change and a sweep per watcher and
+node, which SQL can say only with window functions over millions of tiny partitions, joins of the
+lags with themselves, and unions unnested into one row per resource; DuckDB spent about half of
+the derivation's CPU there.  Here each delivery's change is found by a binary search in the
+changes sorted by rv; the lags are sorted once by watcher, node and rv, so a lag's previous
+change is the row before it (found by a binary search where it is not), which lags are alone is
+a vectorised comparison, and each of those is a window by itself (most windows); the others go
+through one sequential pass per watcher and node in a compiled kernel, with exact integers (the
+integral of a window, ``gap_us``, is 128-bit, as DuckDB's HUGEINT).
+
+A run the arrays cannot hold as the SQL does is left to the SQL whole (``_received`` says
+which): several runs at once, a change received twice by one watcher or a write that changes
+two nodes (the SQL's joins would multiply rows), a delivery never applied, keys too large for
+the 64-bit packing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import duckdb
+import numba
+import numpy as np
+import pyarrow as pa
+
+# the expressions this module computes: from the lags to the windows
+SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_windows", "points",
+         "instants", "stepped", "merged_segments", "windows", "stale_segments")
+RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
+SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
+_NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
+_CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false, true: -1, 0, 1
+
+Columns = dict[str, np.ndarray]
+
+
+class Lags:
+    """The lags: per row, a viewer, the row of its change in ``changes`` and how the viewer
+    received it (``applied_us``, ``view_us``, ``missed``, ``own``, ``from_missed``); a change's
+    own columns are gathered when asked for, so that the millions of lags do not each hold a copy
+    of them (a 1M-pod run has 15M lags of 2M changes)."""
+
+    def __init__(self, changes: Columns, own: Columns):
+        self.changes, self.own = changes, own
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.own[name] if name in self.own else self.changes[name][self.own["change"]]
+
+    def at(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """``self[name][rows]``, gathering only those rows."""
+        if name in self.own:
+            return self.own[name][rows]
+        return self.changes[name][self.own["change"][rows]]
+
+    def __len__(self) -> int:
+        return len(self.own["change"])
+
+
+@dataclass
+class Sweep:
+    """The sweep's tables, as Arrow, until a step asks for them."""
+    lone_windows: pa.Table  # windows of one lag each (their integrals computed by DuckDB)
+    # and the stale segments of the others (those of lone windows are lone_windows' rows)
+    merged_windows: pa.Table  # windows of merged segments, integrals in two 64-bit halves
+    stale_segments: pa.Table
+
+
+def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
+    """A step runner's replacement for the expressions in ``SWEPT``: given a step's name, make
+    its temporary view and return True, or return False to let its SQL run.
+
+    ``received`` and ``lags`` become views of numpy arrays (the SQL's ``shortfall``, ``missed``
+    and ``held`` read them); the sweep runs at ``inverted``, once ``held`` exists, and makes
+    ``windows`` and ``stale_segments``, which are all that later expressions read of the
+    others.  A run the arrays cannot hold as the SQL does (see ``_received``) is left to the
+    SQL whole."""
+    state: dict[str, object] = {}
+
+    def replace(name: str) -> bool:
+        if name not in SWEPT:
+            return False
+        if name == "received":
+            state["sizes"] = _sizes(con)
+            state["received"] = _received(con, *state["sizes"])  # type: ignore[misc]
+            if state["received"] is None:
+                return False
+            state["numpy"] = True
+            _view(con, "received", f"FROM {_register(con, 'received', state['received'])}")
+            return True
+        if not state.get("numpy"):
+            return False
+        if name == "lags":
+            received = state["received"]
+            assert isinstance(received, Lags)
+            state["lags"] = lags = _with_missed(con, received, *state["sizes"])  # type: ignore[misc]
+            _view(con, "lags", "FROM _swept_received" if lags is received
+                  else f"FROM {_register(con, 'lags', lags)}")
+        elif name == "inverted":  # after held, the last expression the SQL runs on the lags
+            for view in ("received", "lags"):  # nothing reads them any more: free them
+                con.execute(f"DROP VIEW {view}")
+            con.unregister("_swept_received")
+            if "lags" in state and state["lags"] is not state["received"]:
+                con.unregister("_swept_lags")
+            del state["received"]
+            state["sweep"] = sweep(con, state.pop("lags"), *state["sizes"])  # type: ignore[arg-type, misc]
+        elif name == "windows":
+            done = state["sweep"]
+            assert isinstance(done, Sweep)
+            _view(con, name, f"""
+                SELECT viewer_id, node_id, resource::VARCHAR AS resource, start_ts, end_ts,
+                       open_at_end, stale, gap_max,
+                       gap_max::HUGEINT * (epoch_us(end_ts) - epoch_us(start_ts)) AS gap_us
+                FROM {_register(con, "lone_windows", done.lone_windows)}
+                UNION ALL
+                SELECT viewer_id, node_id, resource::VARCHAR, start_ts, end_ts, open_at_end,
+                       stale, gap_max,
+                       gap_hi::HUGEINT * 18446744073709551616::HUGEINT + gap_lo::HUGEINT
+                FROM {_register(con, "merged_windows", done.merged_windows)}""")
+        elif name == "stale_segments":
+            done = state["sweep"]
+            assert isinstance(done, Sweep)
+            _view(con, name, f"""
+                SELECT viewer_id, node_id, resource::VARCHAR AS resource, start_ts, end_ts,
+                       window_ts, truth, view
+                FROM {_register(con, "stale_segments", done.stale_segments)}
+                UNION ALL
+                SELECT viewer_id, node_id, resource::VARCHAR, start_ts, end_ts, start_ts, truth,
+                       view
+                FROM _swept_lone_windows
+                WHERE stale""")
+        return True
+
+    return replace
+
+
+def _register(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table | Lags) -> str:
+    """Let DuckDB read ``data`` (lags, or an Arrow table) as ``_swept_NAME``; returns that
+    name."""
+    con.register(f"_swept_{name}", data if isinstance(data, pa.Table) else _lags_table(data))
+    return f"_swept_{name}"
+
+
+def _view(con: duckdb.DuckDBPyConnection, name: str, sql: str) -> None:
+    con.execute(f"CREATE TEMPORARY VIEW {name} AS {sql}")
+
+
+def _arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
+    table = rel.arrow()
+    return table.read_all() if hasattr(table, "read_all") else table
+
+
+def _numpy(rel: duckdb.DuckDBPyRelation) -> Columns:
+    table = _arrow(rel)
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | None:
+    """The SQL's ``received``: each change as each viewer received it, by looking each
+    delivery's rv up in the changes sorted by rv and class.  None (left to the SQL) unless the
+    run is one run whose changes have one row per rv and class and whose viewers received each
+    change once: the SQL's joins would multiply rows otherwise."""
+    if con.sql("SELECT count(DISTINCT run) FROM viewers").fetchall()[0][0] > 1:
+        return None
+    viewers = _numpy(con.sql(f"""
+        SELECT viewer_id, dense_rank() OVER (ORDER BY watcher) AS watcher_code,
+               only_node IS NOT NULL AS only_one, coalesce(nodes.node_id, -1) AS only_node_id,
+               {_CLASS.format("class")} AS class
+        FROM viewers
+        LEFT JOIN nodes ON nodes.run = viewers.run AND nodes.node = viewers.only_node
+        ORDER BY viewer_id"""))
+    if not np.array_equal(viewers["viewer_id"], np.arange(1, len(viewers["viewer_id"]) + 1)):
+        return None
+    changes = _numpy(con.sql(f"""
+        WITH names AS (SELECT DISTINCT watcher, dense_rank() OVER (ORDER BY watcher) AS code
+                       FROM viewers)
+        SELECT change_id, {_CLASS.format("class")} AS class, rv, node_id,
+               coalesce(previous_rv, -1) AS previous_rv, epoch_us(commit_ts) AS commit_us,
+               coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
+               cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
+               gpu_milli::BIGINT AS gpu, truth_cpu::BIGINT AS truth_cpu,
+               truth_memory::BIGINT AS truth_memory, truth_gpu::BIGINT AS truth_gpu,
+               coalesce(names.code, -1) AS assumed_code,
+               CASE WHEN assumed_here AND assumed_from = commit_ts
+                    THEN coalesce(names.code, -1) ELSE -1 END AS folds_code,
+               coalesce(epoch_us(assumed_until), 0) AS assumed_until_us
+        FROM changes
+        LEFT JOIN names ON names.watcher = changes.assumed_by"""))
+    deliveries = _numpy(con.sql(f"""
+        SELECT viewers.viewer_id, deliveries.rv,
+               coalesce(epoch_us(deliveries.applied_ts), {_NEVER}) AS applied_us,
+               deliveries.applied_ts IS NULL AS missed
+        FROM deliveries
+        JOIN viewers ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher"""))
+    if (len(viewers["viewer_id"]) + 1) * nodes * rvs >= 1 << 62 or deliveries["missed"].any():
+        return None  # keys too large for int64; or a delivery never applied
+    change_key = changes["rv"] * 3 + changes["class"] + 1
+    by_key = np.argsort(change_key)
+    change_key = change_key[by_key]
+    if len(change_key) and (changes["rv"].min() < 0
+                            or bool((change_key[1:] == change_key[:-1]).any())):
+        return None  # a write that changes two nodes' capacity (none does so far)
+    if not len(change_key):  # no write changed any capacity: nothing was received
+        deliveries = {name: column[:0] for name, column in deliveries.items()}
+    viewer = deliveries["viewer_id"] - 1
+    wanted = deliveries["rv"] * 3 + viewers["class"][viewer] + 1
+    at = np.minimum(np.searchsorted(change_key, wanted), max(len(change_key) - 1, 0))
+    hit = change_key[at] == wanted
+    change = by_key[at]
+    hit &= (~viewers["only_one"][viewer]
+            | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
+    rows = np.flatnonzero(hit)
+    viewer, change = viewer[rows], change[rows]
+    # in the sweep's order, by viewer, node and rv: a change received twice shows as a repeat
+    key = _lag_key(viewer + 1, changes["node_id"][change], changes["rv"][change], nodes, rvs)
+    order = np.argsort(key)
+    key = key[order]
+    if len(key) > 1 and bool((key[1:] == key[:-1]).any()):
+        return None
+    del key
+    rows, viewer, change = rows[order], viewer[order], change[order]
+    del order
+    applied, missed = deliveries["applied_us"][rows], deliveries["missed"][rows]
+    del deliveries, rows
+    watcher = viewers["watcher_code"][viewer]
+    folds = ((changes["folds_code"][change] == watcher) & ~missed
+             & (changes["assumed_until_us"][change] >= applied))
+    return Lags(changes, {
+        "viewer_id": (viewer + 1).astype(np.int32), "change": change.astype(np.int32),
+        "applied_us": applied, "missed": missed,
+        "view_us": np.where(folds, changes["commit_us"][change], applied),
+        "own": changes["assumed_code"][change] == watcher,
+        "from_missed": np.zeros(len(viewer), dtype=bool)})
+
+
+def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, rvs: int
+             ) -> np.ndarray:
+    """Viewer, node and rv packed in one integer that sorts as the three (``_received``
+    checked that it fits)."""
+    return (_ints(viewer) * nodes + node) * rvs + rv
+
+
+def _with_missed(con: duckdb.DuckDBPyConnection, received: Lags, nodes: int, rvs: int
+                 ) -> Lags:
+    """The SQL's ``lags``: the received changes and those of ``missed``."""
+    missed = _numpy(con.sql("""
+        SELECT viewer_id::INTEGER AS viewer_id, change_id, epoch_us(view_ts) AS view_us, own
+        FROM missed"""))
+    if not len(missed["viewer_id"]):
+        return received
+    changes = received.changes
+    row_of = np.zeros(int(changes["change_id"].max()) + 1, dtype=np.int32)
+    row_of[changes["change_id"]] = np.arange(len(changes["change_id"]), dtype=np.int32)
+    count = len(missed["viewer_id"])
+    added = {"viewer_id": missed["viewer_id"], "change": row_of[missed["change_id"]],
+             "applied_us": np.full(count, _NEVER), "missed": np.ones(count, dtype=bool),
+             "view_us": missed["view_us"], "own": missed["own"],
+             "from_missed": np.ones(count, dtype=bool)}
+    lags = Lags(changes, {name: np.concatenate([column, added[name].astype(column.dtype)])
+                          for name, column in received.own.items()})
+    order = np.argsort(_lag_key(lags["viewer_id"], lags["node_id"], lags["rv"], nodes, rvs))
+    return Lags(changes, {name: column[order] for name, column in lags.own.items()})
+
+
+def _sizes(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """Bounds of the node ids and rvs, for ``_lag_key`` (while ``nodes`` and ``changes``
+    exist)."""
+    nodes, rvs = con.sql("""SELECT (SELECT coalesce(max(node_id), 0) + 1 FROM nodes),
+                                   (SELECT coalesce(max(rv), 0) + 2 FROM changes)""").fetchall()[0]
+    return int(nodes), int(rvs)
+
+
+def _lags_table(lags: Lags) -> pa.Table:
+    """The columns of the SQL's ``received`` and ``lags`` that its later expressions read
+    (``shortfall``, ``missed``, ``held``), with its nulls."""
+    def ts(values: np.ndarray, null: np.ndarray | None = None) -> pa.Array:
+        return pa.array(values, type=pa.timestamp("us", tz="UTC"),
+                        mask=null if null is not None and null.any() else None)
+
+    return pa.table({
+        "viewer_id": lags["viewer_id"].astype(np.int64), "change_id": lags["change_id"],
+        "node_id": lags["node_id"], "rv": lags["rv"], "commit_ts": ts(lags["commit_us"]),
+        "applied_ts": ts(lags["applied_us"], lags["missed"]), "view_ts": ts(lags["view_us"]),
+        "own": lags["own"]})
+
+
+def sweep(con: duckdb.DuckDBPyConnection, lags: Lags, nodes: int, rvs: int) -> Sweep:
+    """The SQL's ``inverted`` to ``windows`` and ``stale_segments``, from the lags and the
+    ``held`` assumptions in ``con``, a part of the watcher-node pairs at a time (pairs do not
+    interact), so that the arrays of the sweep's steps stay small beside the lags'."""
+    held = _arrow(con.sql("""
+        SELECT viewer_id, node_id, epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS end_us,
+               at_end, cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
+               gpu_milli::BIGINT AS gpu
+        FROM held"""))
+    held_pair = _pairs(held, nodes)
+    by_pair = np.argsort(held_pair, kind="stable")
+    held, held_pair = held.take(by_pair), held_pair[by_pair]
+    pair = _ints(lags["viewer_id"]) * nodes + lags["node_id"]
+    parts: list[tuple[pa.Table, pa.Table, pa.Table]] = []
+    start, count = 0, len(pair)
+    while not parts or start < count:
+        end = min(start + SWEEP_ROWS, count)
+        if end < count:  # end at a pair's first lag, after at least one whole pair
+            end = int(np.searchsorted(pair, pair[end], side="left"))
+            if end == start:
+                end = int(np.searchsorted(pair, pair[start], side="right"))
+        # the held assumptions of this part's pairs, and in the first and last parts of any
+        # pair before or after every lag's
+        first = 0 if start == 0 else int(np.searchsorted(held_pair, pair[start], side="left"))
+        last = (len(held_pair) if end >= count
+                else int(np.searchsorted(held_pair, pair[end], side="left")))
+        part = Lags(lags.changes, {name: column[start:end] for name, column in lags.own.items()})
+        parts.append(_sweep_part(part, pair[start:end], held.slice(first, last - first),
+                                 held_pair[first:last], nodes, rvs))
+        start = end
+    return Sweep(lone_windows=pa.concat_tables([p[0] for p in parts]),
+                 merged_windows=pa.concat_tables([p[1] for p in parts]),
+                 stale_segments=pa.concat_tables([p[2] for p in parts]))
+
+
+def _sweep_part(lags: Lags, pair: np.ndarray, held: pa.Table, held_pair: np.ndarray,
+                nodes: int, rvs: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+    key = pair * rvs + lags["rv"]  # sorted: _received and _with_missed keep the lags so
+    irregular = np.concatenate([pair[lags["from_missed"]], held_pair])
+    alone = _alone(lags, pair, key, rvs, irregular)
+    del key
+    lone_windows = _lone(lags, alone)
+    merged_windows, stale_segments = _merged(lags, pair, ~alone, held, nodes)
+    return lone_windows, merged_windows, stale_segments
+
+
+def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
+    return (_ints(table.column("viewer_id").to_numpy()) * nodes
+            + table.column("node_id").to_numpy())
+
+
+def _alone(cols: Lags, pair: np.ndarray, key: np.ndarray, rvs: int,
+           irregular: np.ndarray) -> np.ndarray:
+    """``classified.alone``: the pair is regular (``irregular``: it missed a change or held an
+    assumption; or ``inverted``, found here), the previous change of the node (as the
+    viewer received it) was applied before this one committed, and the next one committed
+    after this one entered the view."""
+    # the previous change's row: the row before, if it holds it, else wherever it is
+    previous_rv = cols["previous_rv"]
+    wanted = pair * rvs + previous_rv
+    at = np.empty(len(key), dtype=np.int64)
+    at[0:1] = -1
+    at[1:] = np.arange(len(key) - 1)
+    found = np.zeros(len(key), dtype=bool)
+    found[1:] = key[:-1] == wanted[1:]
+    others = np.flatnonzero(~found & (previous_rv >= 0))
+    del previous_rv
+    if len(others):
+        where = np.searchsorted(key, wanted[others])
+        hit = where < len(key)
+        hit[hit] = key[where[hit]] == wanted[others[hit]]
+        at[others[hit]] = where[hit]
+        found[others[hit]] = True
+    previous_applied = np.where(found, cols["applied_us"][np.maximum(at, 0)], _NEVER)
+    previous_missed = np.where(found, cols["missed"][np.maximum(at, 0)], True)
+    # ``inverted``: pairs with a change applied before the change committed before it
+    inverted = ~previous_missed & ~cols["missed"] & (previous_applied > cols["applied_us"])
+    irregular = np.concatenate([irregular, pair[inverted]])
+    return (~np.isin(pair, irregular)
+            & (previous_missed | (previous_applied < cols["commit_us"]))
+            & (cols["next_commit_us"] > cols["view_us"]))
+
+
+def _lone(cols: Lags, alone: np.ndarray) -> pa.Table:
+    """``lone_windows``: rows of ``windows`` with the truth and the view of their one segment,
+    which ``stale_segments`` reads for the stale ones (``view = truth - change``)."""
+    lagging = np.flatnonzero(alone & (cols["view_us"] > cols["commit_us"]))
+    windows = []
+    for number, resource in enumerate(RESOURCES):
+        change = cols.at(resource, lagging)
+        rows = lagging[change != 0]
+        change = change[change != 0]
+        truth = cols.at(f"truth_{resource}", rows)
+        table = _windows_table(cols.at("viewer_id", rows), cols.at("node_id", rows),
+                               np.full(len(rows), number, dtype=np.int8),
+                               cols.at("commit_us", rows), cols.at("view_us", rows),
+                               np.zeros(len(rows), dtype=bool), change > 0, np.abs(change))
+        windows.append(table.append_column("truth", pa.array(truth))
+                       .append_column("view", pa.array(truth - change)))
+    return pa.concat_tables(windows)
+
+
+def _timestamps(us: np.ndarray) -> pa.Array:
+    return pa.array(_ints(us), type=pa.timestamp("us", tz="UTC"))
+
+
+def _resources(codes: np.ndarray) -> pa.DictionaryArray:
+    return pa.DictionaryArray.from_arrays(pa.array(codes, type=pa.int8()), pa.array(RESOURCES))
+
+
+def _ints(values: np.ndarray) -> np.ndarray:
+    return values.astype(np.int64, copy=False)
+
+
+def _windows_table(viewer, node, resource, start, end, open_at_end, stale, gap_max,
+                   *halves) -> pa.Table:
+    """Rows of ``windows``; ``halves``: the integrals' high and low 64 bits, if computed."""
+    return pa.table({"viewer_id": _ints(viewer), "node_id": _ints(node),
+                     "resource": _resources(resource), "start_ts": _timestamps(start),
+                     "end_ts": _timestamps(end), "open_at_end": open_at_end, "stale": stale,
+                     "gap_max": _ints(gap_max),
+                     **dict(zip(("gap_hi", "gap_lo"), halves))})
+
+
+def _stale_table(viewer, node, resource, start, end, window, truth, view) -> pa.Table:
+    return pa.table({"viewer_id": _ints(viewer), "node_id": _ints(node),
+                     "resource": _resources(resource), "start_ts": _timestamps(start),
+                     "end_ts": _timestamps(end), "window_ts": _timestamps(window),
+                     "truth": _ints(truth), "view": _ints(view)})
+
+
+def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
+            nodes: int) -> tuple[pa.Table, pa.Table]:
+    """``points`` to ``merged_segments`` and their windows: the lags that are not alone and
+    the held assumptions, as steps of the difference (view minus truth) at each instant, swept
+    per viewer and node in time order."""
+    rows = np.flatnonzero(swept)
+    lagging = cols.at("view_us", rows) > cols.at("commit_us", rows)
+    entered = rows[lagging]
+    held_cols = {name: held.column(name).to_numpy() for name in held.column_names}
+    held_pair = _pairs(held, nodes)
+    gaps = [np.concatenate([np.where(lagging, -cols.at(r, rows), 0), cols.at(r, entered),
+                            held_cols[r], -held_cols[r]]) for r in RESOURCES]
+    point_pair = np.concatenate([pair[rows], pair[entered], held_pair, held_pair])
+    ts = np.concatenate([cols.at("commit_us", rows), cols.at("view_us", entered),
+                         held_cols["start_us"], held_cols["end_us"]])
+    none = np.full(len(entered) + 2 * len(held_pair), -1, dtype=np.int64)
+    rv = np.concatenate([cols.at("rv", rows), none])  # -1: no change commits at this point
+    truths = [np.concatenate([cols.at(f"truth_{r}", rows), none * 0]) for r in RESOURCES]
+    at_end = np.concatenate([np.zeros(len(rows), dtype=bool), cols.at("missed", entered),
+                             np.zeros(len(held_pair), dtype=bool),
+                             held_cols["at_end"].astype(bool)])
+    order = np.lexsort((ts, point_pair))
+    out = _sweep_kernel(point_pair[order], ts[order], rv[order],
+                        np.stack([g[order] for g in gaps]), np.stack([t[order] for t in truths]),
+                        at_end[order])
+    (w_pair, w_res, w_start, w_end, w_open, w_stale, w_max, w_hi, w_lo,
+     s_pair, s_res, s_start, s_end, s_window, s_truth, s_view) = out
+    windows = _windows_table(w_pair // nodes, w_pair % nodes, w_res, w_start, w_end, w_open,
+                             w_stale, w_max, w_hi, w_lo)
+    stale = _stale_table(s_pair // nodes, s_pair % nodes, s_res, s_start, s_end, s_window,
+                         s_truth, s_view)
+    return windows, stale
+
+
+@numba.njit(cache=True)
+def _mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
+    """``hi * 2**64 + lo += a[i] * b[i]`` for non-negative int64 ``a`` and ``b``, exactly."""
+    mask = np.uint64(0xFFFFFFFF)
+    for i in range(len(a)):
+        x, y = np.uint64(a[i]), np.uint64(b[i])
+        x0, x1 = x & mask, x >> np.uint64(32)
+        y0, y1 = y & mask, y >> np.uint64(32)
+        low = x0 * y0
+        mid1 = x1 * y0
+        mid2 = x0 * y1
+        high = x1 * y1
+        mid = (low >> np.uint64(32)) + (mid1 & mask) + (mid2 & mask)
+        product_lo = (low & mask) | ((mid & mask) << np.uint64(32))
+        product_hi = high + (mid1 >> np.uint64(32)) + (mid2 >> np.uint64(32)) + (mid >> np.uint64(32))
+        new_lo = lo[i] + product_lo
+        carry = np.uint64(1) if new_lo < lo[i] else np.uint64(0)
+        lo[i] = new_lo
+        hi[i] += np.int64(product_hi + carry)
+
+
+@numba.njit(cache=True)
+def _sweep_kernel(pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - compiled
+    """The SQL's ``instants``, ``stepped``, ``merged_segments`` and their windows over points
+    sorted by pair and time: one pass that sums each instant's points, then one over the
+    instants that carries each resource's difference and its open window."""
+    n = len(pair)
+    # instants: (pair, ts) groups
+    i_pair = np.empty(n, np.int64)
+    i_ts = np.empty(n, np.int64)
+    i_step = np.zeros((3, n), np.int64)
+    i_ends = np.zeros((3, n), np.bool_)
+    i_truth = np.zeros((3, n), np.int64)
+    i_has_truth = np.zeros(n, np.bool_)
+    count = 0
+    k = 0
+    while k < n:
+        j = k
+        best_rv = -1
+        ended = np.zeros(3, np.int64)
+        while j < n and pair[j] == pair[k] and ts[j] == ts[k]:
+            for r in range(3):
+                i_step[r, count] += gaps[r, j]
+                if at_end[j]:
+                    ended[r] += gaps[r, j]
+            if rv[j] >= 0 and rv[j] > best_rv:
+                best_rv = rv[j]
+                for r in range(3):
+                    i_truth[r, count] = truths[r, j]
+            j += 1
+        i_pair[count] = pair[k]
+        i_ts[count] = ts[k]
+        i_has_truth[count] = best_rv >= 0
+        for r in range(3):
+            i_ends[r, count] = ended[r] != 0
+        count += 1
+        k = j
+    # windows (at most one per resource per instant) and stale segments
+    w_pair = np.empty(3 * count, np.int64)
+    w_res = np.empty(3 * count, np.int8)
+    w_start = np.empty(3 * count, np.int64)
+    w_end = np.empty(3 * count, np.int64)
+    w_open = np.zeros(3 * count, np.bool_)
+    w_stale = np.zeros(3 * count, np.bool_)
+    w_max = np.zeros(3 * count, np.int64)
+    w_hi = np.zeros(3 * count, np.int64)
+    w_lo = np.zeros(3 * count, np.uint64)
+    s_pair = np.empty(3 * count, np.int64)
+    s_res = np.empty(3 * count, np.int8)
+    s_start = np.empty(3 * count, np.int64)
+    s_end = np.empty(3 * count, np.int64)
+    s_window = np.empty(3 * count, np.int64)
+    s_truth = np.empty(3 * count, np.int64)
+    s_view = np.empty(3 * count, np.int64)
+    windows = 0
+    segments = 0
+    current = np.full(3, -1, np.int64)  # each resource's open window (its row), -1: none
+    gap = np.zeros(3, np.int64)
+    truth = np.zeros(3, np.int64)
+    one = np.zeros(1, np.int64)
+    one_b = np.zeros(1, np.int64)
+    one_hi = np.zeros(1, np.int64)
+    one_lo = np.zeros(1, np.uint64)
+    for i in range(count):
+        if i == 0 or i_pair[i] != i_pair[i - 1]:
+            for r in range(3):
+                gap[r] = 0
+                truth[r] = 0
+                current[r] = -1
+        if i_has_truth[i]:
+            for r in range(3):
+                truth[r] = i_truth[r, i]
+        last = i + 1 == count or i_pair[i + 1] != i_pair[i]
+        for r in range(3):
+            before = gap[r]
+            gap[r] += i_step[r, i]
+            if gap[r] == 0:
+                continue
+            if np.sign(gap[r]) != np.sign(before):
+                current[r] = windows
+                w_pair[windows] = i_pair[i]
+                w_res[windows] = r
+                w_start[windows] = i_ts[i]
+                w_end[windows] = i_ts[i]
+                w_stale[windows] = gap[r] < 0
+                windows += 1
+            if last:  # cannot happen: every step is undone within its pair
+                raise ValueError("a difference left open at the end of a pair")
+            w = current[r]
+            end = i_ts[i + 1]
+            w_end[w] = max(w_end[w], end)
+            if i_ends[r, i + 1]:
+                w_open[w] = True
+            size = abs(gap[r])
+            w_max[w] = max(w_max[w], size)
+            one[0] = size
+            one_b[0] = end - i_ts[i]
+            one_hi[0] = w_hi[w]
+            one_lo[0] = w_lo[w]
+            _mul_add128(one, one_b, one_hi, one_lo)
+            w_hi[w] = one_hi[0]
+            w_lo[w] = one_lo[0]
+            if gap[r] < 0:
+                s_pair[segments] = i_pair[i]
+                s_res[segments] = r
+                s_start[segments] = i_ts[i]
+                s_end[segments] = end
+                s_window[segments] = w_start[w]
+                s_truth[segments] = truth[r]
+                s_view[segments] = truth[r] + gap[r]
+                segments += 1
+    return (w_pair[:windows], w_res[:windows], w_start[:windows], w_end[:windows],
+            w_open[:windows], w_stale[:windows], w_max[:windows], w_hi[:windows],
+            w_lo[:windows], s_pair[:segments], s_res[:segments], s_start[:segments],
+            s_end[:segments], s_window[:segments], s_truth[:segments], s_view[:segments])
