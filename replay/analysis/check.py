@@ -573,14 +573,17 @@ def missed_writes_recovered(run: RunTables) -> Finding:
             SEMI JOIN (SELECT watcher FROM watch_terminations
                        UNION SELECT watcher FROM deliveries WHERE source <> 'watch') USING (watcher)
         ), terms AS (
-            -- each termination with the first write its watch missed: the write it could not
-            -- take, or an earlier one still in its buffer, re-sent or re-listed after it
+            -- each termination with the first write its watch missed: the stream's first
+            -- after the last one the client received (resume_rv), which may be earlier than
+            -- the write it could not take (still in its buffer), but not one the closed
+            -- watch's result channel still handed over after the close (a previous
+            -- recovery's re-sent write among them)
             SELECT terms.watcher, terms.resource, terms.ts, terms.rv,
                    terms.recovery::VARCHAR AS recovery,
                    coalesce((SELECT min(stream.rv) FROM stream
                              WHERE stream.watcher = terms.watcher
-                               AND stream.resource = terms.resource AND stream.source <> 'watch'
-                               AND stream.sent_ts >= terms.ts AND stream.rv <= terms.rv),
+                               AND stream.resource = terms.resource
+                               AND stream.rv > terms.resume_rv AND stream.rv <= terms.rv),
                             terms.rv) AS missed_rv,
                    (SELECT min(relists.rv) FROM relists
                     WHERE relists.watcher = terms.watcher AND relists.resource = terms.resource
