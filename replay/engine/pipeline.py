@@ -51,6 +51,7 @@ stream.  All times are integer microseconds.
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -243,8 +244,9 @@ class _Resource:
         self.cached = self.released = EARLIEST
         self.max_budget, self.refill = max_budget_us, refill_us_per_s
         self.budget, self.budget_at = max_budget_us, EARLIEST  # full: the server ran before
-        self.window_cached: list[int] = []  # cached time and rv of each event, in rv order
-        self.window_rv: list[int] = []
+        # cached time and rv of each event, in rv order (typed arrays: a list of ints costs 40
+        # bytes a write, 8 here, and a large replay has millions of writes)
+        self.window_cached, self.window_rv = array("q"), array("q")
         self.objects: dict[int, tuple[bool, list[_Watch]]] = {}  # key -> (alive, its watches)
 
     def keeps(self, rv: int, at: int) -> bool:
@@ -762,7 +764,7 @@ class Pipeline(Generic[Payload]):
         self._hop_stream = Stream.of(config.seed, "direct", "latency")
         self._hops: dict[int, _DrawsAhead] = {}
         self._rv = 0
-        self._commits: list[int] = []
+        self._commits = array("q")  # per write, in rv order
         self._engine: _Engine | None = None
 
     def _distribution(self, stage: str, param: str, watcher: WatcherSpec | None,
@@ -1197,8 +1199,8 @@ class Scan:
         mine = slice(first - int(self.starts[s]), last - int(self.starts[s]))
         if out["sent_ts"].base is self.sent:  # a view of the server side: not to be changed
             out["sent_ts"] = out["sent_ts"].copy()
-        for column, array in values.items():
-            out[column][first - lo:last - lo] = array[mine]
+        for column, drawn in values.items():
+            out[column][first - lo:last - lo] = drawn[mine]
 
     def incidents(self) -> dict[str, pl.DataFrame]:
         """As ``Pipeline.incidents``."""

@@ -83,6 +83,8 @@ OWN_FILES = frozenset([MANIFEST, *(f"{name}.parquet" for name in (*TABLES, *DERI
 # Tables up to this size have their checksum verified whenever a run is opened; larger ones their
 # size and footer only (a full verification reads them all: ``verify_run(..., full=True)``).
 SMALL_TABLE_BYTES = 8 << 20
+ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group (a table given in parts of this many
+# rows is written with the same row groups as whole)
 OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
@@ -176,7 +178,7 @@ class TableFile:
                 self.path, part.schema, compression="zstd", use_dictionary=strings,
                 column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
                 write_statistics=summarised, store_schema=False, write_page_checksum=True)
-        self._writer.write_table(part, row_group_size=1 << 20)
+        self._writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
 
     def _finish(self) -> None:
         if self._writer is not None:
