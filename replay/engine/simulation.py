@@ -491,9 +491,7 @@ class Simulation:
         tables: dict[str, list[pa.Table | pl.DataFrame]] = {}
         for name, table in self.tables():
             tables.setdefault(name, []).append(table)
-        deliveries = pa.concat_tables(tables.pop("deliveries"))
-        return RunTables(deliveries=deliveries, **{
-            name: parts[0] for name, parts in tables.items()})
+        return RunTables(**{name: _concatenated(parts) for name, parts in tables.items()})
 
     def tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         """Run the workload to its end (and every timer it set), giving the run's tables as
@@ -523,47 +521,60 @@ class Simulation:
             view._catch_up()
         log.end()
         yield from log.take_parts()
-        yield "events", self._events_table()
+        for events in self._events_tables():
+            yield "events", events
         yield "attempts", self._attempts_table()
         yield "pods", self._pods_table()
         yield "watchers", watchers_table(self._watchers)
         yield from self._pipeline.incidents().items()
 
-    def _events_table(self) -> pl.DataFrame:
-        """Writes replayed from the trace keep their recorded columns; the others are described
-        from what they are (their kind, pod and node)."""
+    def _events_tables(self) -> Iterator[pl.DataFrame]:
+        """The events table in parts of ROW_GROUP_ROWS rows (the run directory's row groups:
+        each part's columns, strings gathered from the pods and the trace, cost hundreds of
+        bytes a row while it is made).  Writes replayed from the trace keep their recorded
+        columns; the others are described from what they are (their kind, pod and node)."""
         log = self._log
-        kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8))
-        row = np.frombuffer(log.row, dtype=np.int64)
-        pod = _index(np.frombuffer(log.pod, dtype=np.int64))
-        node = np.frombuffer(log.node, dtype=np.int64)
-        names = pl.Series(self._workload.node_names, dtype=pl.String)
+        pods = {"namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String),
+                "name": pl.Series([p.name for p in self._pods], dtype=pl.String)}
         requests = np.array([p.request for p in self._pods], dtype=np.int64).reshape(-1, 3)
+        nodes = pl.Series(self._workload.node_names, dtype=pl.String)
+        rows = len(log.kind)
+        for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
+            yield self._events_part(slice(start, min(start + ROW_GROUP_ROWS, rows)), pods,
+                                    requests, nodes)
+
+    def _events_part(self, part: slice, pods: dict[str, pl.Series], requests: np.ndarray,
+                     nodes: pl.Series) -> pl.DataFrame:
+        log = self._log
+        kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8)[part])
+        row = np.frombuffer(log.row, dtype=np.int64)[part]
+        pod = _index(np.frombuffer(log.pod, dtype=np.int64)[part])
+        node = np.frombuffer(log.node, dtype=np.int64)[part]
         creates = (kind == WriteKind.POD_CREATE).to_numpy()
         places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
         described = pl.DataFrame({
             **{c: kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
                                   return_dtype=pl.String)
                for i, c in enumerate(("verb", "resource", "subresource"))},
-            "namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String).gather(pod),
-            "name": pl.Series([p.name for p in self._pods], dtype=pl.String).gather(pod),
-            "node": names.gather(_index(np.where(places, node, -1))),
+            **{c: pods[c].gather(pod) for c in ("namespace", "name")},
+            "node": nodes.gather(_index(np.where(places, node, -1))),
             **{c: pl.Series(requests[:, i]).gather(_index(np.where(creates, pod.fill_null(-1), -1)))
                for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli"))},
-            "code": np.frombuffer(log.code, dtype=np.int64).astype(np.int32),
-            "component": pl.Series(log.component, dtype=pl.String),
+            "code": np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32),
+            "component": pl.Series(log.component[part], dtype=pl.String),
         })
         recorded = self._trace.select(described.columns)[np.maximum(row, 0)]
         from_trace = pl.Series(row >= 0)
         return pl.DataFrame({
-            "rv": np.arange(1, len(row) + 1, dtype=np.int64),
-            "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)).cast(TS),
+            "rv": np.arange(part.start + 1, part.stop + 1, dtype=np.int64),
+            "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)[part]).cast(TS),
         }).with_columns(
             *(pl.when(from_trace).then(recorded[c]).otherwise(described[c]).alias(c)
               for c in described.columns),
-            origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8) == 1))
+            origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part] == 1))
             .then(pl.lit("model")).otherwise(pl.lit("trace")),
-            attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)).replace(0, None),
+            attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)[part])
+            .replace(0, None),
             pod_state=kind.replace_strict({k.value: k.pod_state for k in WriteKind},
                                           return_dtype=pl.String),
         )
@@ -620,6 +631,15 @@ def _fewer_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*before)
+
+
+def _concatenated(parts: list[pa.Table | pl.DataFrame]) -> pa.Table | pl.DataFrame:
+    """One table of the parts of a table (all Arrow, or all polars)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(part, pa.Table) for part in parts):
+        return pa.concat_tables(parts)
+    return pl.concat(parts)
 
 
 def _index(values: np.ndarray) -> pl.Series:
