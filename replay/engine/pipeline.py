@@ -76,6 +76,7 @@ STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received
 DRAW_CHUNK = 1 << 16
 SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
 FIRST_BLOCK = 128  # step() draws this many events of every stream at once, at its start
+FIRST_PIECE = 16  # ... and makes them Python ints this many at a time
 EARLIEST = -(1 << 62)  # before any time
 LATEST = 1 << 62  # after any time
 TERMINATION_REASON = "unresponsive"  # cache_watcher.go: "Forcing ... watcher close due to
@@ -189,13 +190,17 @@ class _EventDraws:
 
     def refill(self) -> None:
         """The next block of draws (``_Watch.enter`` takes them: ``buffer[next]``)."""
+        self.start += len(self.buffer)  # the counter of the new buffer[0]
         first = self.first
         if first is not None:  # drawn already; counters 0, 1, ... as the others
-            self.first = None
-            self.buffer = list(zip(*(draws.tolist() for draws in first)))
+            # made Python ints FIRST_PIECE at a time: a tuple of three ints costs 21 KB for a
+            # whole block, and a large cluster has tens of thousands of streams
+            piece = slice(self.start, self.start + FIRST_PIECE)
+            self.buffer = list(zip(*(draws[piece].tolist() for draws in first)))
             self.next = 0
+            if piece.stop >= FIRST_BLOCK:
+                self.first = None
             return
-        self.start += len(self.buffer)
         size = min(max(16, 2 * len(self.buffer)), 4096)
         counters = np.arange(self.start, self.start + size, dtype=np.uint64)
         queue, network, handler = (cost.draw(counters, key).tolist()
