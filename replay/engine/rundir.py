@@ -12,6 +12,7 @@ written.  ``docs/run-directory.md`` describes every column.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -216,10 +217,14 @@ def write_run(dest: str | os.PathLike[str],
     dest = Path(dest)
     check_replaceable(dest, force)
     rows: dict[str, int] = {}
+    pairs = iter(tables.items() if isinstance(tables, RunTables) else tables)
+    # the first table before the directory: a replay that gives its tables as it goes has no
+    # run directory in the making until it has something to write (a small one: until its end)
+    first = next(pairs, None)
     with atomic_dir(dest, replace=force) as tmp:
         files: dict[str, TableFile] = {}
         try:
-            for name, table in tables.items() if isinstance(tables, RunTables) else tables:
+            for name, table in itertools.chain([first] if first is not None else [], pairs):
                 part = conform_table(name, table)
                 rows[name] = rows.get(name, 0) + part.num_rows
                 files.setdefault(name, TableFile(tmp / f"{name}.parquet")).add(part)
