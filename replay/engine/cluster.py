@@ -106,7 +106,7 @@ class Node:
                 and u[2] + request[2] <= a[2])
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Pod:
     """One pod incarnation (a name created again after its delete is a new pod)."""
 
@@ -159,7 +159,7 @@ class Write:
     node_version: int = 0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Attempt:
     """One scheduling attempt; its outcome may be settled later (binder, kubelet)."""
 

@@ -92,11 +92,12 @@ class Environment:
             return True
         return False
 
-    def run(self, until: int | None = None, on_step: Callable[[int], None] | None = None,
-            every: int = 4096) -> None:
+    def run(self, until: int | None = None, on_step: Callable[[int], bool] | None = None,
+            every: int = 4096) -> bool:
         """Fire timers in time order until none is left, or until the next is due at or after
         ``until`` (then ``now`` becomes ``until``, as in SimPy); ``on_step(now)`` every
-        ``every`` timers fired."""
+        ``every`` timers fired, which pauses the run if it returns True: then ``run`` returns
+        True, and a later ``run`` goes on from there."""
         queue, pop = self._queue, heapq.heappop
         steps = 0
         while queue:
@@ -111,10 +112,11 @@ class Environment:
             self.now = time
             callback(*args)
             steps += 1
-            if on_step is not None and steps % every == 0:
-                on_step(time)
+            if on_step is not None and steps % every == 0 and on_step(time):
+                return True
         if until is not None and until > self.now:
             self.now = until
+        return False
 
     def __len__(self) -> int:
         """Timers still set (cancelled ones included until they come up)."""

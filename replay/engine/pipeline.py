@@ -51,6 +51,7 @@ stream.  All times are integer microseconds.
 from __future__ import annotations
 
 import heapq
+from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -75,6 +76,7 @@ STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received
 DRAW_CHUNK = 1 << 16
 SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
 FIRST_BLOCK = 128  # step() draws this many events of every stream at once, at its start
+FIRST_PIECE = 16  # ... and makes them Python ints this many at a time
 EARLIEST = -(1 << 62)  # before any time
 LATEST = 1 << 62  # after any time
 TERMINATION_REASON = "unresponsive"  # cache_watcher.go: "Forcing ... watcher close due to
@@ -188,13 +190,17 @@ class _EventDraws:
 
     def refill(self) -> None:
         """The next block of draws (``_Watch.enter`` takes them: ``buffer[next]``)."""
+        self.start += len(self.buffer)  # the counter of the new buffer[0]
         first = self.first
         if first is not None:  # drawn already; counters 0, 1, ... as the others
-            self.first = None
-            self.buffer = list(zip(*(draws.tolist() for draws in first)))
+            # made Python ints FIRST_PIECE at a time: a tuple of three ints costs 21 KB for a
+            # whole block, and a large cluster has tens of thousands of streams
+            piece = slice(self.start, self.start + FIRST_PIECE)
+            self.buffer = list(zip(*(draws[piece].tolist() for draws in first)))
             self.next = 0
+            if piece.stop >= FIRST_BLOCK:
+                self.first = None
             return
-        self.start += len(self.buffer)
         size = min(max(16, 2 * len(self.buffer)), 4096)
         counters = np.arange(self.start, self.start + size, dtype=np.uint64)
         queue, network, handler = (cost.draw(counters, key).tolist()
@@ -243,8 +249,9 @@ class _Resource:
         self.cached = self.released = EARLIEST
         self.max_budget, self.refill = max_budget_us, refill_us_per_s
         self.budget, self.budget_at = max_budget_us, EARLIEST  # full: the server ran before
-        self.window_cached: list[int] = []  # cached time and rv of each event, in rv order
-        self.window_rv: list[int] = []
+        # cached time and rv of each event, in rv order (typed arrays: a list of ints costs 40
+        # bytes a write, 8 here, and a large replay has millions of writes)
+        self.window_cached, self.window_rv = array("q"), array("q")
         self.objects: dict[int, tuple[bool, list[_Watch]]] = {}  # key -> (alive, its watches)
 
     def keeps(self, rv: int, at: int) -> bool:
@@ -762,7 +769,7 @@ class Pipeline(Generic[Payload]):
         self._hop_stream = Stream.of(config.seed, "direct", "latency")
         self._hops: dict[int, _DrawsAhead] = {}
         self._rv = 0
-        self._commits: list[int] = []
+        self._commits = array("q")  # per write, in rv order
         self._engine: _Engine | None = None
 
     def _distribution(self, stage: str, param: str, watcher: WatcherSpec | None,
@@ -1197,8 +1204,8 @@ class Scan:
         mine = slice(first - int(self.starts[s]), last - int(self.starts[s]))
         if out["sent_ts"].base is self.sent:  # a view of the server side: not to be changed
             out["sent_ts"] = out["sent_ts"].copy()
-        for column, array in values.items():
-            out[column][first - lo:last - lo] = array[mine]
+        for column, drawn in values.items():
+            out[column][first - lo:last - lo] = drawn[mine]
 
     def incidents(self) -> dict[str, pl.DataFrame]:
         """As ``Pipeline.incidents``."""

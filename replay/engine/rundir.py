@@ -12,6 +12,7 @@ written.  ``docs/run-directory.md`` describes every column.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -88,6 +89,8 @@ WIDE_BATCH = 1 << 16
 # Tables up to this size have their checksum verified whenever a run is opened; larger ones their
 # size and footer only (a full verification reads them all: ``verify_run(..., full=True)``).
 SMALL_TABLE_BYTES = 8 << 20
+ROW_GROUP_ROWS = 1 << 20  # rows per Parquet row group (a table given in parts of this many
+# rows is written with the same row groups as whole)
 OUTCOMES = tuple(outcome.value for outcome in Outcome)
 
 
@@ -182,7 +185,7 @@ class TableFile:
                 column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
                 write_statistics=summarised, store_schema=False, write_page_checksum=True,
                 write_batch_size=_batch_size(part))
-        self._writer.write_table(part, row_group_size=1 << 20)
+        self._writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
 
     def _finish(self) -> None:
         if self._writer is not None:
@@ -244,10 +247,14 @@ def write_run(dest: str | os.PathLike[str],
     dest = Path(dest)
     check_replaceable(dest, force)
     rows: dict[str, int] = {}
+    pairs = iter(tables.items() if isinstance(tables, RunTables) else tables)
+    # the first table before the directory: a replay that gives its tables as it goes has no
+    # run directory in the making until it has something to write (a small one: until its end)
+    first = next(pairs, None)
     with atomic_dir(dest, replace=force) as tmp:
         files: dict[str, TableFile] = {}
         try:
-            for name, table in tables.items() if isinstance(tables, RunTables) else tables:
+            for name, table in itertools.chain([first] if first is not None else [], pairs):
                 part = conform_table(name, table)
                 rows[name] = rows.get(name, 0) + part.num_rows
                 files.setdefault(name, TableFile(tmp / f"{name}.parquet")).add(part)

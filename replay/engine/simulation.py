@@ -33,7 +33,7 @@ from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome,
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Environment, Timer
 from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
-from replay.engine.rundir import RunTables
+from replay.engine.rundir import ROW_GROUP_ROWS, RunTables
 from replay.engine.view import View
 from replay.engine.watchcache import capacities
 from replay.engine.watchers import Streams, watchers_table
@@ -45,6 +45,9 @@ TS = pl.Datetime("us", "UTC")
 # deliveries the log keeps as tuples before it moves them to arrays (while still in the CPU
 # cache: 65,536 at a time was slower than one append per delivery)
 DELIVERY_CHUNK = 1 << 10
+# deliveries per part of the deliveries table, made as the run goes (rather than the whole table
+# at the end, with the log it comes from: 3 GB at a million pods); the run directory's row group
+DELIVERY_PART = ROW_GROUP_ROWS
 # The garbage collector's thresholds during a replay: CPython's (700, 10, 10) would run a young
 # collection every 700 objects made (a write, its deliveries, a timer: thousands a second of
 # simulated time), 10-17 % of a what-if replay's CPU time; the replay makes no garbage cycles
@@ -99,7 +102,7 @@ class Simulation:
         self._placed_members: dict[str, int] = {}  # per gang: members bound or deleted
         self._listeners: list[Handler] = []
         self._resources = trace["resource"].to_numpy()
-        self._log = _Log()
+        self._log = _Log(watchers, self._instant)
 
     # -- time -----------------------------------------------------------------------------------
     @property
@@ -485,65 +488,93 @@ class Simulation:
     # -- running and the tables ---------------------------------------------------------------
     def replay(self) -> RunTables:
         """Run the workload to its end (and every timer it set), then build the tables."""
-        with _fewer_collections():
-            return self._replay()
+        tables: dict[str, list[pa.Table | pl.DataFrame]] = {}
+        for name, table in self.tables():
+            tables.setdefault(name, []).append(table)
+        return RunTables(**{name: _concatenated(parts) for name, parts in tables.items()})
 
-    def _replay(self) -> RunTables:
-        w = self._workload
+    def tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
+        """Run the workload to its end (and every timer it set), giving the run's tables as
+        (name, table): the deliveries in parts of DELIVERY_PART rows while the run goes on (the
+        run directory's row groups), the others once it has ended."""
+        with _fewer_collections():
+            yield from self._tables()
+
+    def _tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
+        w, log = self._workload, self._log
         if len(w.row):
             self._env.at(int(w.ts[0]), self._feed, 0)
         end = int(w.ts[-1]) if len(w.ts) else 0
         with progress(max(end - self._env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
             start, done = self._env.now, [0]
 
-            def tick(now: int) -> None:
+            def tick(now: int) -> bool:
                 seconds = min(now, end) - start
                 bar.update(max(seconds // 1_000_000 - done[0], 0))
                 done[0] = max(done[0], seconds // 1_000_000)
+                return bool(log.parts)  # pause, to hand the parts on
 
-            self._env.run(on_step=tick)
+            while self._env.run(on_step=tick):
+                yield from log.take_parts()
         self._hand_over(self._pipeline.finish(), 0)  # (the timers leave nothing: for safety)
         for view in self._views.values():  # deliveries still in flight at the end
             view._catch_up()
-        return RunTables(events=self._events_table(), deliveries=self._log.deliveries_table(
-            self._watchers, self._instant), attempts=self._attempts_table(), pods=self._pods_table(),
-            watchers=watchers_table(self._watchers), **self._pipeline.incidents())
+        log.end()
+        yield from log.take_parts()
+        for events in self._events_tables():
+            yield "events", events
+        yield "attempts", self._attempts_table()
+        yield "pods", self._pods_table()
+        yield "watchers", watchers_table(self._watchers)
+        yield from self._pipeline.incidents().items()
 
-    def _events_table(self) -> pl.DataFrame:
-        """Writes replayed from the trace keep their recorded columns; the others are described
-        from what they are (their kind, pod and node)."""
+    def _events_tables(self) -> Iterator[pl.DataFrame]:
+        """The events table in parts of ROW_GROUP_ROWS rows (the run directory's row groups:
+        each part's columns, strings gathered from the pods and the trace, cost hundreds of
+        bytes a row while it is made).  Writes replayed from the trace keep their recorded
+        columns; the others are described from what they are (their kind, pod and node)."""
         log = self._log
-        kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8))
-        row = np.frombuffer(log.row, dtype=np.int64)
-        pod = _index(np.frombuffer(log.pod, dtype=np.int64))
-        node = np.frombuffer(log.node, dtype=np.int64)
-        names = pl.Series(self._workload.node_names, dtype=pl.String)
+        pods = {"namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String),
+                "name": pl.Series([p.name for p in self._pods], dtype=pl.String)}
         requests = np.array([p.request for p in self._pods], dtype=np.int64).reshape(-1, 3)
+        nodes = pl.Series(self._workload.node_names, dtype=pl.String)
+        rows = len(log.kind)
+        for start in range(0, max(rows, 1), ROW_GROUP_ROWS):
+            yield self._events_part(slice(start, min(start + ROW_GROUP_ROWS, rows)), pods,
+                                    requests, nodes)
+
+    def _events_part(self, part: slice, pods: dict[str, pl.Series], requests: np.ndarray,
+                     nodes: pl.Series) -> pl.DataFrame:
+        log = self._log
+        kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8)[part])
+        row = np.frombuffer(log.row, dtype=np.int64)[part]
+        pod = _index(np.frombuffer(log.pod, dtype=np.int64)[part])
+        node = np.frombuffer(log.node, dtype=np.int64)[part]
         creates = (kind == WriteKind.POD_CREATE).to_numpy()
         places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
         described = pl.DataFrame({
             **{c: kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
                                   return_dtype=pl.String)
                for i, c in enumerate(("verb", "resource", "subresource"))},
-            "namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String).gather(pod),
-            "name": pl.Series([p.name for p in self._pods], dtype=pl.String).gather(pod),
-            "node": names.gather(_index(np.where(places, node, -1))),
+            **{c: pods[c].gather(pod) for c in ("namespace", "name")},
+            "node": nodes.gather(_index(np.where(places, node, -1))),
             **{c: pl.Series(requests[:, i]).gather(_index(np.where(creates, pod.fill_null(-1), -1)))
                for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli"))},
-            "code": np.frombuffer(log.code, dtype=np.int64).astype(np.int32),
-            "component": pl.Series(log.component, dtype=pl.String),
+            "code": np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32),
+            "component": pl.Series(log.component[part], dtype=pl.String),
         })
         recorded = self._trace.select(described.columns)[np.maximum(row, 0)]
         from_trace = pl.Series(row >= 0)
         return pl.DataFrame({
-            "rv": np.arange(1, len(row) + 1, dtype=np.int64),
-            "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)).cast(TS),
+            "rv": np.arange(part.start + 1, part.stop + 1, dtype=np.int64),
+            "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)[part]).cast(TS),
         }).with_columns(
             *(pl.when(from_trace).then(recorded[c]).otherwise(described[c]).alias(c)
               for c in described.columns),
-            origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8) == 1))
+            origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part] == 1))
             .then(pl.lit("model")).otherwise(pl.lit("trace")),
-            attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)).replace(0, None),
+            attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)[part])
+            .replace(0, None),
             pod_state=kind.replace_strict({k.value: k.pod_state for k in WriteKind},
                                           return_dtype=pl.String),
         )
@@ -602,6 +633,15 @@ def _fewer_collections() -> Iterator[None]:
         gc.set_threshold(*before)
 
 
+def _concatenated(parts: list[pa.Table | pl.DataFrame]) -> pa.Table | pl.DataFrame:
+    """One table of the parts of a table (all Arrow, or all polars)."""
+    if len(parts) == 1:
+        return parts[0]
+    if all(isinstance(part, pa.Table) for part in parts):
+        return pa.concat_tables(parts)
+    return pl.concat(parts)
+
+
 def _index(values: np.ndarray) -> pl.Series:
     """Indices for ``gather``, -1 meaning none (null)."""
     return pl.Series(values).replace(-1, None)
@@ -618,9 +658,11 @@ def _times(values: list[int]) -> pl.Series:
 
 
 class _Log:
-    """The events and deliveries of a replay, kept in compact typed arrays until the end."""
+    """The events of a replay, kept in compact typed arrays until the end, and its deliveries,
+    turned into the deliveries table DELIVERY_PART rows at a time as the run goes."""
 
-    def __init__(self) -> None:
+    def __init__(self, watchers: list[WatcherSpec], instant: list[bool]) -> None:
+        """``instant`` watchers skip the pipeline: each of their stage times is the commit."""
         self.rv = 0
         self.commit, self.row, self.pod, self.node = (array("q") for _ in range(4))
         self.code, self.attempt = array("q"), array("q")
@@ -634,6 +676,14 @@ class _Log:
         self.delivery_fields = (array("q"), array("i"), *(array("q") for _ in range(4)),
                                 array("b"), array("b"))
         self.latest: list[Delivery] = []
+        self.parts: list[pa.Table] = []  # deliveries made into table parts, not yet taken
+        self.made_parts = 0
+        self.names = [w.name for w in watchers]
+        # each role once in its dictionary: Parquet writes a dictionary with repeated values
+        # differently from one process to the next (the same rows, other bytes)
+        self.roles = sorted({w.role for w in watchers})
+        self.role_of = np.array([self.roles.index(w.role) for w in watchers], dtype=np.int8)
+        self.instant = np.asarray(instant, dtype=bool)
 
     def delivered(self, deliveries: list[Delivery]) -> None:
         """Log these deliveries (their watcher numbered as the run's watchers)."""
@@ -643,13 +693,28 @@ class _Log:
             self.move_latest()
 
     def move_latest(self) -> None:
-        """The latest deliveries into the arrays."""
+        """The latest deliveries into the arrays, and every DELIVERY_PART of them into a part."""
         if not self.latest:
             return
         columns = list(zip(*self.latest))
         self.latest = []
         for field, column in zip(self.delivery_fields, (1, 0, 3, 4, 5, 6, 7, 8)):
             field.extend(columns[column])
+        while len(self.delivery_fields[0]) >= DELIVERY_PART:
+            self.parts.append(self._part(DELIVERY_PART))
+
+    def end(self) -> None:
+        """The run has ended: the deliveries left make the last part (or the only one, empty)."""
+        self.move_latest()
+        rows = len(self.delivery_fields[0])
+        if rows or not self.made_parts:
+            self.parts.append(self._part(rows))
+
+    def take_parts(self) -> Iterator[tuple[str, pa.Table]]:
+        """The parts made so far, each once, as ("deliveries", part)."""
+        parts, self.parts = self.parts, []
+        for part in parts:
+            yield "deliveries", part
 
     def event(self, write: Write, by_model: bool) -> None:
         self.rv = write.rv
@@ -663,33 +728,30 @@ class _Log:
         self.origin.append(1 if by_model else 0)
         self.component.append(write.component)
 
-    def deliveries_table(self, watchers: list[WatcherSpec], instant: list[bool]) -> pa.Table:
-        """``instant`` watchers skip the pipeline: each of their stage times is the commit."""
-        self.move_latest()
+    def _part(self, rows: int) -> pa.Table:
+        """The first ``rows`` deliveries logged as a part of the deliveries table, dropped from
+        the arrays."""
+        self.made_parts += 1
         fields = [np.frombuffer(f, dtype={"q": np.int64, "i": np.int32, "b": np.int8}[
-            f.typecode]) for f in self.delivery_fields]
-        rv = fields[0].copy()
+            f.typecode])[:rows].copy() for f in self.delivery_fields]
+        for f in self.delivery_fields:
+            del f[:rows]
+        rv, watchers = fields[0], fields[1]
         at = rv - 1
-        watcher = pa.array(fields[1].copy())
-        # each role once in its dictionary: Parquet writes a dictionary with repeated values
-        # differently from one process to the next (the same rows, other bytes)
-        roles = sorted({w.role for w in watchers})
-        role_of = np.array([roles.index(w.role) for w in watchers], dtype=np.int8)
         ts = pa.timestamp("us", tz="UTC")
         per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
                                                                      self.dispatched)]
-        skipped = np.asarray(instant, dtype=bool)[fields[1]]
+        skipped = self.instant[watchers]
         if skipped.any():
             for shared in per_write[1:]:
                 shared[skipped] = per_write[0][skipped]
-        own = [fields[k].copy() for k in range(2, 6)]
         return pa.table({
             "rv": pa.array(rv),
-            "watcher": pa.DictionaryArray.from_arrays(watcher, [w.name for w in watchers]),
-            "role": pa.DictionaryArray.from_arrays(pa.array(role_of[fields[1]]), roles),
+            "watcher": pa.DictionaryArray.from_arrays(pa.array(watchers), self.names),
+            "role": pa.DictionaryArray.from_arrays(pa.array(self.role_of[watchers]), self.roles),
             **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
-                 "dequeued_ts", "applied_ts"), per_write + own)},
+                 "dequeued_ts", "applied_ts"), per_write + fields[2:6])},
             "source": pa.DictionaryArray.from_arrays(pa.array(fields[6]), SOURCES),
             "coalesced": pa.array(fields[7] != 0),
         })

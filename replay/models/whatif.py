@@ -10,10 +10,11 @@ complete minimal model.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
 import polars as pl
+import pyarrow as pa
 
 from replay.engine.api import (POLICIES, Client, OnAssumed, Pod, RunConfig, RunTables, Scheduler,
                                Simulation, WatcherSpec, Write, WriteKind, node_names)
@@ -99,9 +100,19 @@ class WhatIfModel(Model):
 
     def replay(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> RunTables:
+        return self._simulation(trace, config, watchers).replay()
+
+    def tables(self, trace: pl.DataFrame, config: RunConfig,
+               watchers: list[WatcherSpec]) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
+        """The deliveries in parts as the replay goes (each written while the run goes on),
+        then the other tables."""
+        return self._simulation(trace, config, watchers).tables()
+
+    def _simulation(self, trace: pl.DataFrame, config: RunConfig,
+                    watchers: list[WatcherSpec]) -> Simulation:
         sim = Simulation(trace, config, watchers, instant=self.instant)
         self.start(sim)
-        return sim.replay()
+        return sim
 
     def scheduler_components(self, prefix: str) -> list[WatcherSpec]:
         """``schedulers`` scheduler watchers named ``PREFIX-0``, ``PREFIX-1``, ..."""
