@@ -19,7 +19,7 @@ from replay.atomic import TEMPORARY_SUFFIX
 from replay.engine.distributions import LogNormal
 from replay.engine.rundir import DERIVED_TABLES, TABLES
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
-from replay.sweep.point import Task
+from replay.sweep.point import Task, run_point
 from replay.trace.synth import SynthSpec, synthesize
 
 import query_reference as ref
@@ -404,3 +404,24 @@ def test_the_example_sweep_file_is_valid(cli, tmp_path):
                  "--dry-run")
     assert result.code == 0, result.err
     assert "24 points, 24 to run" in result.out
+
+
+class _InterruptedAfterTheFirstRun:
+    """An executor interrupted just after its first point's run landed, before its outcome
+    reached the sweep (the window a SIGTERM can hit in either executor)."""
+
+    def run(self, tasks: list[Task]):
+        run_point(tasks[0])
+        raise KeyboardInterrupt
+        yield  # a generator, as the executors are
+
+
+def test_a_run_that_lands_as_the_sweep_is_interrupted_is_recorded_done(folder, tmp_path):
+    sweep = load_sweep(sweep_file(folder, 'traces = ["tiny.parquet"]\n'
+                                          '[matrix]\nmodel = ["omega", "kube"]\n'))
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(sweep, out, _InterruptedAfterTheFirstRun())
+    index = pl.read_parquet(out / "sweep.parquet")
+    assert index["status"].to_list() == ["done", "skipped"]
+    assert (out / index["point"][0]).is_dir() and not (out / index["point"][1]).exists()

@@ -119,12 +119,22 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
                                       file=sys.stderr)
                         bar.update()
             finally:
+                outcomes.update(_landed_unreported(planned.to_run, outcomes, out))
                 write_index(out, index_frame(sweep, outcomes))
     statuses = [outcomes[p.name].status if p.name in outcomes else Status.SKIPPED
                 for p in sweep.points]
     return Report(len(sweep.points), len(outcomes) - len(planned.outcomes),
                   statuses.count(Status.DONE), statuses.count(Status.FAILED),
                   statuses.count(Status.SKIPPED))
+
+
+def _landed_unreported(points: tuple[Point, ...], outcomes: dict[str, Outcome],
+                       out: Path) -> dict[str, Outcome]:
+    """Points whose run directory was renamed into place while the sweep was being
+    interrupted, before their outcome reached it: done, as ``plan`` finds them on a resume (a
+    run directory exists only once complete), not skipped beside a finished run."""
+    return {point.name: Outcome(point.name, Status.DONE) for point in points
+            if point.name not in outcomes and (out / point.name).exists()}
 
 
 def task_of(point: Point, out: Path, token: str) -> Task:
