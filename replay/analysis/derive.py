@@ -15,6 +15,7 @@ capacity windows' sweep, from ``received`` to ``windows``, is computed in numpy 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -23,7 +24,6 @@ import pyarrow as pa
 from replay.analysis.catalog import queries_dir
 from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
 from replay.analysis.steps import run_steps, split_steps
-from replay.analysis.windows import sweep_steps
 from replay.atomic import atomic_file, temporary_dir
 from replay.engine.rundir import (
     DERIVED_TABLES,
@@ -107,7 +107,7 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
     steps = split_steps(derived_sql(name))
     with (duckdb_errors(f"queries/derived/{name}.sql"), atomic_file(dest) as tmp,
           progress(len(steps), f"deriving {name}", unit="step") as bar):
-        replace = sweep_steps(con) if name == "capacity_windows" else (lambda step: False)
+        replace = _sweep_steps(con) if name == "capacity_windows" else (lambda step: False)
         reader = run_steps(con, steps, done=bar.update, replace=replace).to_arrow_reader(BATCH_ROWS)
         file = TableFile(tmp)
         try:
@@ -130,3 +130,10 @@ def _record(run_dir: Path, files: dict[str, tuple[int, dict]]) -> None:
         manifest["files"] = {**manifest["files"],
                              **{name: digest for name, (_, digest) in files.items()}}
     write_manifest(run_dir, manifest)
+
+
+def _sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
+    """``replay.analysis.windows``' sweep, imported on first use: its numba import (0.15 s) is
+    for derivations only, and every command, ``replay --help`` too, imports this module."""
+    from replay.analysis.windows import sweep_steps
+    return sweep_steps(con)
