@@ -126,7 +126,7 @@ def model_runs(draw) -> tuple[str, dict]:
 DEFAULT, ZERO = PipelineChoice(0, "default"), PipelineChoice(0, "zero")
 
 
-@settings(max_examples=budget(8), deadline=None,
+@settings(max_examples=budget(6), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=workloads(), run=model_runs(), pipeline=pipelines())
 # Found by hypothesis, each pinned: p0 runs 5 ms and is created again at 6 ms, but bound 2 ms

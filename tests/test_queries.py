@@ -211,7 +211,7 @@ def load(client_queue: str, capacity: int) -> str:
 CONFIGS = st.sampled_from([ZERO, ZERO + FEW_WATCHERS, network(1), network(3), network(8),
                            network(3) + FEW_WATCHERS, "seed = 3\n", "seed = 5\n" + FEW_WATCHERS,
                            load("delta_fifo", 2), load("workqueue", 2), load("fifo", 100)])
-PROPERTY = settings(max_examples=budget(8), deadline=None,
+PROPERTY = settings(max_examples=budget(5), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
 
