@@ -34,7 +34,7 @@ from conftest import budget
 from strategies import model_params, pipelines, rows_to_trace, workloads
 
 BUILT_IN = sorted(models.registered())
-SETTINGS = settings(max_examples=budget(8), deadline=None,
+SETTINGS = settings(max_examples=budget(6), deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture,
                                            HealthCheck.too_slow])
 

@@ -133,7 +133,7 @@ def with_own_costs(index: int, own: dict) -> WatcherSpec:
     return observer(f"w{index}", stages=stages)
 
 
-@settings(max_examples=budget(150), deadline=None)
+@settings(max_examples=budget(100), deadline=None)
 @given(cases)
 def test_invariants_and_step_equals_scan(case):
     """The differential test: the vectorised scan (observe) and the step-by-step evaluation

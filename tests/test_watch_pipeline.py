@@ -361,7 +361,7 @@ cases = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases)
 def test_scan_equals_step_under_load(case):
     """Random loads, buffers, budgets, windows and client queues, with a second resource: the
