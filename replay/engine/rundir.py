@@ -204,8 +204,9 @@ def _batch_size(part: pa.Table) -> int | None:
     batch, unless their bytes reach 1 MiB first, which 20,000 numbers or dictionary indices
     cannot; an Arrow dictionary, which the writer takes whole, never grows, so one under the
     limit never falls back.  Plain strings may do both, so a table with any keeps the default.
-    The first part decides for the whole file: observe's parts share one dictionary of the
-    watchers' names, and the what-if models' tables come whole."""
+    The first part decides for the whole file: every part of a table carries the same
+    dictionaries (observe's and the what-if models' parts each hold the run's whole dictionary
+    of watchers' names)."""
     for column in part.columns:
         kind = column.type
         if pa.types.is_dictionary(kind):
