@@ -17,6 +17,7 @@ import signal
 import socket
 import threading
 import weakref
+from collections.abc import Iterator
 from types import FrameType
 from typing import TypeVar
 
@@ -50,6 +51,29 @@ def received() -> bool:
 def _on_sigint(signum: int, frame: FrameType | None) -> None:
     _received.set()
     signal.default_int_handler(signum, frame)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """Hold Ctrl-C until the block ends, then deliver it as it would have been.
+
+    For short steps that must not stop half-way: handing work to a thread, or waiting for the
+    threads that write a run's files.  A ``KeyboardInterrupt`` raised inside a lock's acquire
+    can leave the lock held (the next ``submit`` then waits for ever), and one raised while
+    waiting lets the process unwind, free memory and exit under threads still writing (seen:
+    a segmentation fault, a run's Parquet columns of different lengths).  Outside the main
+    thread, which Python never interrupts, this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if held:
+            signal.raise_signal(signal.SIGINT)  # to the handler the block found
 
 
 def interruptible(connection: Connection) -> Connection:

@@ -27,13 +27,16 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from replay import interrupts
 from replay.api import run_replay
+from replay.engine.rundir import TABLES, TableFile, write_run
 from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
 
@@ -645,6 +648,38 @@ def test_ctrl_c_of_run(medium, tmp_path):
     err = interrupted(process, tmp_path / "runs", signal.SIGINT)
     assert process.returncode == 130 and err == "replay: interrupted\n", err
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_ctrl_c_while_the_tables_are_written_waits_for_their_threads(tmp_path, monkeypatch):
+    """A Ctrl-C that lands while ``write_run`` waits for its writer threads used to leave them
+    writing while the process unwound, freed memory under them and exited: a segmentation
+    fault or Parquet columns of different lengths, one Ctrl-C of ``replay run`` in six."""
+    write = TableFile._write
+
+    def interrupting_write(self, part):
+        os.kill(os.getpid(), signal.SIGINT)  # while the main thread waits for this one
+        time.sleep(0.5)
+        write(self, part)
+
+    monkeypatch.setattr(TableFile, "_write", interrupting_write)
+    table = TABLES["pods"].empty_table()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            write_run(tmp_path / "run", [("pods", table), ("pods", table)], {})
+        finally:
+            writing = [t.name for t in threading.enumerate()
+                       if t.name.startswith("replay-table-file")]
+    assert writing == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ctrl_c_deferred_arrives_when_the_block_ends():
+    with pytest.raises(KeyboardInterrupt):
+        with interrupts.deferred():
+            signal.raise_signal(signal.SIGINT)
+            time.sleep(0.01)  # Python's handler would have run by now
+            finished = True
+    assert finished
 
 
 def test_kill_9_of_run_then_a_rerun(medium, tmp_path):

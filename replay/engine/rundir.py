@@ -11,6 +11,7 @@ written.  ``docs/run-directory.md`` describes every column.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import json
@@ -25,7 +26,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from replay import __version__
+from replay import __version__, interrupts
 from replay.atomic import TEMPORARY_SUFFIX, atomic_dir, atomic_file
 from replay.engine.cluster import Outcome
 from replay.errors import ReplayError
@@ -154,21 +155,32 @@ class TableFile:
 
     def __init__(self, path: Path):
         self.path = path
-        self._thread = ThreadPoolExecutor(max_workers=1)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-table-file")
         self._writer: pq.ParquetWriter | None = None
         self._done: list[Future[None]] = []
         self.digest: dict[str, Any] = {}  # once closed: {"bytes": size, "sha256": hex digest}
 
     def add(self, part: pa.Table) -> None:
-        self._done.append(self._thread.submit(self._write, part))
+        with interrupts.deferred():  # not inside the executor's locks
+            self._done.append(self._thread.submit(self._write, part))
 
     def close(self) -> None:
         """Wait until every part is written (and the file's digest taken), and raise the first
-        error if any."""
-        self._done.append(self._thread.submit(self._finish))
-        self._thread.shutdown()
+        error if any.  Ctrl-C waits for the end of the part being written."""
+        with interrupts.deferred():
+            self._done.append(self._thread.submit(self._finish))
+            self._thread.shutdown()
         for future in self._done:
             future.result()
+
+    def abandon(self) -> None:
+        """Stop writing: drop the parts not yet begun, wait for the one being written (Ctrl-C
+        waits too), and close the file, which its caller deletes."""
+        with interrupts.deferred():
+            self._thread.shutdown(cancel_futures=True)
+        if self._writer is not None:
+            with contextlib.suppress(Exception):  # the error being raised matters, not this one
+                self._writer.close()
 
     def _write(self, part: pa.Table) -> None:
         if self._writer is None:
@@ -264,15 +276,29 @@ def write_run(dest: str | os.PathLike[str],
                     rows[name] = 0
                     files[name] = TableFile(tmp / f"{name}.parquet")
                     files[name].add(TABLES[name].empty_table())
-        finally:
-            for file in files.values():
-                file.close()
+        except BaseException:
+            for file in files.values():  # no thread may outlive the run it writes
+                file.abandon()
+            raise
+        _close_all(files.values())
         digests = {name: file.digest for name, file in files.items()}
         write_manifest(tmp, {**manifest, "tables": rows, "files": digests,
                              "replay_version": __version__})
         if derive is not None:
             rows.update(derive(tmp))
     return rows
+
+
+def _close_all(files: Iterable[TableFile]) -> None:
+    """Close every file (each waits for its thread), then raise the first error if any."""
+    errors = []
+    for file in files:
+        try:
+            file.close()
+        except Exception as error:
+            errors.append(error)
+    if errors:
+        raise errors[0]
 
 
 def check_replaceable(dest: Path, force: bool) -> None:
