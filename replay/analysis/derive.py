@@ -15,8 +15,9 @@ capacity windows' sweep, from ``received`` to ``windows``, is computed in numpy 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -34,6 +35,9 @@ from replay.engine.rundir import (
     write_manifest,
 )
 from replay.progress import progress
+
+if TYPE_CHECKING:
+    from replay.analysis.windows import SweepSteps
 
 BATCH_ROWS = 1 << 20
 # DuckDB's memory for a derivation, at most, so that its peak does not grow with the run: the 1M-pod
@@ -107,19 +111,29 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
     steps = split_steps(derived_sql(name))
     with (duckdb_errors(f"queries/derived/{name}.sql"), atomic_file(dest) as tmp,
           progress(len(steps), f"deriving {name}", unit="step") as bar):
-        replace = _sweep_steps(con) if name == "capacity_windows" else (lambda step: False)
-        reader = run_steps(con, steps, done=bar.update, replace=replace).to_arrow_reader(BATCH_ROWS)
+        swept = _sweep_steps(con) if name == "capacity_windows" else None
+        result = run_steps(con, steps, done=bar.update,
+                           replace=swept.replace if swept else (lambda step: False))
         file = TableFile(tmp)
         try:
-            for batch in reader:
-                file.add(pa.Table.from_batches([batch]))
-                rows += batch.num_rows
-            if rows == 0:
-                file.add(reader.schema.empty_table())
+            for part in _final_rows(con, swept) or _batches(result):
+                file.add(part)
+                rows += part.num_rows
         finally:
             file.close()
         bar.update(1)
     return rows, file.digest
+
+
+def _batches(result: duckdb.DuckDBPyRelation) -> Iterator[pa.Table]:
+    """The final query's result a batch at a time; one empty table if it has no rows."""
+    reader = result.to_arrow_reader(BATCH_ROWS)
+    empty = True
+    for batch in reader:
+        empty = False
+        yield pa.Table.from_batches([batch])
+    if empty:
+        yield reader.schema.empty_table()
 
 
 def _record(run_dir: Path, files: dict[str, tuple[int, dict]]) -> None:
@@ -132,8 +146,19 @@ def _record(run_dir: Path, files: dict[str, tuple[int, dict]]) -> None:
     write_manifest(run_dir, manifest)
 
 
-def _sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
+def _sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
     """``replay.analysis.windows``' sweep, imported on first use: its numba import (0.15 s) is
     for derivations only, and every command, ``replay --help`` too, imports this module."""
     from replay.analysis.windows import sweep_steps
     return sweep_steps(con)
+
+
+def _final_rows(con: duckdb.DuckDBPyConnection,
+                swept: SweepSteps | None) -> Iterator[pa.Table] | None:
+    """The capacity windows' final query from the sweep (``replay.analysis.window_rows``), or
+    None to let its SQL run."""
+    done = swept.swept() if swept else None
+    if done is None:
+        return None
+    from replay.analysis.window_rows import rows
+    return rows(con, done)
