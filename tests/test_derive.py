@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from replay.analysis.claims import capacity_changes
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
 from replay.analysis import windows
@@ -64,6 +65,7 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
     (``replay.analysis.windows``), not by leaving the run to the SQL."""
     if swept:
         assert sweeps_in_numpy(run_dir)
+        claims_are_the_views(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -73,6 +75,21 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
             stored = pq.read_table(Path(run_dir) / f"{name}.parquet")
             assert stored.schema.equals(whole.schema), name
             assert stored.equals(whole), name
+    finally:
+        con.close()
+
+
+def claims_are_the_views(run_dir: Path) -> None:
+    """``replay.analysis.claims`` makes ``every_change`` with the rows of views.sql's
+    ``capacity_changes``, typed alike (in another order)."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        assert capacity_changes(con)
+        columns = ", ".join(f'"{c}"' for c in con.sql("FROM capacity_changes").columns)
+        ours = con.sql(f"SELECT {columns} FROM every_change ORDER BY ALL")
+        views = con.sql(f"SELECT {columns} FROM capacity_changes ORDER BY ALL")
+        assert ours.types == views.types
+        assert ours.fetchall() == views.fetchall()
     finally:
         con.close()
 

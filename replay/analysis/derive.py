@@ -15,7 +15,7 @@ capacity windows' sweep, from ``received`` to ``windows``, is computed in numpy 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -112,8 +112,7 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
     with (duckdb_errors(f"queries/derived/{name}.sql"), atomic_file(dest) as tmp,
           progress(len(steps), f"deriving {name}", unit="step") as bar):
         swept = _sweep_steps(con) if name == "capacity_windows" else None
-        result = run_steps(con, steps, done=bar.update,
-                           replace=swept.replace if swept else (lambda step: False))
+        result = run_steps(con, steps, done=bar.update, replace=_replace(con, swept))
         file = TableFile(tmp)
         try:
             for part in _final_rows(con, swept) or _batches(result):
@@ -151,6 +150,17 @@ def _sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
     for derivations only, and every command, ``replay --help`` too, imports this module."""
     from replay.analysis.windows import sweep_steps
     return sweep_steps(con)
+
+
+def _replace(con: duckdb.DuckDBPyConnection,
+             swept: SweepSteps | None) -> Callable[[str], bool]:
+    """The step runner's hook for the capacity windows: their claims
+    (``replay.analysis.claims``) and sweep in numpy; none for another table."""
+    if swept is None:
+        return lambda step: False
+    from replay.analysis.claims import capacity_changes
+    return lambda step: ((step == "every_change" and capacity_changes(con))
+                         or swept.replace(step))
 
 
 def _final_rows(con: duckdb.DuckDBPyConnection,
