@@ -162,16 +162,16 @@ def _batches(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
     """``tables`` cut and joined into tables of ``BATCH_ROWS`` rows (the last may be shorter),
     each one chunk; one empty table if there are no rows."""
     held: list[pa.Table] = []
-    count = 0
+    count, cut = 0, False
     for table in tables:
         held.append(table)
         count += table.num_rows
         while count >= BATCH_ROWS:
             whole = pa.concat_tables(held)
             yield whole.slice(0, BATCH_ROWS).combine_chunks()
-            held, count = [whole.slice(BATCH_ROWS)], count - BATCH_ROWS
-    if count or not held:
-        yield (pa.concat_tables(held) if held else SCHEMA.empty_table()).combine_chunks()
+            held, count, cut = [whole.slice(BATCH_ROWS)], count - BATCH_ROWS, True
+    if count or not cut:
+        yield pa.concat_tables([SCHEMA.empty_table(), *held]).combine_chunks()
 
 
 @numba.njit(cache=True)
