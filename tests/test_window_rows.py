@@ -21,8 +21,9 @@ def test_integrals_past_64_bits_round_as_duckdb_casts_them():
         0, 2, len(hi)).astype(np.uint64)
     lo[:5] = [0, 1, (1 << 53) + 1, (1 << 64) - 1, 1 << 63]  # exact, ties, the largest
     hi[-3:] = [1, 1 << 40, (1 << 63) - 1]
-    halves = pa.table({"hi": hi, "lo": lo})
-    duck = duckdb.connect().sql("""
+    con = duckdb.connect()
+    con.register("halves", pa.table({"hi": hi, "lo": lo}))
+    duck = con.sql("""
         SELECT (hi::HUGEINT * 18446744073709551616::HUGEINT + lo::HUGEINT)::DOUBLE AS d
         FROM halves""").fetchnumpy()["d"]
     ours = window_rows._to_double(hi, lo)
