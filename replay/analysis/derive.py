@@ -7,9 +7,11 @@ together, and three shipped queries read them.  ``replay run`` derives them once
 the run; ``replay derive`` does it again after a table or a derived query has changed.  The SQL
 stays the definition: a derived table is exactly what its file's query returns (the tests
 compare the two), computed one common table expression at a time (``replay.analysis.steps``),
-which takes a third of the memory and three quarters of the time of the query run whole; the
-capacity windows' sweep, from ``received`` to ``windows``, is computed in numpy instead
-(``replay.analysis.windows``), in about a third of DuckDB's time for it.
+which takes a third of the memory and three quarters of the time of the query run whole.  The
+capacity windows' costliest expressions are computed in numpy instead, each in a fraction of
+DuckDB's time for it: the claims of ``every_change`` (``replay.analysis.claims``), the sweep,
+from ``received`` to ``windows`` (``replay.analysis.windows``), and the final query, whose
+result is written from the sweep's order (``replay.analysis.window_rows``).
 """
 
 from __future__ import annotations
