@@ -168,10 +168,17 @@ def _batches(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
         count += table.num_rows
         while count >= BATCH_ROWS:
             whole = pa.concat_tables(held)
-            yield whole.slice(0, BATCH_ROWS).combine_chunks()
+            yield _one_chunk(whole.slice(0, BATCH_ROWS))
             held, count, cut = [whole.slice(BATCH_ROWS)], count - BATCH_ROWS, True
     if count or not cut:
         yield pa.concat_tables([SCHEMA.empty_table(), *held]).combine_chunks()
+
+
+def _one_chunk(table: pa.Table) -> pa.Table:
+    """``table`` with one chunk per column: a slice within one part is one already (no copy)."""
+    if all(column.num_chunks == 1 for column in table.columns):
+        return table
+    return table.combine_chunks()
 
 
 @numba.njit(cache=True)
