@@ -42,6 +42,10 @@ if TYPE_CHECKING:
     from replay.analysis.windows import SweepSteps
 
 BATCH_ROWS = 1 << 20
+# parts queued for the file's writer at most: the capacity windows' final query computes its
+# batches (122,880 rows) faster than they are encoded, and queued they raised the 1M-pod
+# observe derivation's peak by 0.4 GB
+WRITER_AHEAD = 4
 # DuckDB's memory for a derivation, at most, so that its peak does not grow with the run: the 1M-pod
 # observe run's took 4.7 GB without it, a 1M-pod what-if run's would take about twice that.  The
 # capacity windows' sweep holds its arrays beside DuckDB's (replay.analysis.windows), so DuckDB
@@ -115,7 +119,7 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
           progress(len(steps), f"deriving {name}", unit="step") as bar):
         swept = _sweep_steps(con) if name == "capacity_windows" else None
         result = run_steps(con, steps, done=bar.update, replace=_replace(con, swept))
-        file = TableFile(tmp)
+        file = TableFile(tmp, ahead=WRITER_AHEAD)
         try:
             for part in _final_rows(con, swept) or _batches(result):
                 file.add(part)
