@@ -45,3 +45,23 @@ def _rows(count: int) -> pa.Table:
     """``count`` rows of the final query's schema."""
     return pa.table({f.name: pa.array([None] * count, f.type) for f in window_rows.SCHEMA},
                     schema=window_rows.SCHEMA)
+
+
+def test_a_sort_key_too_wide_leaves_the_final_query_to_the_sql(tmp_path, monkeypatch):
+    """Where the pair, resource and start would not fit in one integer (here forced), the
+    SQL's final query runs: the same table, byte for byte."""
+    from replay.analysis.derive import derive
+    from test_derive import stored_is_the_whole_query
+    from test_queries import WORKED, network, replay_rows
+
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    ours = (run_dir / "capacity_windows.parquet").read_bytes()
+    calls = []
+    rows = window_rows.rows
+    monkeypatch.setattr(window_rows, "rows", lambda con, sweep: calls.append(
+        rows(con, sweep)) or calls[-1])
+    monkeypatch.setattr(window_rows, "_KEY_BITS", 1)
+    derive(run_dir)
+    assert calls == [None]
+    assert (run_dir / "capacity_windows.parquet").read_bytes() == ours
+    stored_is_the_whole_query(run_dir)
