@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from replay.analysis.claims import capacity_changes
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
 from replay.analysis import windows
@@ -57,6 +58,24 @@ def test_run_steps_answers_as_the_query_and_drops_what_is_read_no_more():
     assert left == [("last_one",), ("plain",)]  # the final query reads them
 
 
+def test_a_table_a_replacement_made_is_dropped_after_its_last_reader_a_view_is_not():
+    con = duckdb.connect()
+
+    def replace(name: str) -> bool:
+        kind = {"odd \"name\"": "TABLE", "plain": "VIEW"}.get(name)
+        if kind is None:
+            return False
+        body = {"TABLE": "SELECT 1 AS a, ')' AS b", "VIEW": "SELECT 2 AS a"}[kind]
+        con.execute(f"CREATE TEMPORARY {kind} {_quote(name)} AS {body}")
+        return True
+
+    assert run_steps(con, split_steps(TRICKY), replace=replace).fetchall() == [(2, 10)]
+    left = con.sql("SELECT table_name FROM duckdb_tables() WHERE temporary ORDER BY 1").fetchall()
+    assert left == [("last_one",)]  # "odd ""name""" dropped after plain read it
+    views = con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
+    assert views == [("plain",)]
+
+
 def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
     """Each derived table of ``run_dir`` holds what its SQL computes run whole, in one query,
     row for row and type for type (the tests of the replay's runs call this); and, if
@@ -64,6 +83,7 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
     (``replay.analysis.windows``), not by leaving the run to the SQL."""
     if swept:
         assert sweeps_in_numpy(run_dir)
+        claims_are_the_views(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -73,6 +93,21 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
             stored = pq.read_table(Path(run_dir) / f"{name}.parquet")
             assert stored.schema.equals(whole.schema), name
             assert stored.equals(whole), name
+    finally:
+        con.close()
+
+
+def claims_are_the_views(run_dir: Path) -> None:
+    """``replay.analysis.claims`` makes ``every_change`` with the rows of views.sql's
+    ``capacity_changes``, typed alike (in another order)."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        assert capacity_changes(con)
+        columns = ", ".join(f'"{c}"' for c in con.sql("FROM capacity_changes").columns)
+        ours = con.sql(f"SELECT {columns} FROM every_change ORDER BY ALL")
+        views = con.sql(f"SELECT {columns} FROM capacity_changes ORDER BY ALL")
+        assert ours.types == views.types
+        assert ours.fetchall() == views.fetchall()
     finally:
         con.close()
 

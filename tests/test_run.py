@@ -274,3 +274,29 @@ def test_wide_encoder_batches_write_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr("replay.engine.rundir._batch_size", lambda part: None)
     for name, table in (("deliveries", deliveries), ("names", names)):
         assert _write_file(tmp_path / f"{name}.parquet", table) == wide[name], name
+
+
+def test_a_table_file_queues_at_most_ahead_parts(tmp_path, monkeypatch):
+    """``TableFile(ahead=n)``: ``add`` waits while more than n parts are not yet written, so a
+    caller quicker than the encoder does not hold a whole table in its queue."""
+    import threading
+
+    release = threading.Event()
+    written = []
+
+    def slow_write(self, part):
+        release.wait(timeout=10)
+        written.append(part.num_rows)
+
+    monkeypatch.setattr(TableFile, "_write", slow_write)
+    file = TableFile(tmp_path / "t.parquet", ahead=2)
+    part = pa.table({"x": [1]})
+    added = []
+    adder = threading.Thread(target=lambda: [added.append(file.add(part)) for _ in range(5)])
+    adder.start()
+    adder.join(timeout=0.5)
+    assert len(added) == 2  # the first in the writer, the second queued; the third waits
+    release.set()
+    adder.join(timeout=10)
+    file.close()
+    assert len(added) == 5 and written == [1] * 5

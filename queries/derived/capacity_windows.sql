@@ -44,8 +44,10 @@
 -- Watchers and nodes are numbered in the order of their names, so that the millions of rows are
 -- joined and ordered by numbers, not names.
 -- `replay derive` computes the expressions from `received` to `windows` (and `stale_segments`)
--- in numpy instead (replay/analysis/windows.py); this file stays the definition, and the tests
--- keep the stored table identical to this query run whole.
+-- in numpy instead (replay/analysis/windows.py), and `every_change`'s claims
+-- (replay/analysis/claims.py) and the final query (replay/analysis/window_rows.py) too; this
+-- file stays the definition, and the tests keep the stored table identical to this query run
+-- whole.
 WITH bounds AS MATERIALIZED (
     FROM run_bounds
 ), every_change AS MATERIALIZED (

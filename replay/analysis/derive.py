@@ -7,16 +7,19 @@ together, and three shipped queries read them.  ``replay run`` derives them once
 the run; ``replay derive`` does it again after a table or a derived query has changed.  The SQL
 stays the definition: a derived table is exactly what its file's query returns (the tests
 compare the two), computed one common table expression at a time (``replay.analysis.steps``),
-which takes a third of the memory and three quarters of the time of the query run whole; the
-capacity windows' sweep, from ``received`` to ``windows``, is computed in numpy instead
-(``replay.analysis.windows``), in about a third of DuckDB's time for it.
+which takes a third of the memory and three quarters of the time of the query run whole.  The
+capacity windows' costliest expressions are computed in numpy instead, each in a fraction of
+DuckDB's time for it: the claims of ``every_change`` (``replay.analysis.claims``), the sweep,
+from ``received`` to ``windows`` (``replay.analysis.windows``), and the final query, whose
+result is written from the sweep's order (``replay.analysis.window_rows``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
@@ -35,7 +38,14 @@ from replay.engine.rundir import (
 )
 from replay.progress import progress
 
+if TYPE_CHECKING:
+    from replay.analysis.windows import SweepSteps
+
 BATCH_ROWS = 1 << 20
+# parts queued for the file's writer at most: the capacity windows' final query computes its
+# batches (122,880 rows) faster than they are encoded, and queued they raised the 1M-pod
+# observe derivation's peak by 0.4 GB
+WRITER_AHEAD = 4
 # DuckDB's memory for a derivation, at most, so that its peak does not grow with the run: the 1M-pod
 # observe run's took 4.7 GB without it, a 1M-pod what-if run's would take about twice that.  The
 # capacity windows' sweep holds its arrays beside DuckDB's (replay.analysis.windows), so DuckDB
@@ -107,19 +117,30 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
     steps = split_steps(derived_sql(name))
     with (duckdb_errors(f"queries/derived/{name}.sql"), atomic_file(dest) as tmp,
           progress(len(steps), f"deriving {name}", unit="step") as bar):
-        replace = _sweep_steps(con) if name == "capacity_windows" else (lambda step: False)
-        reader = run_steps(con, steps, done=bar.update, replace=replace).to_arrow_reader(BATCH_ROWS)
-        file = TableFile(tmp)
+        swept = _sweep_steps(con) if name == "capacity_windows" else None
+        result = run_steps(con, steps, done=bar.update, replace=_replace(con, swept))
+        file = TableFile(tmp, ahead=WRITER_AHEAD)
         try:
-            for batch in reader:
-                file.add(pa.Table.from_batches([batch]))
-                rows += batch.num_rows
-            if rows == 0:
-                file.add(reader.schema.empty_table())
-        finally:
-            file.close()
+            for part in _final_rows(con, swept) or _batches(result):
+                file.add(part)
+                rows += part.num_rows
+        except BaseException:
+            file.abandon()  # its thread ends before the file is removed
+            raise
+        file.close()
         bar.update(1)
     return rows, file.digest
+
+
+def _batches(result: duckdb.DuckDBPyRelation) -> Iterator[pa.Table]:
+    """The final query's result a batch at a time; one empty table if it has no rows."""
+    reader = result.to_arrow_reader(BATCH_ROWS)
+    empty = True
+    for batch in reader:
+        empty = False
+        yield pa.Table.from_batches([batch])
+    if empty:
+        yield reader.schema.empty_table()
 
 
 def _record(run_dir: Path, files: dict[str, tuple[int, dict]]) -> None:
@@ -132,8 +153,30 @@ def _record(run_dir: Path, files: dict[str, tuple[int, dict]]) -> None:
     write_manifest(run_dir, manifest)
 
 
-def _sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
+def _sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
     """``replay.analysis.windows``' sweep, imported on first use: its numba import (0.15 s) is
     for derivations only, and every command, ``replay --help`` too, imports this module."""
     from replay.analysis.windows import sweep_steps
     return sweep_steps(con)
+
+
+def _replace(con: duckdb.DuckDBPyConnection,
+             swept: SweepSteps | None) -> Callable[[str], bool]:
+    """The step runner's hook for the capacity windows: their claims
+    (``replay.analysis.claims``) and sweep in numpy; none for another table."""
+    if swept is None:
+        return lambda step: False
+    from replay.analysis.claims import capacity_changes
+    return lambda step: ((step == "every_change" and capacity_changes(con))
+                         or swept.replace(step))
+
+
+def _final_rows(con: duckdb.DuckDBPyConnection,
+                swept: SweepSteps | None) -> Iterator[pa.Table] | None:
+    """The capacity windows' final query from the sweep (``replay.analysis.window_rows``), or
+    None to let its SQL run."""
+    done = swept.swept() if swept else None
+    if done is None:
+        return None
+    from replay.analysis.window_rows import rows
+    return rows(con, done)

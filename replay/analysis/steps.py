@@ -112,16 +112,18 @@ def run_steps(con: duckdb.DuckDBPyConnection, steps: list[Step],
     step mentions it (``done(1)`` after each), and return the final query's relation (it runs
     when read; the tables it reads stay until the connection closes).
 
-    ``replace(name)`` may compute an expression another way: it makes a temporary table or view
-    of that name itself (which it owns: it is not dropped here), or decides that nothing will
-    read it, and returns True; or returns False to let its SQL run."""
+    ``replace(name)`` may compute an expression another way: it makes a temporary table of
+    that name itself (dropped here after its last reader, as the step's own would be) or a
+    temporary view (which it owns: it is not dropped here), or decides that nothing will read
+    it, and returns True; or returns False to let its SQL run."""
     last_read = {step.name: max(n for n, later in enumerate(steps) if step.name in later.reads
                                 or later is step)
                  for step in steps if step.name is not None}
     replaced = set()
     for number, step in enumerate(steps[:-1]):
         if replace(step.name or ""):
-            replaced.add(step.name)
+            if not _is_temporary_table(con, step.name or ""):
+                replaced.add(step.name)
         else:
             con.execute(f"CREATE TEMPORARY TABLE {_quote(step.name)} AS {step.sql}")
         for name, last in last_read.items():
@@ -129,6 +131,11 @@ def run_steps(con: duckdb.DuckDBPyConnection, steps: list[Step],
                 con.execute(f"DROP TABLE temp.{_quote(name)}")
         done(1)
     return con.sql(steps[-1].sql)
+
+
+def _is_temporary_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary AND table_name = ?",
+                            [name]).fetchall()[0][0])
 
 
 def _quote(name: str | None) -> str:

@@ -68,15 +68,37 @@ class Lags:
 
 
 @dataclass
-class Sweep:
-    """The sweep's tables, as Arrow, until a step asks for them."""
-    lone_windows: pa.Table  # windows of one lag each (their integrals computed by DuckDB)
-    # and the stale segments of the others (those of lone windows are lone_windows' rows)
+class Part:
+    """The windows of a part of the watcher-node pairs, as Arrow, until a step asks for them."""
+    pairs: np.ndarray  # the part's pairs (viewer_id * nodes + node_id), sorted, each once
+    lone_windows: pa.Table  # windows of one lag each (their integrals computed when needed)
     merged_windows: pa.Table  # windows of merged segments, integrals in two 64-bit halves
+
+
+@dataclass
+class Sweep:
+    """The sweep's tables: the windows a part of the pairs at a time, in the pairs' order, and
+    the stale segments of the merged windows (those of lone windows are lone_windows' rows)."""
+    parts: list[Part]
     stale_segments: pa.Table
+    nodes: int  # the bound of the node ids: pair = viewer_id * nodes + node_id
+
+    @property
+    def lone_windows(self) -> pa.Table:
+        return pa.concat_tables([part.lone_windows for part in self.parts])
+
+    @property
+    def merged_windows(self) -> pa.Table:
+        return pa.concat_tables([part.merged_windows for part in self.parts])
 
 
-def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
+@dataclass(frozen=True)
+class SweepSteps:
+    replace: Callable[[str], bool]  # the step runner's hook (``replay.analysis.steps``)
+    swept: Callable[[], Sweep | None]  # once the steps ran: the sweep, None if left to the SQL
+
+
+def sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
     """A step runner's replacement for the expressions in ``SWEPT``: given a step's name, make
     its temporary view and return True, or return False to let its SQL run.
 
@@ -141,7 +163,11 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> Callable[[str], bool]:
                 WHERE stale""")
         return True
 
-    return replace
+    def swept() -> Sweep | None:
+        done = state.get("sweep")
+        return done if isinstance(done, Sweep) else None
+
+    return SweepSteps(replace, swept)
 
 
 def _register(con: duckdb.DuckDBPyConnection, name: str, data: pa.Table | Lags) -> str:
@@ -307,7 +333,8 @@ def sweep(con: duckdb.DuckDBPyConnection, lags: Lags, nodes: int, rvs: int) -> S
     by_pair = np.argsort(held_pair, kind="stable")
     held, held_pair = held.take(by_pair), held_pair[by_pair]
     pair = _ints(lags["viewer_id"]) * nodes + lags["node_id"]
-    parts: list[tuple[pa.Table, pa.Table, pa.Table]] = []
+    parts: list[Part] = []
+    stale: list[pa.Table] = []
     start, count = 0, len(pair)
     while not parts or start < count:
         end = min(start + SWEEP_ROWS, count)
@@ -321,12 +348,14 @@ def sweep(con: duckdb.DuckDBPyConnection, lags: Lags, nodes: int, rvs: int) -> S
         last = (len(held_pair) if end >= count
                 else int(np.searchsorted(held_pair, pair[end], side="left")))
         part = Lags(lags.changes, {name: column[start:end] for name, column in lags.own.items()})
-        parts.append(_sweep_part(part, pair[start:end], held.slice(first, last - first),
-                                 held_pair[first:last], nodes, rvs))
+        lone, merged, segments = _sweep_part(part, pair[start:end],
+                                             held.slice(first, last - first),
+                                             held_pair[first:last], nodes, rvs)
+        pairs = np.union1d(pair[start:end], held_pair[first:last])
+        parts.append(Part(pairs, lone, merged))
+        stale.append(segments)
         start = end
-    return Sweep(lone_windows=pa.concat_tables([p[0] for p in parts]),
-                 merged_windows=pa.concat_tables([p[1] for p in parts]),
-                 stale_segments=pa.concat_tables([p[2] for p in parts]))
+    return Sweep(parts, pa.concat_tables(stale), nodes)
 
 
 def _sweep_part(lags: Lags, pair: np.ndarray, held: pa.Table, held_pair: np.ndarray,

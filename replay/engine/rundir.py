@@ -153,8 +153,12 @@ class TableFile:
     encodes), so the caller computes the next part, or the next table, meanwhile.
     """
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, ahead: int | None = None):
+        """``ahead``: at most this many parts are added and not yet written (``add`` waits for
+        the writer beyond it), so that a caller quicker than the encoder does not queue a whole
+        table."""
         self.path = path
+        self.ahead = ahead
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-table-file")
         self._writer: pq.ParquetWriter | None = None
         self._done: list[Future[None]] = []
@@ -163,6 +167,8 @@ class TableFile:
     def add(self, part: pa.Table) -> None:
         with interrupts.deferred():  # not inside the executor's locks
             self._done.append(self._thread.submit(self._write, part))
+        if self.ahead is not None and len(self._done) > self.ahead:
+            self._done[-self.ahead - 1].result()
 
     def close(self) -> None:
         """Wait until every part is written (and the file's digest taken), and raise the first

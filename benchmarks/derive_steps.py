@@ -1,0 +1,99 @@
+"""Where `replay derive` spends its time: each step of a derived table's SQL (a DuckDB
+temporary table, or numpy where ``replay.analysis`` computes it instead), then the final query
+and the file's writing, with wall and process CPU time, the process's RSS and DuckDB's memory
+and spill after each.
+
+    cp -r RUN_DIR /tmp/copy && python benchmarks/derive_steps.py /tmp/copy
+
+It derives RUN_DIR's tables again in place (``replay derive``), so give it a copy.  CPU is the
+process's, all threads (DuckDB's, the file writer's) included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+from collections.abc import Callable
+
+import duckdb
+
+import replay.analysis.derive as derive_module
+from replay.analysis.steps import Step, run_steps
+
+
+def rss_mib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def peak_mib() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+
+
+class Clock:
+    """Wall and CPU seconds since the last ``lap``."""
+
+    def __init__(self) -> None:
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def lap(self) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), time.process_time()
+        lapped = (wall - self.wall, cpu - self.cpu)
+        self.wall, self.cpu = wall, cpu
+        return lapped
+
+
+def timed_steps(clock: Clock) -> Callable[..., duckdb.DuckDBPyRelation]:
+    """``run_steps`` printing a line per step as it is done."""
+    def run(con: duckdb.DuckDBPyConnection, steps: list[Step], done: Callable[[int], object],
+            replace: Callable[[str], bool]) -> duckdb.DuckDBPyRelation:
+        names = iter(step.name for step in steps[:-1])
+        swept: set[str] = set()
+
+        def noting(name: str) -> bool:
+            replaced = replace(name)
+            if replaced:
+                swept.add(name)
+            return replaced
+
+        def tick(count: int) -> None:
+            name = next(names)
+            wall, cpu = clock.lap()
+            memory, spilled = con.sql("""SELECT coalesce(sum(memory_usage_bytes), 0) >> 20,
+                                                coalesce(sum(temporary_storage_bytes), 0) >> 20
+                                         FROM duckdb_memory()""").fetchall()[0]
+            print(f"{name:<20} {'numpy' if name in swept else 'duckdb':<6} wall {wall:6.2f} "
+                  f"cpu {cpu:6.2f}  rss {rss_mib():5} MiB  duckdb {memory:5} MiB, "
+                  f"spilled {spilled:5} MiB", flush=True)
+            done(count)
+
+        return run_steps(con, steps, done=tick, replace=noting)
+    return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir")
+    args = parser.parse_args()
+    clock = Clock()
+    derive_module.run_steps = timed_steps(clock)  # type: ignore[assignment]
+    record = derive_module._record
+
+    def recorded(*record_args) -> None:
+        wall, cpu = clock.lap()
+        print(f"{'final, writing':<27} wall {wall:6.2f} cpu {cpu:6.2f}  rss {rss_mib():5} MiB")
+        record(*record_args)
+
+    derive_module._record = recorded  # type: ignore[assignment]
+    start = Clock()
+    rows = derive_module.derive(args.run_dir)
+    wall, cpu = start.lap()
+    print(f"{rows}: wall {wall:.2f} s, cpu {cpu:.2f} s, peak RSS {peak_mib():,} MiB")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""The final query of ``queries/derived/capacity_windows.sql`` in numpy: the windows of the
+sweep (``replay.analysis.windows``) with their names, units, ``wasted`` and ``conflicts``, in
+the query's order, as the Arrow tables DuckDB would hand out for it.
+
+Why: DuckDB spent a third of the derivation there at 1M pods (15 s of CPU for observe's 16.6M
+windows), joining the names and sorting every row by them beside its memory cap.  The sweep's
+parts already come in the order of the watcher-node pairs, which the query orders by first, so
+each part is sorted alone, by one integer per window: its pair's rank in the part, its resource
+(in the order of the resources' names) and its start.  ``wasted`` and ``conflicted`` stay SQL
+(small joins of the stale segments and the attempts): their rows are found among the sorted
+windows by that integer.  The numbers are DuckDB's: a window's integral is a 128-bit integer
+converted to the nearest double, as DuckDB 2's cast does, then divided as the query divides.
+
+The tables come ``BATCH_ROWS`` rows at a time, each one chunk, as DuckDB hands out a sorted
+result: each becomes a row group of the file, which stays byte for byte what the SQL writes.
+``rows`` returns None (the SQL's final query runs) where the names are not numbered 1, 2, ...
+or the sort's integer would not fit in 64 bits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import duckdb
+import numba
+import numpy as np
+import pyarrow as pa
+
+from replay.analysis.windows import RESOURCES, Part, Sweep, _mul_add128
+
+BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for a sorted result
+UNITS = np.array([{"cpu": 1000.0, "memory": 1073741824.0, "gpu": 1000.0}[r] for r in RESOURCES])
+# each resource's place in the order of their names ('cpu' < 'gpu' < 'memory'), by its code
+NAME_RANK = np.argsort(np.argsort(np.array(RESOURCES)))
+SCHEMA = pa.schema([("watcher", pa.string()), ("node", pa.string()), ("resource", pa.string()),
+                    ("kind", pa.string()), ("start_ts", pa.timestamp("us", tz="UTC")),
+                    ("end_ts", pa.timestamp("us", tz="UTC")), ("open_at_end", pa.bool_()),
+                    ("gap_max", pa.float64()), ("gap_seconds", pa.float64()),
+                    ("wasted", pa.bool_()), ("conflicts", pa.int64())])
+_KEY_BITS = 63  # the sort's integer: non-negative int64
+
+
+class Marks:
+    """Rows of ``wasted`` or ``conflicted`` (a window's key and a count), sorted by pair."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, sql: str, nodes: int):
+        table = con.sql(f"""
+            SELECT viewer_id * {nodes} + node_id AS pair,
+                   CASE resource {' '.join(f"WHEN '{r}' THEN {c}" for c, r in enumerate(RESOURCES))}
+                   END AS code, epoch_us(start_ts) AS start_us, count
+            FROM ({sql})
+            ORDER BY pair""").fetchnumpy()
+        self.pair, self.code = table["pair"], table["code"]
+        self.start, self.count = table["start_us"], table["count"]
+
+    def within(self, pairs: np.ndarray) -> slice:
+        """The rows of the pairs from ``pairs[0]`` to ``pairs[-1]``."""
+        if not len(pairs):
+            return slice(0, 0)
+        return slice(int(np.searchsorted(self.pair, pairs[0], side="left")),
+                     int(np.searchsorted(self.pair, pairs[-1], side="right")))
+
+
+def rows(con: duckdb.DuckDBPyConnection, sweep: Sweep) -> Iterator[pa.Table] | None:
+    """The final query's result from ``sweep`` and the connection's ``viewers``, ``nodes``,
+    ``wasted`` and ``conflicted``; None if the SQL must compute it (see the module's doc)."""
+    watchers = _names(con, "SELECT viewer_id AS id, watcher AS name FROM viewers")
+    nodes = _names(con, "SELECT node_id AS id, node AS name FROM nodes")
+    if watchers is None or nodes is None:
+        return None
+    starts = [_column(t, "start_ts") for p in sweep.parts
+              for t in (p.lone_windows, p.merged_windows) if t.num_rows]
+    first = min((int(s.min()) for s in starts), default=0)
+    shift = max((int(s.max()) - first for s in starts), default=0).bit_length()
+    most_pairs = max(len(p.pairs) for p in sweep.parts)
+    if (most_pairs * len(RESOURCES)).bit_length() + shift > _KEY_BITS:
+        return None
+    wasted = Marks(con, "SELECT *, 1 AS count FROM wasted", sweep.nodes)
+    conflicted = Marks(con, """SELECT viewer_id, node_id, resource, start_ts, conflicts AS count
+                               FROM conflicted""", sweep.nodes)
+    return _batches(_part_rows(part, sweep.nodes, first, shift, wasted, conflicted,
+                               watchers, nodes) for part in sweep.parts)
+
+
+def _names(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Array | None:
+    """The names numbered by ``sql``'s ids, in their order; None unless the ids are 1, 2, ..."""
+    table = con.sql(f"{sql} ORDER BY id").arrow()
+    table = table.read_all() if hasattr(table, "read_all") else table
+    ids = table.column("id").to_numpy()
+    if not np.array_equal(ids, np.arange(1, len(ids) + 1)):
+        return None
+    return table.column("name").combine_chunks()
+
+
+def _column(table: pa.Table, name: str) -> np.ndarray:
+    """A column as numpy: times as integer microseconds, resources as their codes."""
+    column = table.column(name).combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        return column.indices.to_numpy()
+    if pa.types.is_timestamp(column.type):
+        return column.to_numpy().view(np.int64)
+    return column.to_numpy(zero_copy_only=False)
+
+
+def _part_rows(part: Part, nodes: int, first: int, shift: int, wasted: Marks,
+               conflicted: Marks, watchers: pa.Array, node_names: pa.Array) -> pa.Table:
+    """A part's windows, lone and merged, sorted, with their names and marks."""
+    lone, merged = part.lone_windows, part.merged_windows
+    cols = {name: np.concatenate([_column(lone, name), _column(merged, name)])
+            for name in ("viewer_id", "node_id", "resource", "start_ts", "end_ts",
+                         "open_at_end", "stale", "gap_max")}
+    hi = np.concatenate([np.zeros(lone.num_rows, np.int64), _column(merged, "gap_hi")])
+    lo = np.concatenate([np.zeros(lone.num_rows, np.uint64), _column(merged, "gap_lo")])
+    lone_rows = slice(0, lone.num_rows)
+    _mul_add128(cols["gap_max"][lone_rows],
+                cols["end_ts"][lone_rows] - cols["start_ts"][lone_rows],
+                hi[lone_rows], lo[lone_rows])
+    keys = _keys(part.pairs, cols["viewer_id"] * nodes + cols["node_id"], cols["resource"],
+                 cols["start_ts"], first, shift)
+    order = np.argsort(keys)
+    keys = keys[order]
+    cols = {name: column[order] for name, column in cols.items()}
+    hi, lo = hi[order], lo[order]
+    is_wasted = _marked(keys, part, wasted, first, shift, np.zeros(len(keys), np.int64)) > 0
+    conflicts = _marked(keys, part, conflicted, first, shift, np.zeros(len(keys), np.int64))
+    code, stale = cols["resource"], cols["stale"]
+    units = UNITS[code]
+    return pa.table([
+        watchers.take(cols["viewer_id"] - 1), node_names.take(cols["node_id"] - 1),
+        pa.array(RESOURCES).take(code), pa.array(["phantom", "stale"]).take(stale.view(np.int8)),
+        pa.array(cols["start_ts"], type=SCHEMA.field("start_ts").type),
+        pa.array(cols["end_ts"], type=SCHEMA.field("end_ts").type),
+        pa.array(cols["open_at_end"]), pa.array(cols["gap_max"] / units),
+        pa.array(_to_double(hi, lo) / 1e6 / units),
+        pa.array(is_wasted, mask=~stale), pa.array(conflicts, mask=stale)], schema=SCHEMA)
+
+
+def _keys(pairs: np.ndarray, pair: np.ndarray, code: np.ndarray, start: np.ndarray,
+          first: int, shift: int) -> np.ndarray:
+    """The integer that sorts windows as the query does within a part: the pair's rank among
+    the part's, the resource's name, the start (``rows`` checked that it fits)."""
+    group = np.searchsorted(pairs, pair) * len(RESOURCES) + NAME_RANK[code]
+    return (group << shift) + (start - first)
+
+
+def _marked(keys: np.ndarray, part: Part, marks: Marks, first: int, shift: int,
+            counts: np.ndarray) -> np.ndarray:
+    """``counts`` with the marks' counts at the rows of their windows (a left join)."""
+    rows = marks.within(part.pairs)
+    pair = marks.pair[rows]
+    wanted = _keys(part.pairs, pair, marks.code[rows], marks.start[rows], first, shift)
+    if not len(keys) or not len(wanted):
+        return counts
+    rank = np.minimum(np.searchsorted(part.pairs, pair), len(part.pairs) - 1)
+    at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
+    hit = (part.pairs[rank] == pair) & (keys[at] == wanted)
+    counts[at[hit]] = marks.count[rows][hit]
+    return counts
+
+
+def _batches(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
+    """``tables`` cut and joined into tables of ``BATCH_ROWS`` rows (the last may be shorter),
+    each one chunk; one empty table if there are no rows."""
+    held: list[pa.Table] = []
+    count, cut = 0, False
+    for table in tables:
+        held.append(table)
+        count += table.num_rows
+        while count >= BATCH_ROWS:
+            whole = pa.concat_tables(held)
+            yield _one_chunk(whole.slice(0, BATCH_ROWS))
+            held, count, cut = [whole.slice(BATCH_ROWS)], count - BATCH_ROWS, True
+    if count or not cut:
+        yield pa.concat_tables([SCHEMA.empty_table(), *held]).combine_chunks()
+
+
+def _one_chunk(table: pa.Table) -> pa.Table:
+    """``table`` with one chunk per column: a slice within one part is one already (no copy)."""
+    if all(column.num_chunks == 1 for column in table.columns):
+        return table
+    return table.combine_chunks()
+
+
+@numba.njit(cache=True)
+def _to_double(hi, lo):  # pragma: no cover - compiled
+    """``hi * 2**64 + lo`` (non-negative) rounded to the nearest double, ties to even, as
+    DuckDB 2 casts a HUGEINT: the top 64 bits with every lower bit folded into the last, so
+    that one rounding of them is the rounding of the whole."""
+    out = np.empty(len(hi), np.float64)
+    for i in range(len(hi)):
+        if hi[i] == 0:
+            out[i] = np.float64(lo[i])
+            continue
+        high = np.uint64(hi[i])
+        bits = 0
+        while (high >> np.uint64(bits)) != np.uint64(0):
+            bits += 1
+        dropped = lo[i] & ((np.uint64(1) << np.uint64(bits)) - np.uint64(1))
+        top = ((high << np.uint64(64 - bits)) | (lo[i] >> np.uint64(bits))
+               | np.uint64(dropped != np.uint64(0)))
+        out[i] = np.float64(top) * 2.0 ** bits
+    return out

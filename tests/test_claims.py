@@ -1,0 +1,55 @@
+"""The claims in numpy (``replay.analysis.claims``) against views.sql's ``capacity_changes``:
+``test_derive.stored_is_the_whole_query`` compares them on the runs of every model and the
+properties' random traces; these pin a name's several lives, writes to a pod created before
+the trace, and names with a '/', which are left to the SQL."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from replay.analysis.claims import capacity_changes
+from replay.analysis.derive import derive
+from replay.analysis.runs import open_runs
+from strategies import bind, delete, node, pod
+from test_derive import stored_is_the_whole_query
+from test_queries import edited_run, network, replay_rows
+
+LIVES = [
+    node(0, "n1", 4000),
+    node(0, "n2", 4000),
+    bind(1, "old", "n1"),  # created before the trace: life 0, requests unknown
+    delete(5, "old"),
+    pod(10, "a", 1000),
+    bind(12, "a", "n1"),
+    delete(20, "a"),
+    pod(21, "a", 2000),  # the name again: a second life, its own requests
+    bind(23, "a", "n2"),
+    pod(24, "b", 1000),
+    bind(26, "b", "n1"),
+]
+
+
+def test_every_life_of_a_name_claims_its_own_requests(tmp_path):
+    stored_is_the_whole_query(replay_rows(tmp_path, LIVES, network(2)))
+
+
+def test_names_that_make_one_pod_are_left_to_the_sql(tmp_path):
+    """b's writes renamed to namespace null and name "ns/a": the pod text of a's, "ns/a".
+    (The SQL then merges a's first life and b's, whose requests must be equal for its
+    ``any_value`` to be one number.)"""
+    def rename_b(tables):
+        events = tables["events"]
+        is_b = (pl.col("resource") == "pods") & (pl.col("name") == "b")
+        return {"events": events.with_columns(
+            namespace=pl.when(is_b).then(None).otherwise(pl.col("namespace")),
+            name=pl.when(is_b).then(pl.lit("ns/a")).otherwise(pl.col("name")))}
+
+    run_dir = edited_run(tmp_path, rename_b, LIVES)
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        assert not capacity_changes(con)
+        assert con.sql("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchall() == [(0,)]
+    finally:
+        con.close()
+    derive(run_dir)
+    stored_is_the_whole_query(run_dir, swept=False)

@@ -1,0 +1,67 @@
+"""The capacity windows' final query in numpy (``replay.analysis.window_rows``): the tests of
+the replay's runs compare the stored table with the query run whole
+(``test_derive.stored_is_the_whole_query``) and the 1M-pod files were compared byte for byte;
+these pin what small runs do not reach: integrals past 2**64 rounded as DuckDB rounds them,
+and the batches that become the file's row groups."""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from replay.analysis import window_rows
+
+
+def test_integrals_past_64_bits_round_as_duckdb_casts_them():
+    rng = np.random.default_rng(7)
+    hi = np.concatenate([np.zeros(200, np.int64), rng.integers(1, 4, 1000),
+                         rng.integers(1, 1 << 20, 1000)])
+    lo = rng.integers(0, 1 << 63, len(hi)).astype(np.uint64) * np.uint64(2) + rng.integers(
+        0, 2, len(hi)).astype(np.uint64)
+    lo[:5] = [0, 1, (1 << 53) + 1, (1 << 64) - 1, 1 << 63]  # exact, ties, the largest
+    hi[-3:] = [1, 1 << 40, (1 << 63) - 1]
+    con = duckdb.connect()
+    con.register("halves", pa.table({"hi": hi, "lo": lo}))
+    duck = con.sql("""
+        SELECT (hi::HUGEINT * 18446744073709551616::HUGEINT + lo::HUGEINT)::DOUBLE AS d
+        FROM halves""").fetchnumpy()["d"]
+    ours = window_rows._to_double(hi, lo)
+    assert ours.tobytes() == duck.tobytes()
+    assert ours.tolist() == [float(int(h) * 2**64 + int(x)) for h, x in zip(hi, lo)]
+
+
+def test_batches_are_whole_row_groups_of_one_chunk(monkeypatch):
+    monkeypatch.setattr(window_rows, "BATCH_ROWS", 4)
+    empty = window_rows.SCHEMA.empty_table()
+    parts = list(window_rows._batches(iter([_rows(3), _rows(0), _rows(6), _rows(2)])))
+    assert [p.num_rows for p in parts] == [4, 4, 3]
+    assert all(c.num_chunks == 1 for p in parts for c in p.columns)
+    assert [t.num_rows for t in window_rows._batches(iter([empty, empty]))] == [0]
+    assert [t.num_rows for t in window_rows._batches(iter([_rows(4)]))] == [4]
+
+
+def _rows(count: int) -> pa.Table:
+    """``count`` rows of the final query's schema."""
+    return pa.table({f.name: pa.array([None] * count, f.type) for f in window_rows.SCHEMA},
+                    schema=window_rows.SCHEMA)
+
+
+def test_a_sort_key_too_wide_leaves_the_final_query_to_the_sql(tmp_path, monkeypatch):
+    """Where the pair, resource and start would not fit in one integer (here forced), the
+    SQL's final query runs: the same table, byte for byte."""
+    from replay.analysis.derive import derive
+    from test_derive import stored_is_the_whole_query
+    from test_queries import WORKED, network, replay_rows
+
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    ours = (run_dir / "capacity_windows.parquet").read_bytes()
+    calls = []
+    rows = window_rows.rows
+    monkeypatch.setattr(window_rows, "rows", lambda con, sweep: calls.append(
+        rows(con, sweep)) or calls[-1])
+    monkeypatch.setattr(window_rows, "_KEY_BITS", 1)
+    derive(run_dir)
+    assert calls == [None]
+    assert (run_dir / "capacity_windows.parquet").read_bytes() == ours
+    stored_is_the_whole_query(run_dir)
