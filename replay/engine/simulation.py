@@ -548,36 +548,44 @@ class Simulation:
         log = self._log
         kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8)[part])
         row = np.frombuffer(log.row, dtype=np.int64)[part]
-        pod = _index(np.frombuffer(log.pod, dtype=np.int64)[part])
-        node = np.frombuffer(log.node, dtype=np.int64)[part]
-        creates = (kind == WriteKind.POD_CREATE).to_numpy()
-        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
-        described = pl.DataFrame({
-            **{c: kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
-                                  return_dtype=pl.String)
-               for i, c in enumerate(("verb", "resource", "subresource"))},
-            **{c: pods[c].gather(pod) for c in ("namespace", "name")},
-            "node": nodes.gather(_index(np.where(places, node, -1))),
-            **{c: pl.Series(requests[:, i]).gather(_index(np.where(creates, pod.fill_null(-1), -1)))
-               for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli"))},
-            "code": np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32),
-            "component": pl.Series(log.component[part], dtype=pl.String),
-        })
-        recorded = self._trace.select(described.columns)[np.maximum(row, 0)]
-        from_trace = pl.Series(row >= 0)
+        from_trace, recorded = pl.Series(row >= 0), np.maximum(row, 0)
         return pl.DataFrame({
             "rv": np.arange(part.start + 1, part.stop + 1, dtype=np.int64),
             "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)[part]).cast(TS),
-        }).with_columns(
-            *(pl.when(from_trace).then(recorded[c]).otherwise(described[c]).alias(c)
-              for c in described.columns),
-            origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part] == 1))
-            .then(pl.lit("model")).otherwise(pl.lit("trace")),
-            attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)[part])
+            # one column at a time: its recorded and described values, then the one it keeps
+            **{c: pl.select(pl.when(from_trace).then(self._trace[c].gather(recorded))
+                            .otherwise(described).alias(c)).to_series()
+               for c, described in self._described(part, kind, pods, requests, nodes)},
+            "origin": pl.select(pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part]
+                                                  == 1))
+                                .then(pl.lit("model")).otherwise(pl.lit("trace"))).to_series(),
+            "attempt_id": pl.Series(np.frombuffer(log.attempt, dtype=np.int64)[part])
             .replace(0, None),
-            pod_state=kind.replace_strict({k.value: k.pod_state for k in WriteKind},
-                                          return_dtype=pl.String),
-        )
+            "pod_state": kind.replace_strict({k.value: k.pod_state for k in WriteKind},
+                                             return_dtype=pl.String),
+        })
+
+    def _described(self, part: slice, kind: pl.Series, pods: dict[str, pl.Series],
+                   requests: np.ndarray, nodes: pl.Series) -> Iterator[tuple[str, pl.Series]]:
+        """The events' columns as a model's write describes them (from its kind, pod and node),
+        one at a time, each made when it is asked for: a part's columns cost hundreds of bytes
+        a row while they all exist at once."""
+        log = self._log
+        pod = _index(np.frombuffer(log.pod, dtype=np.int64)[part])
+        node = np.frombuffer(log.node, dtype=np.int64)[part]
+        for i, c in enumerate(("verb", "resource", "subresource")):
+            yield c, kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
+                                         return_dtype=pl.String)
+        for c in ("namespace", "name"):
+            yield c, pods[c].gather(pod)
+        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
+        yield "node", nodes.gather(_index(np.where(places, node, -1)))
+        creates = (kind == WriteKind.POD_CREATE).to_numpy()
+        created = _index(np.where(creates, pod.fill_null(-1), -1))
+        for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli")):
+            yield c, pl.Series(requests[:, i]).gather(created)
+        yield "code", pl.Series(np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32))
+        yield "component", pl.Series(log.component[part], dtype=pl.String)
 
     def _attempts_table(self) -> pl.DataFrame:
         nodes = self._workload.node_names
