@@ -93,9 +93,16 @@ class Simulation:
         self._sinks: list[_Sink] | None = None
         self._targets: dict[tuple[str, int], tuple[list[int], Watches]] = {}
         self._pods: list[Pod] = []
+        self._requests: dict[Request, Request] = {}
+        # the incarnations the workload deletes at their recorded time, created and not yet
+        # deleted by it (the workload's delete is the only lookup)
         self._pod_of_incarnation: dict[int, Pod] = {}
+        w = self._workload
+        self._deleted_by_workload = np.zeros(len(w.name), dtype=bool)
+        self._deleted_by_workload[w.pod[(w.kind == WriteKind.POD_DELETE) & (w.pod >= 0)]] = True
         # Incarnations created again under a name whose previous incarnation still exists here
-        # (it started later than recorded, so it ends later): each waits for the name, in order
+        # (it started later than recorded, so it ends later): each waits for the name, in order;
+        # ``_named`` holds each name's incarnation that exists
         self._named: dict[str, Pod] = {}
         self._waiting_for_name: dict[str, list[tuple[int, int]]] = {}
         self._attempts: list[Attempt] = []
@@ -288,9 +295,22 @@ class Simulation:
         if kind == WriteKind.POD_BIND and pod is not None and pod.run_us != NEVER:
             self._env.at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
-        if kind == WriteKind.POD_DELETE and pod is not None and self._waiting_for_name.get(pod.key):
-            self._env.at(now, self._create, *self._waiting_for_name[pod.key].pop(0), True)
+        if kind == WriteKind.POD_DELETE and pod is not None:
+            self._name_freed(pod)
         return write
+
+    def _name_freed(self, pod: Pod) -> None:
+        """``pod`` is deleted: its name is free for the next incarnation waiting for it, and the
+        engine forgets what it kept to find the pod by its name or its object."""
+        key = pod.key
+        if self._named.get(key) is pod:
+            del self._named[key]
+        self._pod_ids.pop(pod, None)
+        waiting = self._waiting_for_name.get(key)
+        if waiting:
+            self._env.at(self._env.now, self._create, *waiting.pop(0), True)
+            if not waiting:
+                del self._waiting_for_name[key]
 
     def _feed(self, i: int) -> None:
         """Commit workload write ``i`` and schedule the next one at its recorded time."""
@@ -299,7 +319,7 @@ class Simulation:
         if kind == WriteKind.POD_CREATE:
             self._create(int(w.pod[i]), row)
         elif kind == WriteKind.POD_DELETE:
-            pod = self._pod_of_incarnation.get(int(w.pod[i]))
+            pod = self._pod_of_incarnation.pop(int(w.pod[i]), None)
             if pod is not None and pod.deleted < 0:
                 self._commit(kind, pod, "workload", row=row, by_model=False)
             elif pod is None:  # deleted before its name was free: it never exists here
@@ -331,12 +351,15 @@ class Simulation:
     def _new_pod(self, incarnation: int) -> Pod:
         w = self._workload
         r = w.request[incarnation]
-        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation],
-                  (int(r[0]), int(r[1]), int(r[2])), created=self.now,
-                  run_us=int(w.run_us[incarnation]), scheduler_name=w.scheduler_name[incarnation],
+        request = (int(r[0]), int(r[1]), int(r[2]))
+        request = self._requests.setdefault(request, request)  # one tuple per distinct request
+        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation], request,
+                  created=self.now, run_us=int(w.run_us[incarnation]),
+                  scheduler_name=w.scheduler_name[incarnation],
                   group=w.group[incarnation], priority=int(w.priority[incarnation]))
         self._pods.append(pod)
-        self._pod_of_incarnation[incarnation] = pod
+        if self._deleted_by_workload[incarnation]:
+            self._pod_of_incarnation[incarnation] = pod
         return pod
 
     def _end_of_run(self, pod: Pod) -> None:
