@@ -6,7 +6,8 @@
 ``run_replay`` reads a trace, picks the model and its watchers, replays, writes the run directory
 and derives its tables.  This is the only layer that changes the calling process beyond its own
 objects: while a replay runs, glibc's malloc keeps freed memory for reuse
-(``_reusing_freed_memory``), and gives it back afterwards.
+(``_reusing_freed_memory``), gives what it holds free back between table parts at most every few
+seconds (``_giving_back``), and gives it all back afterwards.
 """
 
 from __future__ import annotations

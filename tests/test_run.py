@@ -274,3 +274,23 @@ def test_wide_encoder_batches_write_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr("replay.engine.rundir._batch_size", lambda part: None)
     for name, table in (("deliveries", deliveries), ("names", names)):
         assert _write_file(tmp_path / f"{name}.parquet", table) == wide[name], name
+
+
+def test_freed_memory_goes_back_between_table_parts_at_most_every_few_seconds(monkeypatch):
+    """A what-if replay's freed memory lies in holes that glibc never trims by itself: after a
+    part has been taken, ``malloc_trim`` gives it back, unless it did so less than
+    GIVE_BACK_EVERY_S ago (an observe replay's parts come too close together)."""
+    import replay.api as api
+    trims: list[int] = []
+
+    class Libc:
+        def malloc_trim(self, pad: int) -> None:
+            trims.append(pad)
+
+    monkeypatch.setattr(api, "_libc", lambda: Libc())
+    parts = [("deliveries", 1), ("deliveries", 2), ("events", 3)]
+    monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 0.0)
+    assert list(api._giving_back(iter(parts))) == parts and trims == [0, 0, 0]
+    trims.clear()
+    monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 3600.0)
+    assert list(api._giving_back(iter(parts))) == parts and trims == []
