@@ -150,6 +150,21 @@ def test_timers_cancel_and_the_core_steps_like_simpy():
         env.at(1, fired.append, "past")
 
 
+def test_cancelled_timers_are_swept_out_and_the_others_fire_in_order():
+    from replay.engine.core import SWEEP_AT_LEAST, Environment
+    env, fired = Environment(0), []
+    count = 3 * SWEEP_AT_LEAST
+    timers = [env.at(t % 97, fired.append, t) for t in range(count)]  # many due at one time
+    for t, timer in enumerate(timers):
+        if t % 3:
+            timer.cancel()
+            timer.cancel()  # (twice: counted once)
+    assert len(env) <= count // 3 + SWEEP_AT_LEAST  # not all 2/3 still queued
+    env.run()
+    assert fired == [t for t in sorted(range(count), key=lambda t: (t % 97, t)) if t % 3 == 0]
+    assert len(env) == 0 and env._cancelled == 0
+
+
 def test_models_import_nothing_of_the_engine_but_the_api():
     """The same rule for every file under replay/models, Path by Path (a new file is checked)."""
     for path in Path(MODELS).glob("*.py"):

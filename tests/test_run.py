@@ -300,3 +300,23 @@ def test_a_table_file_queues_at_most_ahead_parts(tmp_path, monkeypatch):
     adder.join(timeout=10)
     file.close()
     assert len(added) == 5 and written == [1] * 5
+
+
+def test_freed_memory_goes_back_between_table_parts_at_most_every_few_seconds(monkeypatch):
+    """A what-if replay's freed memory lies in holes that glibc never trims by itself: after a
+    part has been taken, ``malloc_trim`` gives it back, unless it did so less than
+    GIVE_BACK_EVERY_S ago (an observe replay's parts come too close together)."""
+    import replay.api as api
+    trims: list[int] = []
+
+    class Libc:
+        def malloc_trim(self, pad: int) -> None:
+            trims.append(pad)
+
+    monkeypatch.setattr(api, "_libc", lambda: Libc())
+    parts = [("deliveries", 1), ("deliveries", 2), ("events", 3)]
+    monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 0.0)
+    assert list(api._giving_back(iter(parts))) == parts and trims == [0, 0, 0]
+    trims.clear()
+    monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 3600.0)
+    assert list(api._giving_back(iter(parts))) == parts and trims == []

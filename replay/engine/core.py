@@ -18,14 +18,16 @@ from typing import Any
 class Timer:
     """A callback due at ``time``; ``cancel()`` it before then and it never runs."""
 
-    __slots__ = ("time", "callback", "args", "cancelled", "fired")
+    __slots__ = ("time", "callback", "args", "cancelled", "fired", "_env")
 
-    def __init__(self, time: int, callback: Callable[..., Any], args: tuple[Any, ...]):
+    def __init__(self, time: int, callback: Callable[..., Any], args: tuple[Any, ...],
+                 env: Environment):
         self.time = time
         self.callback = callback
         self.args = args
         self.cancelled = False
         self.fired = False
+        self._env = env
 
     @property
     def pending(self) -> bool:
@@ -34,12 +36,21 @@ class Timer:
 
     def cancel(self) -> None:
         """Make sure the callback does not run (nothing happens if it already has)."""
-        self.cancelled = True
+        if not (self.cancelled or self.fired):
+            self.cancelled = True
+            self._env._cancelled_one()
 
 
 # A queue entry: due time, order set, callback, its arguments, and its Timer (None: a call the
 # engine never cancels, which needs no Timer)
 _Entry = tuple[int, int, Callable[..., Any], tuple[Any, ...], "Timer | None"]
+
+
+# Cancelled timers are swept out of the queue once they are more than half of it, and at least
+# this many: a timer cancelled long before it is due (an assumption's time to live, 15 minutes,
+# confirmed within a second) would otherwise stay queued until then, hundreds of thousands of
+# them in a large replay
+SWEEP_AT_LEAST = 1 << 12
 
 
 class Environment:
@@ -49,13 +60,14 @@ class Environment:
         self.now = start
         self._queue: list[_Entry] = []
         self._order = 0
+        self._cancelled = 0  # cancelled timers still in the queue
 
     def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` at ``time`` (never earlier than now)."""
         if time < self.now:
             raise ValueError(f"cannot schedule at {time}, before now ({self.now})")
         self._order += 1
-        timer = Timer(time, callback, args)
+        timer = Timer(time, callback, args, self)
         heapq.heappush(self._queue, (time, self._order, callback, args, timer))
         return timer
 
@@ -76,6 +88,7 @@ class Environment:
         queue = self._queue
         while queue and (timer := queue[0][4]) is not None and timer.cancelled:
             heapq.heappop(queue)
+            self._cancelled -= 1
         return queue[0][0] if queue else None
 
     def step(self) -> bool:
@@ -85,6 +98,7 @@ class Environment:
             time, _, callback, args, timer = heapq.heappop(queue)
             if timer is not None:
                 if timer.cancelled:
+                    self._cancelled -= 1
                     continue
                 timer.fired = True
             self.now = time
@@ -107,6 +121,7 @@ class Environment:
             pop(queue)
             if timer is not None:
                 if timer.cancelled:
+                    self._cancelled -= 1
                     continue
                 timer.fired = True
             self.now = time
@@ -118,6 +133,17 @@ class Environment:
             self.now = until
         return False
 
+    def _cancelled_one(self) -> None:
+        """A timer in the queue was cancelled: sweep the cancelled ones out once they are most of
+        it (in place: ``run`` holds the list).  The queue is ordered by (due time, order set),
+        which no two entries share, so what fires, and when, does not change."""
+        self._cancelled += 1
+        queue = self._queue
+        if self._cancelled >= SWEEP_AT_LEAST and 2 * self._cancelled > len(queue):
+            queue[:] = [entry for entry in queue if entry[4] is None or not entry[4].cancelled]
+            heapq.heapify(queue)
+            self._cancelled = 0
+
     def __len__(self) -> int:
-        """Timers still set (cancelled ones included until they come up)."""
+        """Timers still set (cancelled ones included until they come up or are swept out)."""
         return len(self._queue)

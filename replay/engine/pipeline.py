@@ -252,7 +252,9 @@ class _Resource:
         # cached time and rv of each event, in rv order (typed arrays: a list of ints costs 40
         # bytes a write, 8 here, and a large replay has millions of writes)
         self.window_cached, self.window_rv = array("q"), array("q")
-        self.objects: dict[int, tuple[bool, list[_Watch]]] = {}  # key -> (alive, its watches)
+        # each object that exists: key -> its watches (a deleted one is dropped: a list no
+        # longer holds it, and a large replay deletes millions)
+        self.objects: dict[int, list[_Watch]] = {}
 
     def keeps(self, rv: int, at: int) -> bool:
         """Whether a watch from ``rv`` can start at ``at``: the window (the last ``capacity``
@@ -446,8 +448,7 @@ class _Watch:
         version = engine.last_rv_before(now)
         last = bisect_right(resource.window_rv, version) - 1
         start = max(now, resource.window_cached[last]) if last >= 0 else now
-        listed = sorted(key for key, (alive, watches) in resource.objects.items()
-                        if alive and self in watches)
+        listed = sorted(key for key, watches in resource.objects.items() if self in watches)
         served = start + self.list_draws.take() * len(listed)
         gone = sorted(self.known.difference(listed))
         number = len(engine.relists)
@@ -673,7 +674,10 @@ class _Engine:
                 out.append((watch.watcher, rv, payload, sent, received, dequeued, applied,
                             Source.WATCH, False))
             self.pending = pending if pending is not None else []
-        resource.objects[key] = (not deleted, targets)
+        if deleted:
+            resource.objects.pop(key, None)
+        else:
+            resource.objects[key] = targets
         return cached, dispatched
 
     def _blocking_step(self, rv: int, resource: _Resource, key: int, deleted: bool,

@@ -93,9 +93,16 @@ class Simulation:
         self._sinks: list[_Sink] | None = None
         self._targets: dict[tuple[str, int], tuple[list[int], Watches]] = {}
         self._pods: list[Pod] = []
+        self._requests: dict[Request, Request] = {}
+        # the incarnations the workload deletes at their recorded time, created and not yet
+        # deleted by it (the workload's delete is the only lookup)
         self._pod_of_incarnation: dict[int, Pod] = {}
+        w = self._workload
+        self._deleted_by_workload = np.zeros(len(w.name), dtype=bool)
+        self._deleted_by_workload[w.pod[(w.kind == WriteKind.POD_DELETE) & (w.pod >= 0)]] = True
         # Incarnations created again under a name whose previous incarnation still exists here
-        # (it started later than recorded, so it ends later): each waits for the name, in order
+        # (it started later than recorded, so it ends later): each waits for the name, in order;
+        # ``_named`` holds each name's incarnation that exists
         self._named: dict[str, Pod] = {}
         self._waiting_for_name: dict[str, list[tuple[int, int]]] = {}
         self._attempts: list[Attempt] = []
@@ -288,9 +295,22 @@ class Simulation:
         if kind == WriteKind.POD_BIND and pod is not None and pod.run_us != NEVER:
             self._env.at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
-        if kind == WriteKind.POD_DELETE and pod is not None and self._waiting_for_name.get(pod.key):
-            self._env.at(now, self._create, *self._waiting_for_name[pod.key].pop(0), True)
+        if kind == WriteKind.POD_DELETE and pod is not None:
+            self._name_freed(pod)
         return write
+
+    def _name_freed(self, pod: Pod) -> None:
+        """``pod`` is deleted: its name is free for the next incarnation waiting for it, and the
+        engine forgets what it kept to find the pod by its name or its object."""
+        key = pod.key
+        if self._named.get(key) is pod:
+            del self._named[key]
+        self._pod_ids.pop(pod, None)
+        waiting = self._waiting_for_name.get(key)
+        if waiting:
+            self._env.at(self._env.now, self._create, *waiting.pop(0), True)
+            if not waiting:
+                del self._waiting_for_name[key]
 
     def _feed(self, i: int) -> None:
         """Commit workload write ``i`` and schedule the next one at its recorded time."""
@@ -299,7 +319,7 @@ class Simulation:
         if kind == WriteKind.POD_CREATE:
             self._create(int(w.pod[i]), row)
         elif kind == WriteKind.POD_DELETE:
-            pod = self._pod_of_incarnation.get(int(w.pod[i]))
+            pod = self._pod_of_incarnation.pop(int(w.pod[i]), None)
             if pod is not None and pod.deleted < 0:
                 self._commit(kind, pod, "workload", row=row, by_model=False)
             elif pod is None:  # deleted before its name was free: it never exists here
@@ -331,12 +351,15 @@ class Simulation:
     def _new_pod(self, incarnation: int) -> Pod:
         w = self._workload
         r = w.request[incarnation]
-        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation],
-                  (int(r[0]), int(r[1]), int(r[2])), created=self.now,
-                  run_us=int(w.run_us[incarnation]), scheduler_name=w.scheduler_name[incarnation],
+        request = (int(r[0]), int(r[1]), int(r[2]))
+        request = self._requests.setdefault(request, request)  # one tuple per distinct request
+        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation], request,
+                  created=self.now, run_us=int(w.run_us[incarnation]),
+                  scheduler_name=w.scheduler_name[incarnation],
                   group=w.group[incarnation], priority=int(w.priority[incarnation]))
         self._pods.append(pod)
-        self._pod_of_incarnation[incarnation] = pod
+        if self._deleted_by_workload[incarnation]:
+            self._pod_of_incarnation[incarnation] = pod
         return pod
 
     def _end_of_run(self, pod: Pod) -> None:
@@ -548,36 +571,44 @@ class Simulation:
         log = self._log
         kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8)[part])
         row = np.frombuffer(log.row, dtype=np.int64)[part]
-        pod = _index(np.frombuffer(log.pod, dtype=np.int64)[part])
-        node = np.frombuffer(log.node, dtype=np.int64)[part]
-        creates = (kind == WriteKind.POD_CREATE).to_numpy()
-        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
-        described = pl.DataFrame({
-            **{c: kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
-                                  return_dtype=pl.String)
-               for i, c in enumerate(("verb", "resource", "subresource"))},
-            **{c: pods[c].gather(pod) for c in ("namespace", "name")},
-            "node": nodes.gather(_index(np.where(places, node, -1))),
-            **{c: pl.Series(requests[:, i]).gather(_index(np.where(creates, pod.fill_null(-1), -1)))
-               for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli"))},
-            "code": np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32),
-            "component": pl.Series(log.component[part], dtype=pl.String),
-        })
-        recorded = self._trace.select(described.columns)[np.maximum(row, 0)]
-        from_trace = pl.Series(row >= 0)
+        from_trace, recorded = pl.Series(row >= 0), np.maximum(row, 0)
         return pl.DataFrame({
             "rv": np.arange(part.start + 1, part.stop + 1, dtype=np.int64),
             "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)[part]).cast(TS),
-        }).with_columns(
-            *(pl.when(from_trace).then(recorded[c]).otherwise(described[c]).alias(c)
-              for c in described.columns),
-            origin=pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part] == 1))
-            .then(pl.lit("model")).otherwise(pl.lit("trace")),
-            attempt_id=pl.Series(np.frombuffer(log.attempt, dtype=np.int64)[part])
+            # one column at a time: its recorded and described values, then the one it keeps
+            **{c: pl.select(pl.when(from_trace).then(self._trace[c].gather(recorded))
+                            .otherwise(described).alias(c)).to_series()
+               for c, described in self._described(part, kind, pods, requests, nodes)},
+            "origin": pl.select(pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part]
+                                                  == 1))
+                                .then(pl.lit("model")).otherwise(pl.lit("trace"))).to_series(),
+            "attempt_id": pl.Series(np.frombuffer(log.attempt, dtype=np.int64)[part])
             .replace(0, None),
-            pod_state=kind.replace_strict({k.value: k.pod_state for k in WriteKind},
-                                          return_dtype=pl.String),
-        )
+            "pod_state": kind.replace_strict({k.value: k.pod_state for k in WriteKind},
+                                             return_dtype=pl.String),
+        })
+
+    def _described(self, part: slice, kind: pl.Series, pods: dict[str, pl.Series],
+                   requests: np.ndarray, nodes: pl.Series) -> Iterator[tuple[str, pl.Series]]:
+        """The events' columns as a model's write describes them (from its kind, pod and node),
+        one at a time, each made when it is asked for: a part's columns cost hundreds of bytes
+        a row while they all exist at once."""
+        log = self._log
+        pod = _index(np.frombuffer(log.pod, dtype=np.int64)[part])
+        node = np.frombuffer(log.node, dtype=np.int64)[part]
+        for i, c in enumerate(("verb", "resource", "subresource")):
+            yield c, kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
+                                         return_dtype=pl.String)
+        for c in ("namespace", "name"):
+            yield c, pods[c].gather(pod)
+        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
+        yield "node", nodes.gather(_index(np.where(places, node, -1)))
+        creates = (kind == WriteKind.POD_CREATE).to_numpy()
+        created = _index(np.where(creates, pod.fill_null(-1), -1))
+        for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli")):
+            yield c, pl.Series(requests[:, i]).gather(created)
+        yield "code", pl.Series(np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32))
+        yield "component", pl.Series(log.component[part], dtype=pl.String)
 
     def _attempts_table(self) -> pl.DataFrame:
         nodes = self._workload.node_names

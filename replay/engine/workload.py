@@ -87,12 +87,19 @@ class Workload:
         return cls(
             node_names=names, row=rows, ts=ts[rows], kind=kind[rows], node=node_of_row,
             pod=pod_of_row, alloc=alloc,
-            namespace=pods["namespace"].to_list(), name=pods["name"].to_list(),
+            namespace=_shared(pods["namespace"]), name=pods["name"].to_list(),
             request=pods.select("cpu_milli", "memory_bytes", "gpu_milli").to_numpy().astype(np.int64),
-            run_us=run_us, scheduler_name=pods["scheduler_name"].to_list(),
-            group=pods["group"].to_list(), priority=pods["priority"].to_numpy(),
+            run_us=run_us, scheduler_name=_shared(pods["scheduler_name"]),
+            group=_shared(pods["group"]), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
         )
+
+
+def _shared(values: pl.Series) -> list[str | None]:
+    """The values as a list in which equal strings are one object: a namespace or a scheduler
+    name repeats for every pod (a copy each would be 60 bytes a pod)."""
+    seen: dict[str | None, str | None] = {}
+    return [seen.setdefault(value, value) for value in values.to_list()]
 
 
 def node_names(trace: pl.DataFrame) -> list[str]:
