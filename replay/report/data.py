@@ -35,10 +35,10 @@ QUERIES = (
     "watch_health",
 )
 # Queries run this many at a time, each on its own cursor.  Part of a query runs on one core
-# only (DuckDB selects the quantiles of a group in one thread: 4.8 of delay_cdf's 6.5 CPU s at
+# only (DuckDB selects the quantiles of a group in one thread: a third of delay_cdf's time at
 # 1M pods), and on 2 cores another query keeps the other core busy meanwhile.  Each query
 # holds its own aggregates' states (per_component_delay: every delivery's seven delays, 1.5 GB
-# at 1M pods), so the peak memory is at most that of the two largest.
+# at 1M pods), so the peak memory is that of the two largest.
 SIDE_BY_SIDE = 2
 RUN_COLUMNS = ("run", "model", "seed", "profile", "trace")  # the runs view's; then parameters
 
