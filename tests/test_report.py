@@ -8,8 +8,6 @@ when the extra is installed; tests/test_report_browser.py opens the page in Chro
 from __future__ import annotations
 
 import datetime as dt
-import os
-import subprocess
 import sys
 
 import polars as pl
@@ -19,7 +17,7 @@ from test_queries import sample_prefix
 from replay.api import run_replay
 from replay.engine.config import load_config
 from replay.errors import ReplayError
-from replay.report import build_page, data, write_report
+from replay.report import build_page, write_report
 from replay.report.data import QUERIES
 from replay.report.figures import Mark
 from replay.report.sections import swept_parameters
@@ -200,37 +198,6 @@ def test_headline_fits_a_terminal(cli, runs):
     assert len(kubelet_rows) == 4 and "│ ALL " in kubelet_rows[-1]
     assert f"replay query {runs[0]} stale_capacity_summary" in capacity
     assert len(result.out.splitlines()) < 70
-
-
-def test_side_by_side_the_answers_are_those_of_one_query_at_a_time(runs, monkeypatch):
-    """The report runs its queries on several cursors at once; each answer is the one the
-    query gives alone, rows in the same order."""
-    together = data.load([str(r) for r in runs])
-    monkeypatch.setattr(data, "SIDE_BY_SIDE", 1)
-    alone = data.load([str(r) for r in runs])
-    assert list(together.answers) == list(alone.answers) == list(QUERIES)
-    for name, answer in together.answers.items():
-        assert answer.equals(alone.answers[name], null_equal=True), name
-        assert answer.schema == alone.answers[name].schema, name
-
-
-def test_a_query_that_fails_side_by_side_is_named(runs):
-    with pytest.raises(ReplayError, match="no query named 'no_such_query'"):
-        data.load([str(runs[0])], queries=["per_component_delay", "no_such_query"])
-
-
-def test_times_are_utc_on_every_cursor_whatever_the_machine_zone(runs):
-    """DuckDB takes a new connection's time zone from the machine: the cursors the queries run
-    on must show times in UTC as the first connection does (a minute is the same minute)."""
-    script = f"""
-from replay.report import data
-answer = data.load([{str(runs[0])!r}], queries=["per_component_delay_timeline"])
-print(answer.answer("per_component_delay_timeline").schema["minute"])
-"""
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          env=os.environ | {"TZ": "America/New_York"})
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "Datetime(time_unit='us', time_zone='UTC')"
 
 
 def test_the_report_reads_only_shipped_queries():

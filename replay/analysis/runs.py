@@ -86,10 +86,9 @@ def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False
 
     Each run is verified, in full with ``verify``.  ``settings`` are DuckDB settings to make
     before the configuration is locked (``temp_directory``, ``memory_limit``).  Times are shown
-    in UTC whatever the machine's time zone, so output is the same everywhere (on its
-    ``cursor``s too: the setting is the database's, not only this connection's)."""
+    in UTC whatever the machine's time zone, so output is the same everywhere."""
     con = interruptible(duckdb.connect())
-    con.execute("SET GLOBAL TimeZone = 'UTC'")
+    con.execute("SET TimeZone = 'UTC'")
     for name, value in (settings or {}).items():
         con.execute(f"SET {name} = ?", [value])
     point_at(con, run_dirs, derived, verify=verify)
@@ -97,16 +96,6 @@ def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False
         con.execute(views_sql(derived))
     sandbox(con, run_dirs)
     return con
-
-
-def cursor(con: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnection:
-    """Another connection to ``con``'s database (its views, settings and sandbox), pointed at
-    the same runs: one per thread, to run queries side by side (a connection runs one query at
-    a time).  Query parameters are not copied: ``run_query`` sets them."""
-    [(runs,)] = con.execute(f"SELECT getvariable('{RUNS_VARIABLE}')").fetchall()
-    other = interruptible(con.cursor())
-    other.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [runs])
-    return other
 
 
 def sandbox(con: duckdb.DuckDBPyConnection, run_dirs: list[str]) -> None:

@@ -8,38 +8,29 @@ is one that ``replay query RUN_DIR NAME`` prints.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import polars as pl
 
 from replay.analysis.catalog import load_query
-from replay.analysis.runs import PARAMETERS, cursor, duckdb_errors, open_runs, run_query
+from replay.analysis.runs import PARAMETERS, duckdb_errors, open_runs, run_query
 from replay.progress import progress
 
-# The queries a report reads (the sections read them by name), the slowest first: they start
-# first, so that the quick ones fill the gaps at the end.
+# The queries a report reads, in the order its sections read them.
 QUERIES = (
     "per_component_delay",
     "delay_cdf",
-    "stale_capacity_by_role",
     "per_component_delay_timeline",
-    "stale_capacity_timeline",
-    "stale_capacity_durations",
-    "stale_capacity_by_node",
-    "conflict_rate_by_lag",
     "conflict_rate",
+    "conflict_rate_by_lag",
+    "stale_capacity_by_role",
+    "stale_capacity_timeline",
+    "stale_capacity_by_node",
+    "stale_capacity_durations",
     "watch_health",
 )
-# Queries run this many at a time, each on its own cursor.  Part of a query runs on one core
-# only (DuckDB selects the quantiles of a group in one thread: a third of delay_cdf's time at
-# 1M pods), and on 2 cores another query keeps the other core busy meanwhile.  Each query
-# holds its own aggregates' states (per_component_delay: every delivery's seven delays, 1.5 GB
-# at 1M pods), so the peak memory is that of the two largest.
-SIDE_BY_SIDE = 2
 RUN_COLUMNS = ("run", "model", "seed", "profile", "trace")  # the runs view's; then parameters
 
 
@@ -70,35 +61,18 @@ def load(run_dirs: Sequence[str], variables: Mapping[str, Any] | None = None,
     ``to_ts``; unset ones are null)."""
     given = {name: None for name in PARAMETERS} | dict(variables or {})
     con = open_runs(list(run_dirs))
-    answers = _answers(con, queries, given)
+    answers = {}
+    with progress(len(queries), "report", unit="query") as bar:
+        for name in queries:
+            bar.set_postfix_str(name)
+            query = load_query(name)
+            with duckdb_errors(query.name):
+                answers[name] = run_query(con, query, given).pl()
+            bar.update()
     with duckdb_errors("queries/views.sql: runs"):
         runs = con.table("runs").pl()
     return ReportData(_in_given_order(runs, run_dirs), answers,
                       {k: v for k, v in given.items() if v is not None})
-
-
-def _answers(con: duckdb.DuckDBPyConnection, queries: Sequence[str],
-             variables: Mapping[str, Any]) -> dict[str, pl.DataFrame]:
-    """Each query's answer, ``SIDE_BY_SIDE`` queries at a time (in ``queries``' order)."""
-    pool = ThreadPoolExecutor(SIDE_BY_SIDE, thread_name_prefix="replay-report")
-    try:
-        running = {pool.submit(_answer, cursor(con), name, variables): name for name in queries}
-        with progress(len(queries), "report", unit="query") as bar:
-            for done in as_completed(running):
-                bar.set_postfix_str(running[done])
-                bar.update()
-                done.result()  # its error, at once
-        return {name: done.result() for done, name in running.items()}
-    finally:
-        pool.shutdown(cancel_futures=True)
-
-
-def _answer(con: duckdb.DuckDBPyConnection, name: str,
-            variables: Mapping[str, Any]) -> pl.DataFrame:
-    """The answer of the shipped query ``name`` on ``con``, which is closed then."""
-    query = load_query(name)
-    with con, duckdb_errors(query.name):
-        return run_query(con, query, variables).pl()
 
 
 def _parameters(row: dict[str, Any]) -> dict[str, Any]:
