@@ -11,7 +11,8 @@ scenarios, in order: ``synth``; ``ingest`` (of a log ``make_audit_log.py`` write
 timed); ``observe`` (Gödel's five watchers, ``godel-watchers.toml``); the what-if models
 ``whatif-godel``, ``whatif-kube``, ``whatif-omega``, ``whatif-peer``; ``derive-observe`` and
 ``derive-godel`` (``replay derive`` on the observe run and on the Gödel what-if run); ``queries``
-(every shipped query, on both runs); ``simpy`` (the SimPy baseline, checked equal to replay
+(every shipped query, on both runs); ``report`` (``replay report`` of the Gödel what-if run, the
+page's bytes as ``page_bytes``); ``simpy`` (the SimPy baseline, checked equal to replay
 on the observe trace, then timed, and the ratio).  The traces are synthesized before the first
 repetition, not timed.
 
@@ -112,6 +113,11 @@ def scenarios(scale: float) -> list[Scenario]:
         "queries", "every shipped query on the observe run and on the Gödel what-if run",
         lambda w: script("queries.py", w / "observe-run", w / "whatif-godel"),
         "wall_s"))
+    out.append(Scenario(
+        "report", "replay report of the Gödel what-if run: its ten queries, then the page",
+        lambda w: [sys.executable, "-m", "replay", "report", str(w / "whatif-godel"), "--out",
+                   str(w / "report.html")],
+        "wall_s", after=lambda w, figures: {"page_bytes": (w / "report.html").stat().st_size}))
     out.append(Scenario(
         "simpy", "the observe pipeline in SimPy, checked equal to replay, then both timed",
         lambda w: script("simpy_baseline.py", big_trace(pods, nodes), "--config",
@@ -264,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3,
                         help="run the whole list this many times (default 3): median and range")
     parser.add_argument("--only", nargs="+", choices=names, metavar="SCENARIO",
-                        help="these scenarios only (queries need observe and whatif-godel)")
+                        help="these scenarios only (queries need observe and whatif-godel, "
+                             "report whatif-godel)")
     parser.add_argument("--work", type=Path, help="keep inputs, runs and logs here")
     parser.add_argument("--markdown", type=Path, default=HERE / "RESULTS.md",
                         help="the results table (default benchmarks/RESULTS.md)")
