@@ -103,8 +103,11 @@ WITH pod_steps AS (
     FROM tracked
     JOIN rules ON step = answer_step
     WHERE at_ts IS NOT NULL
-), pod_pairs AS (
-    SELECT run, component, reaction, watcher_role,
+), first_answers AS (
+    -- each trigger with its first answer per component, grouped by the rule's number rather than
+    -- its reaction's and role's names, which are joined after (7% less CPU time on the 1M-pod
+    -- what-if run)
+    SELECT run, component, rule,
            CASE WHEN rule = 2 THEN 'kubelet/' || coalesce(trigger.node, node) ELSE component END
                AS watcher,
            trigger.rv AS trigger_rv, trigger.at_ts AS trigger_ts, min(at_ts) AS answer_ts
@@ -112,6 +115,10 @@ WITH pod_steps AS (
     WHERE trigger.at_ts >= created_at
       AND (rule <> 2 OR trigger.node IS NULL OR node IS NULL OR trigger.node = node)
     GROUP BY ALL
+), pod_pairs AS (
+    SELECT run, component, reaction, watcher_role, watcher, trigger_rv, trigger_ts, answer_ts
+    FROM first_answers
+    JOIN rules USING (rule)
 ), owner_triggers AS (
     -- writes of a controller's owner object that change what it wants
     SELECT run, rv, commit_ts AS at_ts, namespace, name AS owner, resource AS owner_resource

@@ -31,6 +31,7 @@ SELECT run, watcher, node, resource, start_ts, end_ts,
        gap_max AS blind_max,
        gap_seconds AS blind_integral,
        wasted
-FROM capacity_windows
+FROM stored_rows('capacity_windows')
 WHERE kind = 'stale' AND in_time_window(start_ts) AND watcher_selected(watcher)
-ORDER BY run, watcher, node, resource, start_ts;
+-- by run, watcher, node, resource and start_ts, as stored (views.sql, stored_rows)
+ORDER BY run_place, row_place;
