@@ -27,7 +27,7 @@ def test_integrals_are_exact_beyond_64_bits():
     hi = np.array([0, 0, 1], dtype=np.int64)
     lo = np.array([0, 2**64 - 1, 2**64 - 2], dtype=np.uint64)
     start = [int(h) * 2**64 + int(low) for h, low in zip(hi, lo)]
-    windows._mul_add128(a, b, hi, lo)
+    windows.mul_add128(a, b, hi, lo)
     assert [int(h) * 2**64 + int(low) for h, low in zip(hi, lo)] == [
         s + int(x) * int(y) for s, x, y in zip(start, a, b)]
 

@@ -26,7 +26,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from replay.analysis.windows import RESOURCES, Part, Sweep, _mul_add128
+from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128
 
 BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for a sorted result
 UNITS = np.array([{"cpu": 1000.0, "memory": 1073741824.0, "gpu": 1000.0}[r] for r in RESOURCES])
@@ -112,7 +112,7 @@ def _part_rows(part: Part, nodes: int, first: int, shift: int, wasted: Marks,
     hi = np.concatenate([np.zeros(lone.num_rows, np.int64), _column(merged, "gap_hi")])
     lo = np.concatenate([np.zeros(lone.num_rows, np.uint64), _column(merged, "gap_lo")])
     lone_rows = slice(0, lone.num_rows)
-    _mul_add128(cols["gap_max"][lone_rows],
+    mul_add128(cols["gap_max"][lone_rows],
                 cols["end_ts"][lone_rows] - cols["start_ts"][lone_rows],
                 hi[lone_rows], lo[lone_rows])
     keys = _keys(part.pairs, cols["viewer_id"] * nodes + cols["node_id"], cols["resource"],

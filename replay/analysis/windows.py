@@ -489,7 +489,7 @@ def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
 
 
 @numba.njit(cache=True)
-def _mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
+def mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
     """``hi * 2**64 + lo += a[i] * b[i]`` for non-negative int64 ``a`` and ``b``, exactly."""
     mask = np.uint64(0xFFFFFFFF)
     for i in range(len(a)):
@@ -607,7 +607,7 @@ def _sweep_kernel(pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - com
             one_b[0] = end - i_ts[i]
             one_hi[0] = w_hi[w]
             one_lo[0] = w_lo[w]
-            _mul_add128(one, one_b, one_hi, one_lo)
+            mul_add128(one, one_b, one_hi, one_lo)
             w_hi[w] = one_hi[0]
             w_lo[w] = one_lo[0]
             if gap[r] < 0:
