@@ -34,6 +34,8 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from replay.arrays import lex_order
+
 # the expressions this module computes: from the lags to the windows
 SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_windows", "points",
          "instants", "stepped", "merged_segments", "windows", "stale_segments")
@@ -243,8 +245,9 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     at = np.minimum(np.searchsorted(change_key, wanted), max(len(change_key) - 1, 0))
     hit = change_key[at] == wanted
     change = by_key[at]
-    hit &= (~viewers["only_one"][viewer]
-            | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
+    if viewers["only_one"].any():  # a kubelet receives its node's changes only
+        hit &= (~viewers["only_one"][viewer]
+                | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
     rows = np.flatnonzero(hit)
     viewer, change = viewer[rows], change[rows]
     # in the sweep's order, by viewer, node and rv: a change received twice shows as a repeat
@@ -256,14 +259,14 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     del key
     rows, viewer, change = rows[order], viewer[order], change[order]
     del order
-    applied, missed = deliveries["applied_us"][rows], deliveries["missed"][rows]
+    applied = deliveries["applied_us"][rows]  # every delivery was applied (checked above)
     del deliveries, rows
     watcher = viewers["watcher_code"][viewer]
-    folds = ((changes["folds_code"][change] == watcher) & ~missed
+    folds = ((changes["folds_code"][change] == watcher)
              & (changes["assumed_until_us"][change] >= applied))
     return Lags(changes, {
         "viewer_id": (viewer + 1).astype(np.int32), "change": change.astype(np.int32),
-        "applied_us": applied, "missed": missed,
+        "applied_us": applied, "missed": np.zeros(len(viewer), dtype=bool),
         "view_us": np.where(folds, changes["commit_us"][change], applied),
         "own": changes["assumed_code"][change] == watcher,
         "from_missed": np.zeros(len(viewer), dtype=bool)})
@@ -475,7 +478,7 @@ def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
     at_end = np.concatenate([np.zeros(len(rows), dtype=bool), cols.at("missed", entered),
                              np.zeros(len(held_pair), dtype=bool),
                              held_cols["at_end"].astype(bool)])
-    order = np.lexsort((ts, point_pair))
+    order = lex_order((ts, point_pair))
     out = _sweep_kernel(point_pair[order], ts[order], rv[order],
                         np.stack([g[order] for g in gaps]), np.stack([t[order] for t in truths]),
                         at_end[order])
