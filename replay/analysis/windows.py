@@ -34,6 +34,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from replay.analysis.changes import CLASS
 from replay.arrays import lex_order
 
 # the expressions this module computes: from the lags to the windows
@@ -42,7 +43,6 @@ SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_window
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
 SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
 _NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
-_CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false, true: -1, 0, 1
 
 Columns = dict[str, np.ndarray]
 
@@ -203,7 +203,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     viewers = _numpy(con.sql(f"""
         SELECT viewer_id, dense_rank() OVER (ORDER BY watcher) AS watcher_code,
                only_node IS NOT NULL AS only_one, coalesce(nodes.node_id, -1) AS only_node_id,
-               {_CLASS.format("class")} AS class
+               {CLASS.format("class")} AS class
         FROM viewers
         LEFT JOIN nodes ON nodes.run = viewers.run AND nodes.node = viewers.only_node
         ORDER BY viewer_id"""))
@@ -212,7 +212,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     changes = _numpy(con.sql(f"""
         WITH names AS (SELECT DISTINCT watcher, dense_rank() OVER (ORDER BY watcher) AS code
                        FROM viewers)
-        SELECT change_id, {_CLASS.format("class")} AS class, rv, node_id,
+        SELECT change_id, {CLASS.format("class")} AS class, rv, node_id,
                coalesce(previous_rv, -1) AS previous_rv, epoch_us(commit_ts) AS commit_us,
                coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
                cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
