@@ -44,3 +44,11 @@ def test_lex_order_is_numpys_lexsort(rows, bits):
     third = np.array([r[2] for r in rows], dtype=np.int64) >> bits  # 64 - bits wide
     for keys in ((first, second), (third, first, second), (second, third), (first, third)):
         assert lex_order(keys).tolist() == np.lexsort(keys).tolist()
+
+
+def test_lex_order_of_keys_one_bit_too_wide_to_pack():
+    """63 bits of range and a flag: 64 bits, which would overflow the packed integer."""
+    wide = np.array([2**62 - 1, -2**62, 0, 2**62 - 1, -2**62], dtype=np.int64)
+    flag = np.array([True, False, True, False, True])
+    for keys in ((flag, wide), (wide, flag), (flag, wide >> 1)):
+        assert lex_order(keys).tolist() == np.lexsort(keys).tolist()
