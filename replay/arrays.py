@@ -3,11 +3,13 @@
 A FIFO queue's departures are a running maximum (``lindley``); one queue per watcher is the same
 scan restarting at each watcher's first delivery (``Segments``); and the sorts that group millions
 of deliveries by watcher or rows by pod are radix or packed-integer sorts (``stable_order``,
-``stable_sort``) several times faster than numpy's comparison sort.  Nothing here knows about
-traces or watchers: the trace readers and the engine both build on it.
+``stable_sort``, ``lex_order``) several times faster than numpy's comparison sort.  Nothing here
+knows about traces or watchers: the trace readers, the engine and the analysis build on it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -151,3 +153,22 @@ def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(keys, kind="stable")
         ordered = keys[order]
     return order, ordered
+
+
+def lex_order(keys: Sequence[np.ndarray]) -> np.ndarray:
+    """``np.lexsort(keys)`` (the last key the primary one) for integer keys, up to ten times
+    faster: each key less its smallest value takes the bits its range needs in one integer,
+    which ``stable_sort`` orders; ``np.lexsort`` itself where the keys need more than 63 bits
+    together."""
+    if not len(keys[-1]):
+        return np.zeros(0, dtype=np.int64)
+    lows = [int(key.min()) for key in keys]
+    widths = [(int(key.max()) - low).bit_length() for key, low in zip(keys, lows)]
+    if sum(widths) > 63:
+        return np.lexsort(keys)
+    packed = np.zeros(len(keys[-1]), dtype=np.int64)
+    for key, low, width in zip(reversed(keys), reversed(lows), reversed(widths)):
+        packed <<= width
+        packed += key
+        packed -= low
+    return stable_sort(packed)[0]

@@ -8,6 +8,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
+from replay.analysis.changes import changes
 from replay.analysis.claims import capacity_changes
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
@@ -84,6 +85,7 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
     if swept:
         assert sweeps_in_numpy(run_dir)
         claims_are_the_views(run_dir)
+        changes_are_the_sqls(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -112,14 +114,40 @@ def claims_are_the_views(run_dir: Path) -> None:
         con.close()
 
 
+def changes_are_the_sqls(run_dir: Path) -> None:
+    """``replay.analysis.changes`` makes the temporary table ``changes`` with the rows of the
+    SQL's expression, typed alike, numbered 1, 2, ... in another order."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        sql = steps_until(con, "changes")
+        con.execute(f"CREATE TEMPORARY TABLE sql_changes AS {sql}")
+        assert changes(con)
+        ours = con.sql("SELECT * EXCLUDE (change_id) FROM changes ORDER BY ALL")
+        theirs = con.sql("SELECT * EXCLUDE (change_id) FROM sql_changes ORDER BY ALL")
+        assert con.sql("DESCRIBE changes").fetchall() == con.sql("DESCRIBE sql_changes").fetchall()
+        assert ours.fetchall() == theirs.fetchall()
+        ids = con.sql("SELECT change_id FROM changes ORDER BY change_id").fetchnumpy()["change_id"]
+        assert ids.tolist() == list(range(1, len(ids) + 1))
+    finally:
+        con.close()
+
+
+def steps_until(con: duckdb.DuckDBPyConnection, name: str) -> str:
+    """Make the temporary tables of the capacity windows' expressions before ``name`` with
+    their SQL; returns ``name``'s."""
+    steps = split_steps(derived_sql("capacity_windows"))
+    until = [s.name for s in steps].index(name)
+    for step in steps[:until]:
+        con.execute(f"CREATE TEMPORARY TABLE {_quote(step.name)} AS {step.sql}")
+    return steps[until].sql
+
+
 def sweeps_in_numpy(run_dir: Path) -> bool:
     """Whether ``replay derive`` computes the run's capacity windows from ``received`` on in
     numpy, rather than leaving the run to the SQL."""
     con = open_runs([str(run_dir)], derived=False)
     try:
-        steps = split_steps(derived_sql("capacity_windows"))
-        for step in steps[:[s.name for s in steps].index("received")]:
-            con.execute(f"CREATE TEMPORARY TABLE {_quote(step.name)} AS {step.sql}")
+        steps_until(con, "received")
         return windows._received(con, *windows._sizes(con)) is not None
     finally:
         con.close()

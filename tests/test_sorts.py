@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.arrays import stable_order, stable_sort
+from replay.arrays import lex_order, stable_order, stable_sort
 
 int64s = st.integers(-2**63, 2**63 - 1)
 
@@ -33,3 +33,22 @@ def test_stable_order_is_numpys(ids):
     ids = np.array(ids, dtype=np.int64)
     bound = int(ids.max()) + 1 if len(ids) else 1
     assert stable_order(ids, bound).tolist() == np.argsort(ids, kind="stable").tolist()
+
+
+@given(st.lists(st.tuples(st.integers(-3, 3), st.booleans(), int64s), max_size=200),
+       st.integers(0, 62))
+def test_lex_order_is_numpys_lexsort(rows, bits):
+    """Keys that fit in 63 bits together (packed), and keys that do not (numpy's lexsort)."""
+    first = np.array([r[0] for r in rows], dtype=np.int64)
+    second = np.array([r[1] for r in rows], dtype=bool)
+    third = np.array([r[2] for r in rows], dtype=np.int64) >> bits  # 64 - bits wide
+    for keys in ((first, second), (third, first, second), (second, third), (first, third)):
+        assert lex_order(keys).tolist() == np.lexsort(keys).tolist()
+
+
+def test_lex_order_of_keys_one_bit_too_wide_to_pack():
+    """63 bits of range and a flag: 64 bits, which would overflow the packed integer."""
+    wide = np.array([2**62 - 1, -2**62, 0, 2**62 - 1, -2**62], dtype=np.int64)
+    flag = np.array([True, False, True, False, True])
+    for keys in ((flag, wide), (wide, flag), (flag, wide >> 1)):
+        assert lex_order(keys).tolist() == np.lexsort(keys).tolist()

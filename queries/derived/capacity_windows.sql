@@ -45,7 +45,8 @@
 -- joined and ordered by numbers, not names.
 -- `replay derive` computes the expressions from `received` to `windows` (and `stale_segments`)
 -- in numpy instead (replay/analysis/windows.py), and `every_change`'s claims
--- (replay/analysis/claims.py) and the final query (replay/analysis/window_rows.py) too; this
+-- (replay/analysis/claims.py), the window functions of `changes` (replay/analysis/changes.py)
+-- and the final query (replay/analysis/window_rows.py) too; this
 -- file stays the definition, and the tests keep the stored table identical to this query run
 -- whole.
 WITH bounds AS MATERIALIZED (

@@ -19,6 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replay.arrays import lex_order
+
 STEPS = ("binding", "delete", "assumed", "rejected", "failed")  # a step's change, by its code
 
 
@@ -107,7 +109,7 @@ def _claims(w: dict) -> pa.Table:
     takes = np.concatenate([p[2] for p in parts])
     counts_assumed = np.concatenate([p[3] for p in parts])
     # a move both kinds of cache see is one row, for every cache (the SQL's GROUP BY ALL)
-    order = np.lexsort((counts_assumed, takes, node, w["rv"][rows]))
+    order = lex_order((counts_assumed, takes, node, w["rv"][rows]))
     rows, node, takes, counts_assumed = (rows[order], node[order], takes[order],
                                          counts_assumed[order])
     same = np.zeros(len(rows), dtype=bool)

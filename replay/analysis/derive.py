@@ -9,7 +9,8 @@ stays the definition: a derived table is exactly what its file's query returns (
 compare the two), computed one common table expression at a time (``replay.analysis.steps``),
 which takes a third of the memory and three quarters of the time of the query run whole.  The
 capacity windows' costliest expressions are computed in numpy instead, each in a fraction of
-DuckDB's time for it: the claims of ``every_change`` (``replay.analysis.claims``), the sweep,
+DuckDB's time for it: the claims of ``every_change`` (``replay.analysis.claims``), the window
+functions of ``changes`` (``replay.analysis.changes``), the sweep,
 from ``received`` to ``windows`` (``replay.analysis.windows``), and the final query, whose
 result is written from the sweep's order (``replay.analysis.window_rows``).
 """
@@ -163,12 +164,14 @@ def _sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
 def _replace(con: duckdb.DuckDBPyConnection,
              swept: SweepSteps | None) -> Callable[[str], bool]:
     """The step runner's hook for the capacity windows: their claims
-    (``replay.analysis.claims``) and sweep in numpy; none for another table."""
+    (``replay.analysis.claims``), changes (``replay.analysis.changes``) and sweep in numpy;
+    none for another table."""
     if swept is None:
         return lambda step: False
+    from replay.analysis.changes import changes
     from replay.analysis.claims import capacity_changes
     return lambda step: ((step == "every_change" and capacity_changes(con))
-                         or swept.replace(step))
+                         or (step == "changes" and changes(con)) or swept.replace(step))
 
 
 def _final_rows(con: duckdb.DuckDBPyConnection,

@@ -34,13 +34,15 @@ import numba
 import numpy as np
 import pyarrow as pa
 
+from replay.analysis.changes import CLASS
+from replay.arrays import lex_order
+
 # the expressions this module computes: from the lags to the windows
 SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_windows", "points",
          "instants", "stepped", "merged_segments", "windows", "stale_segments")
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
 SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
 _NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
-_CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false, true: -1, 0, 1
 
 Columns = dict[str, np.ndarray]
 
@@ -201,7 +203,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     viewers = _numpy(con.sql(f"""
         SELECT viewer_id, dense_rank() OVER (ORDER BY watcher) AS watcher_code,
                only_node IS NOT NULL AS only_one, coalesce(nodes.node_id, -1) AS only_node_id,
-               {_CLASS.format("class")} AS class
+               {CLASS.format("class")} AS class
         FROM viewers
         LEFT JOIN nodes ON nodes.run = viewers.run AND nodes.node = viewers.only_node
         ORDER BY viewer_id"""))
@@ -210,7 +212,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     changes = _numpy(con.sql(f"""
         WITH names AS (SELECT DISTINCT watcher, dense_rank() OVER (ORDER BY watcher) AS code
                        FROM viewers)
-        SELECT change_id, {_CLASS.format("class")} AS class, rv, node_id,
+        SELECT change_id, {CLASS.format("class")} AS class, rv, node_id,
                coalesce(previous_rv, -1) AS previous_rv, epoch_us(commit_ts) AS commit_us,
                coalesce(epoch_us(next_commit_ts), {_NEVER}) AS next_commit_us,
                cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
@@ -243,8 +245,9 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     at = np.minimum(np.searchsorted(change_key, wanted), max(len(change_key) - 1, 0))
     hit = change_key[at] == wanted
     change = by_key[at]
-    hit &= (~viewers["only_one"][viewer]
-            | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
+    if viewers["only_one"].any():  # a kubelet receives its node's changes only
+        hit &= (~viewers["only_one"][viewer]
+                | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
     rows = np.flatnonzero(hit)
     viewer, change = viewer[rows], change[rows]
     # in the sweep's order, by viewer, node and rv: a change received twice shows as a repeat
@@ -256,14 +259,14 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     del key
     rows, viewer, change = rows[order], viewer[order], change[order]
     del order
-    applied, missed = deliveries["applied_us"][rows], deliveries["missed"][rows]
+    applied = deliveries["applied_us"][rows]  # every delivery was applied (checked above)
     del deliveries, rows
     watcher = viewers["watcher_code"][viewer]
-    folds = ((changes["folds_code"][change] == watcher) & ~missed
+    folds = ((changes["folds_code"][change] == watcher)
              & (changes["assumed_until_us"][change] >= applied))
     return Lags(changes, {
         "viewer_id": (viewer + 1).astype(np.int32), "change": change.astype(np.int32),
-        "applied_us": applied, "missed": missed,
+        "applied_us": applied, "missed": np.zeros(len(viewer), dtype=bool),
         "view_us": np.where(folds, changes["commit_us"][change], applied),
         "own": changes["assumed_code"][change] == watcher,
         "from_missed": np.zeros(len(viewer), dtype=bool)})
@@ -475,7 +478,7 @@ def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
     at_end = np.concatenate([np.zeros(len(rows), dtype=bool), cols.at("missed", entered),
                              np.zeros(len(held_pair), dtype=bool),
                              held_cols["at_end"].astype(bool)])
-    order = np.lexsort((ts, point_pair))
+    order = lex_order((ts, point_pair))
     out = _sweep_kernel(point_pair[order], ts[order], rv[order],
                         np.stack([g[order] for g in gaps]), np.stack([t[order] for t in truths]),
                         at_end[order])

@@ -1,0 +1,109 @@
+"""The ``changes`` expression of ``queries/derived/capacity_windows.sql`` with its window
+functions in numpy, for ``replay derive``.
+
+Why: DuckDB computes each change's truth (a running sum), previous rv and next commit with
+window functions partitioned by node and class over every change: 2.7 s of CPU for the 1M-pod
+observe run, 7 s for the what-if run, whose two classes of cache double the rows and made the
+step spill.  Here the changes are sorted once by node, class and rv (``lex_order``), and the
+sums and neighbours are a cumulative sum and shifts that restart at each node and class.  The
+joins that follow (names, the run's bounds, the attempts) stay SQL, as the file writes them.
+
+The SQL file stays the definition: this makes the temporary table ``changes`` with the SQL's
+columns and types (its ``change_id``s number the changes in another order, which is arbitrary
+in the SQL too: ``row_number() OVER ()``), and the tests compare the two on runs of every
+model.  A connection of several runs, or changes that the window functions would not order
+one way only (two of a node and class with one rv, a null amount), are left to the SQL
+(``changes`` returns False).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from replay.arrays import lex_order, segment_starts
+
+CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false, true: -1, 0, 1
+AMOUNTS = ("cpu_milli", "memory_bytes", "gpu_milli")
+
+
+def changes(con: duckdb.DuckDBPyConnection) -> bool:
+    """Make the temporary table ``changes`` from ``all_changes``, ``nodes``, ``bounds`` and
+    ``attempts`` as the SQL's expression does; False (nothing made) where the SQL must."""
+    if con.sql("SELECT count(*) FROM bounds").fetchall()[0][0] != 1:
+        return False
+    found = con.sql(f"""
+        SELECT {CLASS.format("class")} AS class, rv, epoch_us(commit_ts) AS commit_us,
+               nodes.node_id, cpu_milli, memory_bytes, gpu_milli, attempt_id,
+               cpu_milli IS NULL OR memory_bytes IS NULL OR gpu_milli IS NULL
+               OR rv IS NULL OR commit_ts IS NULL AS unknown
+        FROM all_changes
+        JOIN nodes USING (run, node)""").arrow()
+    found = found.read_all() if hasattr(found, "read_all") else found
+    if pc.any(found.column("unknown")).as_py():
+        return False
+    cols = {name: found.column(name).to_numpy()
+            for name in ("class", "rv", "commit_us", "node_id", *AMOUNTS)}
+    order = lex_order((cols["rv"], cols["class"], cols["node_id"]))
+    cols = {name: column[order] for name, column in cols.items()}
+    cols["attempt_id"] = found.column("attempt_id").take(order)
+    segment = cols["node_id"] * 3 + cols["class"] + 1
+    starts = segment_starts(segment)
+    same = np.ones(len(segment), dtype=bool)  # the row before is of the same node and class
+    same[starts] = False
+    if bool((cols["rv"][1:] == cols["rv"][:-1])[same[1:]].any()):
+        return False  # two changes of a node and class at one rv: the SQL's order is not one
+    con.register("_changes", _table(cols, same, starts))
+    try:
+        con.execute("""
+            CREATE TEMPORARY TABLE changes AS
+            SELECT c.change_id, c.class, nodes.run, c.rv, c.commit_ts, nodes.node, c.node_id,
+                   c.cpu_milli, c.memory_bytes, c.gpu_milli, c.truth_cpu, c.truth_memory,
+                   c.truth_gpu, c.previous_rv, c.next_commit_ts,
+                   attempts.scheduler AS assumed_by,
+                   attempts.node = nodes.node AS assumed_here,
+                   greatest(attempts.decided_ts, c.commit_ts) AS assumed_from,
+                   coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until,
+                   attempts.forgotten_ts IS NULL AS never_forgotten,
+                   attempts.node AS assumed_on
+            FROM _changes AS c
+            JOIN nodes USING (node_id)
+            JOIN bounds USING (run)
+            LEFT JOIN attempts
+              ON attempts.run = nodes.run AND attempts.attempt_id = c.attempt_id""")
+    finally:
+        con.unregister("_changes")
+    return True
+
+
+def _table(cols: dict, same: np.ndarray, starts: np.ndarray) -> pa.Table:
+    """The numbered changes (sorted by node, class and rv) with their truths and neighbours."""
+    count = len(same)
+    previous = np.zeros(count, dtype=np.int64)
+    previous[1:] = cols["rv"][:-1]
+    following = np.zeros(count, dtype=np.int64)
+    following[:-1] = cols["commit_us"][1:]
+    last = np.ones(count, dtype=bool)  # the row after is of another node or class
+    last[:-1] = ~same[1:]
+    stamp = pa.timestamp("us", tz="UTC")
+    return pa.table({
+        "change_id": np.arange(1, count + 1, dtype=np.int64),
+        "class": pa.array(cols["class"] == 1, mask=cols["class"] < 0),
+        "rv": cols["rv"], "commit_ts": pa.array(cols["commit_us"], type=stamp),
+        "node_id": cols["node_id"],
+        **{name: cols[name] for name in AMOUNTS},
+        **{f"truth_{name.split('_')[0]}": _running_sum(cols[name], starts) for name in AMOUNTS},
+        "previous_rv": pa.array(previous, mask=~same),
+        "next_commit_ts": pa.array(following, type=stamp, mask=last),
+        "attempt_id": cols["attempt_id"]})
+
+
+def _running_sum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """The sum of ``values`` up to each row, restarting at ``starts``: one cumulative sum less
+    its value before each segment (wrapping around in int64 where the whole sum would not fit
+    changes nothing: each segment's own sums are exact wherever they fit, as the SQL's must)."""
+    total = np.cumsum(values, dtype=np.int64)
+    before = total[starts] - values[starts]
+    return total - np.repeat(before, np.diff(np.append(starts, len(values))))
