@@ -143,24 +143,27 @@ class _Replay:
         names = [w.name for w in self.watchers]
         roles = sorted({w.role for w in self.watchers})
         role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
+        starts = self.scan.starts
         start = 0
         for times in self.scan.parts():
             part = slice(start, start + len(times["applied_ts"]))
             start = part.stop
             applied[part] = times["applied_ts"]
-            watcher = watcher_of[stream[part]]
             write[part] += 1  # now each delivery's rv (the scan is done with this part)
             yield pa.table({
                 "rv": _array(write[part]),
                 # dictionary-encoded: millions of copies of a name are not worth building, and a
                 # dictionary of each role once is half as costly to write as one of 20,000
-                "watcher": pa.DictionaryArray.from_arrays(_array(watcher), names),
-                "role": pa.DictionaryArray.from_arrays(_array(role_of[watcher]), roles),
+                "watcher": pa.DictionaryArray.from_arrays(
+                    _array(_per_delivery(watcher_of, starts, part)), names),
+                "role": pa.DictionaryArray.from_arrays(
+                    _array(_per_delivery(role_of[watcher_of], starts, part)), roles),
                 **{name: _timestamps_of(times[name]) for name in STAGE_COLUMNS},
                 "source": pa.DictionaryArray.from_arrays(_array(times["source"]), SOURCES),
                 "coalesced": _flags(times["coalesced"]),
             })
-        self.seen = _Seen(write, watcher_of[stream], commit_ts, applied, self.watchers)
+        self.seen = _Seen(write, starts[np.searchsorted(watcher_of, np.arange(len(names) + 1))],
+                          commit_ts, applied, self.watchers)
 
     def _keys(self, committed: np.ndarray) -> np.ndarray:
         """Per committed write, its object (resource, namespace and name) as a number, in the
@@ -324,6 +327,13 @@ def _array(values: np.ndarray, kind: pa.DataType | None = None,
                                  null_count=int(np.count_nonzero(nulls)))
 
 
+def _per_delivery(values: np.ndarray, starts: np.ndarray, part: slice) -> np.ndarray:
+    """``values[stream]`` of each delivery of ``part``, from where each stream's deliveries
+    begin (``starts``; the deliveries are sorted by stream): a fill per stream, twenty times
+    cheaper than gathering by each delivery's stream."""
+    return np.repeat(values, np.diff(np.clip(starts, part.start, part.stop)))
+
+
 def _timestamps_of(us: np.ndarray) -> pa.Array:
     """int64 microseconds as timestamps, without a copy."""
     return _array(us, TS)
@@ -357,10 +367,10 @@ def _arrow(series: pl.Series) -> pa.Array:
 class _Seen:
     """The deliveries of each watcher, for questions about what a watcher had applied when."""
 
-    def __init__(self, rv: np.ndarray, watcher: np.ndarray, commit: np.ndarray,
+    def __init__(self, rv: np.ndarray, starts: np.ndarray, commit: np.ndarray,
                  applied: np.ndarray, watchers: list[WatcherSpec]):
-        """Per delivery: ``rv``, ``watcher`` (sorted) and ``applied``; per write: ``commit``."""
-        starts = np.searchsorted(watcher, np.arange(len(watchers) + 1, dtype=watcher.dtype))
+        """Per delivery (sorted by watcher): ``rv`` and ``applied``; ``starts``: where each
+        watcher's deliveries begin, and their end; per write: ``commit``."""
         self.segment = {w.name: slice(starts[i], starts[i + 1]) for i, w in enumerate(watchers)}
         self.rv, self.commit, self.applied = rv, commit, applied
         self.writes = len(commit)
