@@ -139,7 +139,7 @@ class _Replay:
         self.scan = Scan(pipeline, commit_ts, write, stream, codes,
                          lambda: self._keys(committed), lambda: self._deletes(committed), PART)
         watcher_of = pipeline.streams.watcher.astype(np.int32)
-        applied = np.empty_like(write)
+        applied: list[np.ndarray] = []
         names = [w.name for w in self.watchers]
         roles = sorted({w.role for w in self.watchers})
         role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
@@ -148,7 +148,7 @@ class _Replay:
         for times in self.scan.parts():
             part = slice(start, start + len(times["applied_ts"]))
             start = part.stop
-            applied[part] = times["applied_ts"]
+            applied.append(times["applied_ts"])
             write[part] += 1  # now each delivery's rv (the scan is done with this part)
             yield pa.table({
                 "rv": _array(write[part]),
@@ -365,39 +365,60 @@ def _arrow(series: pl.Series) -> pa.Array:
 
 
 class _Seen:
-    """The deliveries of each watcher, for questions about what a watcher had applied when."""
+    """The deliveries of each watcher, for questions about what a watcher had applied when.
+
+    The applied times stay in the parts the scan made them in (the deliveries' tables hold the
+    same arrays): copying them into one array cost a fresh array of every delivery, and only
+    the watchers that scheduled something are asked about, each once per rv."""
 
     def __init__(self, rv: np.ndarray, starts: np.ndarray, commit: np.ndarray,
-                 applied: np.ndarray, watchers: list[WatcherSpec]):
-        """Per delivery (sorted by watcher): ``rv`` and ``applied``; ``starts``: where each
-        watcher's deliveries begin, and their end; per write: ``commit``."""
-        self.segment = {w.name: slice(starts[i], starts[i + 1]) for i, w in enumerate(watchers)}
+                 applied: list[np.ndarray], watchers: list[WatcherSpec]):
+        """Per delivery (sorted by watcher): ``rv``, and ``applied`` in consecutive parts;
+        ``starts``: where each watcher's deliveries begin, and their end; per write:
+        ``commit``."""
+        self.segment = {w.name: slice(int(starts[i]), int(starts[i + 1]))
+                        for i, w in enumerate(watchers)}
         self.rv, self.commit, self.applied = rv, commit, applied
+        self.part_starts = np.cumsum([0, *(len(part) for part in applied)]).tolist()
         self.writes = len(commit)
+        self._by_rv: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
-    def groups(self, names: pl.Series) -> list[tuple[slice, np.ndarray]]:
-        """For each watcher in ``names``: its deliveries, and where ``names`` holds it."""
-        return [(self.segment[name], (names == name).to_numpy())
+    def groups(self, names: pl.Series) -> list[tuple[str, np.ndarray]]:
+        """For each watcher in ``names``: its name, and where ``names`` holds it."""
+        return [(name, (names == name).to_numpy())
                 for name in names.unique().sort().to_list() if name in self.segment]
 
-    def applied_at(self, groups: list[tuple[slice, np.ndarray]], rv: np.ndarray) -> np.ndarray:
+    def by_rv(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """Watcher ``name``'s applied time of each write, by rv (-1 where it received none; 0 is
+        no write), and the rvs it received, ascending."""
+        if name not in self._by_rv:
+            segment = self.segment[name]
+            applied = np.full(self.writes + 1, -1, dtype=np.int64)
+            received = np.zeros(self.writes + 1, dtype=bool)
+            for start, part in zip(self.part_starts, self.applied):
+                lo, hi = max(segment.start, start), min(segment.stop, start + len(part))
+                if lo < hi:
+                    applied[self.rv[lo:hi]] = part[lo - start:hi - start]
+                    received[self.rv[lo:hi]] = True
+            self._by_rv[name] = applied, np.flatnonzero(received)
+        return self._by_rv[name]
+
+    def applied_at(self, groups: list[tuple[str, np.ndarray]], rv: np.ndarray) -> np.ndarray:
         """When the watcher of each element (``groups``) applied write ``rv`` (-1 if it never
         received it)."""
         out = np.full(len(rv), -1, dtype=np.int64)
-        for segment, mine in groups:
-            applied = np.full(self.writes + 1, -1, dtype=np.int64)  # by rv; 0 is no write
-            applied[self.rv[segment]] = self.applied[segment]
-            out[mine] = applied[rv[mine]]
+        for name, mine in groups:
+            out[mine] = self.by_rv(name)[0][rv[mine]]
         return out
 
-    def view_lag_ms(self, groups: list[tuple[slice, np.ndarray]], at: np.ndarray) -> pa.Array:
+    def view_lag_ms(self, groups: list[tuple[str, np.ndarray]], at: np.ndarray) -> pa.Array:
         """For each element, ms since the oldest write its watcher had not yet applied at
         ``at`` (null if it is not a watcher)."""
         out = np.full(len(at), np.nan)
-        for segment, mine in groups:
-            order = np.argsort(self.rv[segment], kind="stable")  # its streams, merged by rv
-            out[mine] = view_lag_us(self.commit[self.rv[segment][order] - 1],
-                                    self.applied[segment][order], at[mine]) / 1000.0
+        for name, mine in groups:
+            applied, received = self.by_rv(name)  # its streams, merged by rv
+            out[mine] = view_lag_us(self.commit[received - 1], applied[received],
+                                    at[mine]) / 1000.0
         return _array(out, nulls=np.isnan(out))
 
 
