@@ -368,8 +368,9 @@ class _Seen:
     """The deliveries of each watcher, for questions about what a watcher had applied when.
 
     The applied times stay in the parts the scan made them in (the deliveries' tables hold the
-    same arrays): copying them into one array cost a fresh array of every delivery, and only
-    the watchers that scheduled something are asked about, each once per rv."""
+    same arrays): one array of them all would be a fresh copy of every delivery's, of which only
+    the watchers that scheduled something are ever asked; each of those has its applied times
+    laid out by rv once (``by_rv``)."""
 
     def __init__(self, rv: np.ndarray, starts: np.ndarray, commit: np.ndarray,
                  applied: list[np.ndarray], watchers: list[WatcherSpec]):
