@@ -14,6 +14,7 @@ from replay.arrays import lindley, segmented_cummax, segmented_lindley
 from replay.engine.config import PROFILES, ClientQueue, RunConfig, WatcherSpec
 from replay.engine.distributions import Z99, Constant, Empirical, Exponential, LogNormal
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, view_lag_us
+from replay.engine.watchers import Streams, match, receives, watched_nodes
 
 from conftest import budget
 from strategies import PER_WATCHER_PARAMS, STAGE_PARAMS, distributions
@@ -280,3 +281,26 @@ def test_view_lag_is_the_age_of_the_oldest_unapplied_write():
     # t=24: write 1 pending -> 14; t=25: write 2 (20) pending -> 5
     # t=26: all applied and write 3 not yet committed -> 0; t=31: write 3 pending -> 1
     assert view_lag_us(commit, applied, at).tolist() == [0, 4, 0, 2, 14, 5, 0, 0, 1, 0]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["pods", "nodes", "leases"]), st.integers(-1, 2)),
+                max_size=40),
+       st.lists(st.tuples(st.sampled_from([("pods",), ("nodes",), ("pods", "nodes")]),
+                          st.none() | st.sampled_from(["n0", "n1", "n2"])),
+                min_size=1, max_size=6))
+def test_match_delivers_what_each_watcher_receives(writes, specs):
+    """``match`` against ``receives``, write by write: watchers of the whole cluster only (their
+    runs joined in stream order, unsorted) and mixed with node-bound ones (sorted after)."""
+    watchers = [WatcherSpec(f"w{i}", "observer", resources, node=node)
+                for i, (resources, node) in enumerate(specs)]
+    streams = Streams(watchers, ["pods", "nodes", "leases"])
+    resource = np.array([streams.code[r] for r, _ in writes], dtype=np.int64)
+    nodes = watched_nodes(watchers)
+    node = np.array([n if n < len(nodes) else -1 for _, n in writes], dtype=np.int64)
+    write, stream = match(streams, resource, node)
+    expected = sorted(
+        (s, i) for s in range(len(streams)) for i, (r, n) in enumerate(writes)
+        if streams.resources[streams.resource[s]] == r
+        and receives(watchers[streams.watcher[s]], r, nodes[node[i]] if node[i] >= 0 else None))
+    assert list(zip(stream.tolist(), write.tolist())) == expected
+    assert write.dtype == np.int64 and stream.dtype == np.int32
