@@ -198,18 +198,18 @@ class _EventDraws:
         self.start += self.size
         first = self.first
         if first is not None:  # drawn already; counters 0, 1, ... as the others
-            # made Python ints FIRST_PIECE at a time: three ints cost 21 KB for a whole block,
-            # and a large cluster has tens of thousands of streams
+            # made Python ints FIRST_PIECE at a time: a tuple of three ints costs 21 KB for a
+            # whole block, and a large cluster has tens of thousands of streams
             piece = slice(self.start, self.start + FIRST_PIECE)
             self.size = FIRST_PIECE
-            self.ahead = zip(*(draws[piece].tolist() for draws in first))
+            queue, network, handler = (draws[piece].tolist() for draws in first)
             if piece.stop >= FIRST_BLOCK:
                 self.first = None
-            return next(self.ahead)
-        self.size = size = min(max(16, 2 * self.size), 4096)
-        counters = np.arange(self.start, self.start + size, dtype=np.uint64)
-        queue, network, handler = (cost.draw(counters, key).tolist()
-                                   for cost, key in zip(self.costs, self.keys))
+        else:
+            self.size = size = min(max(16, 2 * self.size), 4096)
+            counters = np.arange(self.start, self.start + size, dtype=np.uint64)
+            queue, network, handler = (cost.draw(counters, key).tolist()
+                                       for cost, key in zip(self.costs, self.keys))
         self.ahead = zip(queue, network, handler)
         return next(self.ahead)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+from operator import itemgetter
 from array import array
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
@@ -688,10 +689,9 @@ def _append_columns(fields: Sequence[array[int]], rows: Sequence[tuple[Any, ...]
     over the same Python ints."""
     if not rows:
         return
-    values = list(zip(*rows))
     for field, column in zip(fields, columns):
-        field.frombytes(np.fromiter(values[column], dtype=_DTYPES[field.typecode],
-                                    count=len(rows)).tobytes())
+        field.frombytes(np.fromiter(map(itemgetter(column), rows),
+                                    dtype=_DTYPES[field.typecode], count=len(rows)).tobytes())
 
 
 def _index(values: np.ndarray) -> pl.Series:
