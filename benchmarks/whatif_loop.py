@@ -19,9 +19,10 @@ import polars as pl
 import pyarrow as pa
 
 from common import cpu_seconds, emit, whatif_trace
-from replay.api import _read
+from replay import models
 from replay.engine import selectkernel  # noqa: F401  (numba's kernels loaded before timing)
 from replay.engine.config import load_config
+from replay.trace.validate import read_trace
 
 
 def _digest(table: pa.Table, into: hashlib._Hash) -> None:
@@ -40,8 +41,8 @@ def main() -> None:
     args = parser.parse_args()
     path = whatif_trace(args.pods, args.nodes, args.arrival_rate)
     config = load_config(model=args.model)
-    trace, model_class = _read(path, config.model)
-    model = model_class(config.model_params)
+    trace = read_trace(path)
+    model = models.load(args.model)(config.model_params)
     watchers = model.default_watchers(trace)
     digest, rows = hashlib.sha256(), dict[str, int]()
     cpu = cpu_seconds()

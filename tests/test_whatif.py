@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 from replay.analysis.catalog import load_query
 from replay.analysis.check import check_run, failed
 from replay.analysis.runs import open_runs, run_query
-from replay.api import _read, run_replay
+from replay import models
+from replay.api import run_replay
 from replay.engine import simulation
 from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
+from replay.trace.validate import read_trace
 
 from conftest import SAMPLE_TRACE, budget
 from strategies import synth_specs
@@ -192,10 +194,10 @@ def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch)
     path = tmp_path / "trace.parquet"
     synthesize(SynthSpec(nodes=4, pods=40, arrival_rate=5.0, seed=3), path)
     config = load_config(model="godel")
-    trace, model_class = _read(path, "godel")
+    trace = read_trace(path)
 
     def deliveries() -> list[pa.Table]:
-        model = model_class(config.model_params)
+        model = models.load("godel")(config.model_params)
         return [t for name, t in model.tables(trace, config, model.default_watchers(trace))
                 if name == "deliveries"]
 
