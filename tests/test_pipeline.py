@@ -170,6 +170,26 @@ def test_invariants_and_step_equals_scan(case):
     assert sorted(stepped) == sorted(rows)
 
 
+def test_step_equals_scan_past_the_first_blocks_of_draws():
+    """``step`` takes each stream's draws from blocks (the first 128 events 16 at a time, then
+    blocks of 32, 64, ... 4,096): over thousands of events, across every block's end, they are
+    the draws ``scan`` makes at once."""
+    rng = np.random.default_rng(11)
+    commit = np.cumsum(rng.integers(0, 3000, 3000)).tolist()
+    targets = [sorted(set(rng.choice(2, rng.integers(1, 3)).tolist())) for _ in commit]
+    costs = {"watcher_queue__service": Exponential(0.5), "network__latency": LogNormal(0.5, 5.0),
+             "handler__service": Exponential(1.0)}
+    watchers = [observer("a"), observer("b")]
+    rows = scan(zero_config(5, **costs), watchers, commit, targets)
+    pipeline = Pipeline(zero_config(5, **costs), watchers)
+    stepped = []
+    for i, t in enumerate(targets):
+        _, cached, dispatched, deliveries = pipeline.step(commit[i], t)
+        stepped += [(w, i, commit[i], cached, dispatched, *times)
+                    for w, _, _, *times, _, _ in deliveries]
+    assert sorted(stepped) == sorted(rows)
+
+
 @pytest.mark.parametrize("cuts", [[0, 2000], [0, 700, 2000], [0, 1, 2, 399, 400, 1999, 2000],
                                   [0, 150, 300, 450, 600, 1200, 2000]])
 def test_scanning_a_part_at_a_time_gives_the_same_times(cuts):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,9 +15,12 @@ from hypothesis import strategies as st
 from replay.analysis.catalog import load_query
 from replay.analysis.check import check_run, failed
 from replay.analysis.runs import open_runs, run_query
+from replay import models
 from replay.api import run_replay
+from replay.engine import simulation
 from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
+from replay.trace.validate import read_trace
 
 from conftest import SAMPLE_TRACE, budget
 from strategies import synth_specs
@@ -181,3 +185,25 @@ def test_every_model_runs_the_alibaba_import(alibaba_trace, tmp_path, model):
     assert run["attempts"].filter(pl.col("outcome") == "bound").height > 7000
     assert run["watchers"].filter(pl.col("role") == "kubelet").height == 1523
     keeps_every_invariant(run)
+
+
+def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch):
+    """The engine makes the deliveries table DELIVERY_PART rows at a time as the run goes (a
+    write's deliveries may complete more than one part at once): every part but the last has
+    exactly that many rows, and the parts are the table of a run made in one part."""
+    path = tmp_path / "trace.parquet"
+    synthesize(SynthSpec(nodes=4, pods=40, arrival_rate=5.0, seed=3), path)
+    config = load_config(model="godel")
+    trace = read_trace(path)
+
+    def deliveries() -> list[pa.Table]:
+        model = models.load("godel")(config.model_params)
+        return [t for name, t in model.tables(trace, config, model.default_watchers(trace))
+                if name == "deliveries"]
+
+    whole = pa.concat_tables(deliveries())
+    monkeypatch.setattr(simulation, "DELIVERY_PART", 2)  # fewer than a write's deliveries
+    parts = deliveries()
+    assert [p.num_rows for p in parts[:-1]] == [2] * (len(parts) - 1)
+    assert 0 < parts[-1].num_rows <= 2
+    assert pa.concat_tables(parts).equals(whole)

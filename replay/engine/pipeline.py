@@ -92,6 +92,7 @@ class Source(IntEnum):
 
 
 SOURCES = tuple(s.name.lower() for s in Source)
+_WATCH = Source.WATCH  # (a module global is quicker than an enum's member, once per delivery)
 
 
 def _slicer(values: np.ndarray) -> Callable[[slice], np.ndarray]:
@@ -179,34 +180,38 @@ class _EventDraws:
     (``Pipeline._first_blocks``): most streams of a large cluster are a kubelet's, with a few
     events each, and a small block's draws cost mostly their numpy calls."""
 
-    __slots__ = ("costs", "keys", "buffer", "next", "start", "first")
+    __slots__ = ("costs", "keys", "ahead", "size", "start", "first")
 
     def __init__(self, costs: tuple[_Cost, ...], keys: tuple[Keys, ...],
                  first: tuple[np.ndarray, ...] | None = None):
         self.costs, self.keys, self.first = costs, keys, first
-        self.buffer: list[tuple[int, int, int]] = []
-        self.next = 0
-        self.start = 0
+        # the block's draws not yet taken, as (queue, network, handler): an iterator over the
+        # three lists (``next(ahead, None)`` per event, None when the block is used up), not a
+        # list of tuples made for the whole block
+        self.ahead: Iterator[tuple[int, int, int]] = iter(())
+        self.size = 0  # how many draws the block had
+        self.start = 0  # the counter of its first
 
-    def refill(self) -> None:
-        """The next block of draws (``_Watch.enter`` takes them: ``buffer[next]``)."""
-        self.start += len(self.buffer)  # the counter of the new buffer[0]
+    def refilled(self) -> tuple[int, int, int]:
+        """The next block of draws, and the first of them (the block used up: ``_Watch.enter``
+        takes them from ``ahead``)."""
+        self.start += self.size
         first = self.first
         if first is not None:  # drawn already; counters 0, 1, ... as the others
             # made Python ints FIRST_PIECE at a time: a tuple of three ints costs 21 KB for a
             # whole block, and a large cluster has tens of thousands of streams
             piece = slice(self.start, self.start + FIRST_PIECE)
-            self.buffer = list(zip(*(draws[piece].tolist() for draws in first)))
-            self.next = 0
+            self.size = FIRST_PIECE
+            queue, network, handler = (draws[piece].tolist() for draws in first)
             if piece.stop >= FIRST_BLOCK:
                 self.first = None
-            return
-        size = min(max(16, 2 * len(self.buffer)), 4096)
-        counters = np.arange(self.start, self.start + size, dtype=np.uint64)
-        queue, network, handler = (cost.draw(counters, key).tolist()
-                                   for cost, key in zip(self.costs, self.keys))
-        self.buffer = list(zip(queue, network, handler))
-        self.next = 0
+        else:
+            self.size = size = min(max(16, 2 * self.size), 4096)
+            counters = np.arange(self.start, self.start + size, dtype=np.uint64)
+            queue, network, handler = (cost.draw(counters, key).tolist()
+                                       for cost, key in zip(self.costs, self.keys))
+        self.ahead = zip(queue, network, handler)
+        return next(self.ahead)
 
 
 class SharedTimes(NamedTuple):
@@ -337,10 +342,7 @@ class _Watch:
         """Event ``rv`` enters the buffer at ``entry``; False if it is held (it may yet be
         dropped, or an earlier one is held).  (Written for speed: it runs once per delivery.)"""
         draws = self.event_draws
-        if draws.next == len(draws.buffer):
-            draws.refill()
-        queue, network, service = draws.buffer[draws.next]
-        draws.next += 1
+        queue, network, service = next(draws.ahead, None) or draws.refilled()
         last_sent, last_received = self.last_sent, self.last_received
         sent = queue + (entry if entry > last_sent else last_sent)
         received = sent + network
@@ -369,7 +371,7 @@ class _Watch:
             return False
         self.last_rv = rv
         fifo = self.fifo
-        if fifo is None or source != Source.WATCH:
+        if fifo is None or source != _WATCH:
             self.deliver((rv, payload, key, deleted, entry, sent, received, service, source,
                           dispatched))
             return True
@@ -638,7 +640,7 @@ class _Engine:
                         len(result) > watch.buffer and result[0] > dispatched):
                     if not watch.connected:
                         watch.miss(rv, payload, key, deleted, dispatched)
-                    elif watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
+                    elif watch.enter(rv, payload, key, deleted, dispatched, _WATCH, True,
                                      dispatched):
                         continue
                     if pending is None:
@@ -648,10 +650,7 @@ class _Engine:
                 # watch.enter(), inlined for the common case: a live event entering a watch
                 # with room, nothing held, to a fifo client queue
                 draws = watch.event_draws
-                if draws.next == len(draws.buffer):
-                    draws.refill()
-                queue, network, service = draws.buffer[draws.next]
-                draws.next += 1
+                queue, network, service = next(draws.ahead, None) or draws.refilled()
                 last_sent = watch.last_sent
                 sent = queue + (dispatched if dispatched > last_sent else last_sent)
                 received = sent + network
@@ -672,7 +671,7 @@ class _Engine:
                 dequeued = received if received > fifo.last else fifo.last
                 fifo.last = applied = dequeued + service
                 out.append((watch.watcher, rv, payload, sent, received, dequeued, applied,
-                            Source.WATCH, False))
+                            _WATCH, False))
             self.pending = pending if pending is not None else []
         if deleted:
             resource.objects.pop(key, None)

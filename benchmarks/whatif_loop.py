@@ -1,0 +1,60 @@
+"""CPU time of a what-if replay's event loop alone: the model's tables made, nothing written or
+derived (what a change to the engine changes; writing and deriving add their own noise).
+
+    python benchmarks/whatif_loop.py [--pods 20000] [--nodes 400] [--arrival-rate 16]
+        [--model godel]
+
+Prints the CPU seconds (user + system) from the replay's start to its last table, the rows of
+each table and a digest of their contents (sha256 of each table's Arrow IPC stream, in the
+order they come), so that two checkouts run back to back can be compared on CPU and on their
+results without writing a run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+
+import polars as pl
+import pyarrow as pa
+
+from common import cpu_seconds, emit, whatif_trace
+from replay import models
+from replay.engine import selectkernel  # noqa: F401  (numba's kernels loaded before timing)
+from replay.engine.config import load_config
+from replay.trace.validate import read_trace
+
+
+def _digest(table: pa.Table, into: hashlib._Hash) -> None:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    into.update(sink.getvalue())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=20_000)
+    parser.add_argument("--nodes", type=int, default=400)
+    parser.add_argument("--arrival-rate", type=float, default=16.0)
+    parser.add_argument("--model", default="godel")
+    args = parser.parse_args()
+    path = whatif_trace(args.pods, args.nodes, args.arrival_rate)
+    config = load_config(model=args.model)
+    trace = read_trace(path)
+    model = models.load(args.model)(config.model_params)
+    watchers = model.default_watchers(trace)
+    digest, rows = hashlib.sha256(), dict[str, int]()
+    cpu = cpu_seconds()
+    for name, table in model.tables(trace, config, watchers):
+        arrow = table.to_arrow() if isinstance(table, pl.DataFrame) else table
+        rows[name] = rows.get(name, 0) + arrow.num_rows
+        _digest(arrow, digest)
+    cpu = cpu_seconds() - cpu
+    print(f"{args.model}: {args.pods:,} pods, {args.nodes:,} nodes: replay loop cpu {cpu:.2f} s, "
+          f"digest {digest.hexdigest()[:16]}, rows {rows}")
+    emit(cpu_s=cpu, digest=digest.hexdigest(), **rows)
+
+
+if __name__ == "__main__":
+    main()
