@@ -72,9 +72,10 @@ WITH pod_steps AS (
     -- each step with what its pod went through up to the same instant: its latest create (the
     -- incarnation the step belongs to) and its latest step of each kind that triggers a
     -- reaction, each as a write_key (views.sql: a maximum of integers costs the window much less
-    -- than the same maximum of structs), and the node of the latest binding.  One sort of the steps serves all of them: matching answers to triggers with an
-    -- ASOF join, and the incarnations with a window of their own, sorted the steps by their
-    -- pod's name three times
+    -- than the same maximum of structs; rv is unique, so the node never broke a tie), and the
+    -- node of the latest binding.  One sort of the steps serves all of them: matching answers
+    -- to triggers with an ASOF join, and the incarnations with a window of their own, sorted
+    -- the steps by their pod's name three times
     SELECT *,
            max(write_key(at_ts, rv)) FILTER (step = 'create') OVER upto AS last_create,
            max(write_key(at_ts, rv)) FILTER (step = 'binding') OVER upto AS last_binding,
