@@ -4,7 +4,8 @@
 ``quantile_between`` (views.sql), which must be DuckDB's own interpolation to the last bit: a
 fused multiply-add, emulated in plain doubles.  The emulation is checked against exact rational
 arithmetic, the interpolation against ``quantile_cont`` on two values, and the query against the
-``quantile_cont`` it replaces on a run whose plain interpolation would differ.
+``quantile_cont`` it replaces on a run whose plain interpolation would differ.  And
+``reaction_lag``'s write keys (views.sql) sort and read back as their (instant, rv).
 """
 
 from __future__ import annotations
