@@ -104,6 +104,18 @@ CREATE OR REPLACE MACRO watcher_selected(name) AS
 CREATE OR REPLACE MACRO minute_of(ts) AS
     to_timestamp((epoch_us(ts) - ((epoch_us(ts) % 60000000) + 60000000) % 60000000) // 1000000);
 
+-- write_key(ts, rv): a write's instant and resource version as one HUGEINT that sorts as the
+-- pair (ts, rv) does, so that "the latest write of a kind" is a maximum of integers, which a
+-- DuckDB window computes far more cheaply than the same maximum of structs (reaction_lag.sql);
+-- write_key_us(key) and write_key_rv(key) read the pair back (the instant as epoch_us).  rv must
+-- be in [0, 2^63), as events.rv is; the instant is offset by 2^63 so that every key is
+-- non-negative and is read back with shifts (DuckDB refuses to shift a negative HUGEINT, and
+-- divides one 30 times more slowly).
+CREATE OR REPLACE MACRO write_key(ts, rv) AS
+    ((epoch_us(ts)::HUGEINT + (1::HUGEINT << 63)) << 63) | rv;
+CREATE OR REPLACE MACRO write_key_us(key) AS ((key >> 63) - (1::HUGEINT << 63))::BIGINT;
+CREATE OR REPLACE MACRO write_key_rv(key) AS (key & ((1::HUGEINT << 63) - 1))::BIGINT;
+
 
 ---------------------------------------------------------------------------------------------------
 -- Watch delay
@@ -154,6 +166,35 @@ CREATE OR REPLACE MACRO delay_stats(us) AS {
 -- then 0.991, ..., 0.999, 0.9999 and 1, so that the tail gets points of its own.
 CREATE OR REPLACE MACRO cdf_fractions() AS
     [i / 100 FOR i IN range(0, 100)] || [(990 + i) / 1000 FOR i IN range(1, 10)] || [0.9999, 1.0];
+
+-- quantile_between(lo, hi, d): what quantile_cont returns between two neighbouring values lo
+-- and hi, d of the way from lo (d > 0), bit for bit: DuckDB computes lo * (1 - d) + hi * d, which
+-- its compiler makes one fused multiply-add, fma(lo, 1 - d, hi * d) (a single rounding), so the
+-- plain SQL formula (two roundings) differs in the last bit on a few points in a hundred.  The
+-- fma is emulated exactly in plain doubles (Boldo and Melquiond, "Emulation of FMA and correctly
+-- rounded sums: proved algorithms using rounding to odd", IEEE Trans. Computers 57(4), 2008):
+-- the product a * b as the sum of two doubles (Dekker's split), the sum with c as two more
+-- (Knuth's two-sum), the small part rounded to odd, then one rounding to nearest.  It lets a
+-- query find the two neighbours by counting instead of making quantile_cont select them among
+-- every value (delay_cdf.sql).
+CREATE OR REPLACE MACRO two_sum_error(a, b, s) AS (a - (s - (s - a))) + (b - (s - a));
+CREATE OR REPLACE MACRO split_high(a) AS 134217729::DOUBLE * a - (134217729::DOUBLE * a - a);
+CREATE OR REPLACE MACRO two_product_error(a, b, p) AS
+    ((split_high(a) * split_high(b) - p) + split_high(a) * (b - split_high(b))
+     + (a - split_high(a)) * split_high(b)) + (a - split_high(a)) * (b - split_high(b));
+-- s rounded to odd, given e = (the exact value) - s: s if exact or its last bit is 1, else its
+-- neighbour towards the exact value
+CREATE OR REPLACE MACRO round_to_odd(s, e) AS
+    CASE WHEN e = 0 OR (abs(s) / (nextafter(abs(s), 'infinity'::DOUBLE) - abs(s))) % 2 = 1 THEN s
+         ELSE nextafter(s, CASE WHEN e > 0 THEN 'infinity' ELSE '-infinity' END::DOUBLE) END;
+-- (high + low) + c rounded once, where high + low is an exact product
+CREATE OR REPLACE MACRO sum_rounded_once(high, low, c) AS
+    (c + high) + round_to_odd(two_sum_error(c, high, c + high) + low,
+                              two_sum_error(two_sum_error(c, high, c + high), low,
+                                            two_sum_error(c, high, c + high) + low));
+CREATE OR REPLACE MACRO fused_multiply_add(a, b, c) AS
+    sum_rounded_once(a * b, two_product_error(a, b, a * b), c);
+CREATE OR REPLACE MACRO quantile_between(lo, hi, d) AS fused_multiply_add(lo, 1 - d, hi * d);
 
 
 ---------------------------------------------------------------------------------------------------
