@@ -45,6 +45,11 @@ TS = pl.Datetime("us", "UTC")
 # deliveries per part of the deliveries table, made as the run goes (rather than the whole table
 # at the end, with the log it comes from: 3 GB at a million pods); the run directory's row group
 DELIVERY_PART = ROW_GROUP_ROWS
+DELIVERY_CHUNK = 512  # deliveries made columns at once (a part is made of chunks)
+# The fields of a delivery the log keeps (their places in the pipeline's tuple) and their types:
+# rv, watcher, sent, received, dequeued, applied, source, coalesced
+_DELIVERY_FIELDS = ((1, np.int64), (0, np.int32), (3, np.int64), (4, np.int64), (5, np.int64),
+                    (6, np.int64), (7, np.int8), (8, np.int8))
 # The garbage collector's thresholds during a replay: CPython's (700, 10, 10) would run a young
 # collection every 700 objects made (a write, its deliveries, a timer: thousands a second of
 # simulated time), 10-17 % of a what-if replay's CPU time; the replay makes no garbage cycles
@@ -57,10 +62,12 @@ _BIND, _DELETE, _NODE_DELETE, _OTHER = (WriteKind.POD_BIND, WriteKind.POD_DELETE
 _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteKind}
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
-# What the engine does with a watcher's deliveries: its view's ``_deliver`` (None: it has no
-# view), the kinds of write it reacts to (None: none) and which of them it wants
-_Sink = tuple[Callable[[int, Write, bool], None] | None, frozenset[WriteKind] | None,
-              Wants | None]
+# What the engine does with a watcher's deliveries: its view's takers by kind of write and its
+# taker of late deliveries (None: it has no view); by kind of write its reaction, a handler and
+# its wants, or None (None: it reacts to nothing)
+_Taker = Callable[[Delivery], None]
+_Sink = tuple[tuple[tuple[_Taker, ...], _Taker] | None,
+              tuple[tuple[Handler, Wants | None] | None, ...] | None]
 
 
 class Simulation:
@@ -461,28 +468,40 @@ class Simulation:
         a write other than ``current`` was held back by the pipeline and expected by the view."""
         if not deliveries:
             return
-        call_at, react = self._env.call_at, self._react
+        call_at = self._env.call_at
         sinks = self._sinks if self._sinks is not None else self._make_sinks()
         if piped and not self._all_piped:  # from the pipeline's numbering to the watchers'
             of = self._watcher_of_piped
             deliveries = [(of[d[0]], *d[1:]) for d in deliveries]
         self._log.delivered(deliveries)
-        for watcher, rv, write, _, _, _, applied, _, _ in deliveries:
-            deliver, kinds, wants = sinks[watcher]
-            if deliver is not None:
-                deliver(applied, write, rv != current)
-            if kinds is not None and write.kind in kinds and (wants is None or wants(write)):
-                call_at(applied, react, watcher, write)
+        for delivery in deliveries:
+            watcher, rv, write = delivery[0], delivery[1], delivery[2]
+            taking, reactions = sinks[watcher]
+            if taking is not None:
+                takers, late = taking
+                if rv == current:
+                    takers[write.kind](delivery)
+                else:
+                    late(delivery)
+            if reactions is not None:
+                reaction = reactions[write.kind]
+                if reaction is not None and (reaction[1] is None or reaction[1](write)):
+                    call_at(delivery[6], reaction[0], write)
 
     def _make_sinks(self) -> list[_Sink]:
-        """Per watcher, what ``_hand_over`` does with its deliveries: its view's ``_deliver``
-        (None: no view), the kinds it reacts to (None: none) and its ``wants``.  Made again
-        after ``view`` or ``react`` changed them."""
+        """Per watcher, what ``_hand_over`` does with its deliveries: its view's takers by kind
+        and its taker of late deliveries (None: no view), and by kind its reaction (handler,
+        wants) or None (None: it reacts to nothing).  Made again after ``view`` or ``react``
+        changed them; a delivery's reaction is the one set when it was handed over."""
         sinks: list[_Sink] = []
         for index in range(len(self._watchers)):
             view = self._views.get(index)
-            kinds, wants, _ = self._reactions.get(index, (None, None, None))
-            sinks.append((view._deliver if view is not None else None, kinds, wants))
+            reaction = self._reactions.get(index)
+            sinks.append((
+                (view._takers_by_kind(), view._deliver_late) if view is not None else None,
+                None if reaction is None else tuple(
+                    (reaction[2], reaction[1]) if kind in reaction[0] else None
+                    for kind in WriteKind)))
         self._sinks = sinks
         return sinks
 
@@ -503,9 +522,6 @@ class Simulation:
         self._wakeup = None
         self._hand_over(self._pipeline.advance(self._env.now), 0)
         self._arm()
-
-    def _react(self, watcher: int, write: Write) -> None:
-        self._reactions[watcher][2](write)
 
     def _clock(self) -> int:
         return self._env.now
@@ -702,13 +718,14 @@ class _Log:
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        # per delivery: rv, watcher, sent, received, dequeued, applied (``int64``), source,
-        # coalesced (``int8``), one array each, appended as each delivery is logged: its tuple
-        # and numbers are still in the CPU's cache then (moved a thousand at a time later, as
-        # before, reading them back cost 0.7 us a delivery at 100k pods, 8% of a Godel replay)
-        self.delivery_fields = (array("q"), array("i"), *(array("q") for _ in range(4)),
-                                array("b"), array("b"))
-        self._append = tuple(field.append for field in self.delivery_fields)
+        # the deliveries handed over, kept as the pipeline's tuples until DELIVERY_CHUNK of them
+        # are made columns at once (``zip`` and ``numpy.array``: about 0.3 us a delivery; an
+        # ``array.append`` per field, as before, cost 0.7 us: the array module parses each
+        # value with a format string), then per field: rv, watcher, sent, received, dequeued,
+        # applied (``int64``), source, coalesced (``int8``), a list of chunks each
+        self._kept: list[Delivery] = []
+        self._chunks: tuple[list[np.ndarray], ...] = tuple([] for _ in _DELIVERY_FIELDS)
+        self._rows = 0  # deliveries in the chunks
         self.parts: list[pa.Table] = []  # deliveries made into table parts, not yet taken
         self.made_parts = 0
         self.names = [w.name for w in watchers]
@@ -721,24 +738,29 @@ class _Log:
     def delivered(self, deliveries: list[Delivery]) -> None:
         """Log these deliveries (their watcher numbered as the run's watchers); every
         DELIVERY_PART of them make a part."""
-        rv, watcher, sent, received, dequeued, applied, source, coalesced = self._append
-        for delivery in deliveries:
-            rv(delivery[1])
-            watcher(delivery[0])
-            sent(delivery[3])
-            received(delivery[4])
-            dequeued(delivery[5])
-            applied(delivery[6])
-            source(delivery[7])
-            coalesced(delivery[8])
-        while len(self.delivery_fields[0]) >= DELIVERY_PART:
+        kept = self._kept
+        kept.extend(deliveries)
+        if len(kept) >= DELIVERY_CHUNK:
+            self._make_chunk()
+
+    def _make_chunk(self) -> None:
+        """The deliveries kept so far as one chunk of columns; every DELIVERY_PART rows of
+        chunks make a part."""
+        columns = list(zip(*self._kept))
+        for chunks, (field, dtype) in zip(self._chunks, _DELIVERY_FIELDS):
+            # (``fromiter``: ``array`` takes twice as long over the sources, an ``IntEnum``)
+            chunks.append(np.fromiter(columns[field], dtype, len(self._kept)))
+        self._rows += len(self._kept)
+        self._kept.clear()
+        while self._rows >= DELIVERY_PART:
             self.parts.append(self._part(DELIVERY_PART))
 
     def end(self) -> None:
         """The run has ended: the deliveries left make the last part (or the only one, empty)."""
-        rows = len(self.delivery_fields[0])
-        if rows or not self.made_parts:
-            self.parts.append(self._part(rows))
+        if self._kept:
+            self._make_chunk()
+        if self._rows or not self.made_parts:
+            self.parts.append(self._part(self._rows))
 
     def take_parts(self) -> Iterator[tuple[str, pa.Table]]:
         """The parts made so far, each once, as ("deliveries", part)."""
@@ -760,12 +782,14 @@ class _Log:
 
     def _part(self, rows: int) -> pa.Table:
         """The first ``rows`` deliveries logged as a part of the deliveries table, dropped from
-        the arrays."""
+        the chunks."""
         self.made_parts += 1
-        fields = [np.frombuffer(f, dtype={"q": np.int64, "i": np.int32, "b": np.int8}[
-            f.typecode])[:rows].copy() for f in self.delivery_fields]
-        for f in self.delivery_fields:
-            del f[:rows]
+        fields = []
+        for i, chunks in enumerate(self._chunks):
+            whole = np.concatenate(chunks) if chunks else np.zeros(0, _DELIVERY_FIELDS[i][1])
+            fields.append(whole[:rows])
+            chunks[:] = [whole[rows:].copy()] if rows < len(whole) else []
+        self._rows -= rows
         rv, watchers = fields[0], fields[1]
         at = rv - 1
         ts = pa.timestamp("us", tz="UTC")
