@@ -187,12 +187,10 @@ def test_every_model_runs_the_alibaba_import(alibaba_trace, tmp_path, model):
     keeps_every_invariant(run)
 
 
-@pytest.mark.parametrize("chunk", [1, 3, 512])
-def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch, chunk):
+def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch):
     """The engine makes the deliveries table DELIVERY_PART rows at a time as the run goes (a
-    write's deliveries may complete more than one part at once, and so may a chunk of them made
-    columns at once, DELIVERY_CHUNK or more): every part but the last has exactly that many
-    rows, and the parts are the table of a run made in one part."""
+    write's deliveries may complete more than one part at once): every part but the last has
+    exactly that many rows, and the parts are the table of a run made in one part."""
     path = tmp_path / "trace.parquet"
     synthesize(SynthSpec(nodes=4, pods=40, arrival_rate=5.0, seed=3), path)
     config = load_config(model="godel")
@@ -205,7 +203,6 @@ def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch,
 
     whole = pa.concat_tables(deliveries())
     monkeypatch.setattr(simulation, "DELIVERY_PART", 2)  # fewer than a write's deliveries
-    monkeypatch.setattr(simulation, "DELIVERY_CHUNK", chunk)
     parts = deliveries()
     assert [p.num_rows for p in parts[:-1]] == [2] * (len(parts) - 1)
     assert 0 < parts[-1].num_rows <= 2

@@ -45,11 +45,6 @@ TS = pl.Datetime("us", "UTC")
 # deliveries per part of the deliveries table, made as the run goes (rather than the whole table
 # at the end, with the log it comes from: 3 GB at a million pods); the run directory's row group
 DELIVERY_PART = ROW_GROUP_ROWS
-DELIVERY_CHUNK = 512  # deliveries made columns at once (a part is made of chunks)
-# The fields of a delivery the log keeps (their places in the pipeline's tuple) and their types:
-# rv, watcher, sent, received, dequeued, applied, source, coalesced
-_DELIVERY_FIELDS = ((1, np.int64), (0, np.int32), (3, np.int64), (4, np.int64), (5, np.int64),
-                    (6, np.int64), (7, np.int8), (8, np.int8))
 # The garbage collector's thresholds during a replay: CPython's (700, 10, 10) would run a young
 # collection every 700 objects made (a write, its deliveries, a timer: thousands a second of
 # simulated time), 10-17 % of a what-if replay's CPU time; the replay makes no garbage cycles
@@ -718,14 +713,13 @@ class _Log:
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        # the deliveries handed over, kept as the pipeline's tuples until DELIVERY_CHUNK of them
-        # are made columns at once (``zip`` and ``numpy.array``: about 0.3 us a delivery; an
-        # ``array.append`` per field, as before, cost 0.7 us: the array module parses each
-        # value with a format string), then per field: rv, watcher, sent, received, dequeued,
-        # applied (``int64``), source, coalesced (``int8``), a list of chunks each
-        self._kept: list[Delivery] = []
-        self._chunks: tuple[list[np.ndarray], ...] = tuple([] for _ in _DELIVERY_FIELDS)
-        self._rows = 0  # deliveries in the chunks
+        # per delivery: rv, watcher, sent, received, dequeued, applied (``int64``), source,
+        # coalesced (``int8``), one array each, appended as each delivery is logged: its tuple
+        # and numbers are still in the CPU's cache then (moved a thousand at a time later, as
+        # before, reading them back cost 0.7 us a delivery at 100k pods, 8% of a Godel replay)
+        self.delivery_fields = (array("q"), array("i"), *(array("q") for _ in range(4)),
+                                array("b"), array("b"))
+        self._append = tuple(field.append for field in self.delivery_fields)
         self.parts: list[pa.Table] = []  # deliveries made into table parts, not yet taken
         self.made_parts = 0
         self.names = [w.name for w in watchers]
@@ -738,29 +732,24 @@ class _Log:
     def delivered(self, deliveries: list[Delivery]) -> None:
         """Log these deliveries (their watcher numbered as the run's watchers); every
         DELIVERY_PART of them make a part."""
-        kept = self._kept
-        kept.extend(deliveries)
-        if len(kept) >= DELIVERY_CHUNK:
-            self._make_chunk()
-
-    def _make_chunk(self) -> None:
-        """The deliveries kept so far as one chunk of columns; every DELIVERY_PART rows of
-        chunks make a part."""
-        columns = list(zip(*self._kept))
-        for chunks, (field, dtype) in zip(self._chunks, _DELIVERY_FIELDS):
-            # (``fromiter``: ``array`` takes twice as long over the sources, an ``IntEnum``)
-            chunks.append(np.fromiter(columns[field], dtype, len(self._kept)))
-        self._rows += len(self._kept)
-        self._kept.clear()
-        while self._rows >= DELIVERY_PART:
+        rv, watcher, sent, received, dequeued, applied, source, coalesced = self._append
+        for delivery in deliveries:
+            rv(delivery[1])
+            watcher(delivery[0])
+            sent(delivery[3])
+            received(delivery[4])
+            dequeued(delivery[5])
+            applied(delivery[6])
+            source(delivery[7])
+            coalesced(delivery[8])
+        while len(self.delivery_fields[0]) >= DELIVERY_PART:
             self.parts.append(self._part(DELIVERY_PART))
 
     def end(self) -> None:
         """The run has ended: the deliveries left make the last part (or the only one, empty)."""
-        if self._kept:
-            self._make_chunk()
-        if self._rows or not self.made_parts:
-            self.parts.append(self._part(self._rows))
+        rows = len(self.delivery_fields[0])
+        if rows or not self.made_parts:
+            self.parts.append(self._part(rows))
 
     def take_parts(self) -> Iterator[tuple[str, pa.Table]]:
         """The parts made so far, each once, as ("deliveries", part)."""
@@ -782,14 +771,12 @@ class _Log:
 
     def _part(self, rows: int) -> pa.Table:
         """The first ``rows`` deliveries logged as a part of the deliveries table, dropped from
-        the chunks."""
+        the arrays."""
         self.made_parts += 1
-        fields = []
-        for i, chunks in enumerate(self._chunks):
-            whole = np.concatenate(chunks) if chunks else np.zeros(0, _DELIVERY_FIELDS[i][1])
-            fields.append(whole[:rows])
-            chunks[:] = [whole[rows:].copy()] if rows < len(whole) else []
-        self._rows -= rows
+        fields = [np.frombuffer(f, dtype={"q": np.int64, "i": np.int32, "b": np.int8}[
+            f.typecode])[:rows].copy() for f in self.delivery_fields]
+        for f in self.delivery_fields:
+            del f[:rows]
         rv, watchers = fields[0], fields[1]
         at = rv - 1
         ts = pa.timestamp("us", tz="UTC")

@@ -71,7 +71,10 @@ class View:
         self.counts_assumed = counts_assumed
         self._alloc = np.zeros((3, node_count), dtype=np.int64)
         self._free = np.zeros((3, node_count), dtype=np.int64)
-        self._rows = (self._free[0], self._free[1], self._free[2])  # (a 1-d index is quicker)
+        # the free capacity's rows as memoryviews: an element read or written as a Python int,
+        # 40% quicker than through numpy's scalars
+        self._rows = (memoryview(self._free[0]), memoryview(self._free[1]),
+                      memoryview(self._free[2]))
         self._present = np.zeros(node_count, dtype=bool)
         self._version = np.zeros(node_count, dtype=np.int64)
         self._placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
@@ -115,9 +118,12 @@ class View:
         return self._takers
 
     def _deliver(self, delivery: Delivery) -> None:
-        """Take a delivery (not idle) made as its write was sent."""
+        """Take a delivery (not idle) made as its write was sent (``_into_inbox``, inlined)."""
         self._sent.append(delivery)
-        self._into_inbox(delivery)
+        inbox = self._inboxes[_INBOX[delivery[_PAYLOAD].kind]]
+        if not inbox and delivery[_APPLIED] < self._due:
+            self._due = delivery[_APPLIED]
+        inbox.append(delivery)
 
     def _deliver_late(self, delivery: Delivery) -> None:
         """Take the delivery of a write ``_expect``ed when it was sent, or of one its client
