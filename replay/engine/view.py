@@ -8,12 +8,14 @@ that a scheduler can filter and score thousands of nodes in one compiled call
 (``snapshot``, read-only).
 
 Deliveries are applied lazily: the engine hands each one to the watcher's view as soon as its
-applied time is known (``_deliver``; usually when the write commits), and every read first applies
-the deliveries due by the simulation's clock, as the informer would have by then.  So a write
-nobody reacts to costs no event in the simulation's queue, and a model never sees a view that is
-behind its own watch.  A watcher has one watch, and one informer, per resource: each keeps its
-own inbox, whose applied times never decrease.  A write whose delivery its watch holds back (the
-watch is closed, or its buffer full) is ``_expect``ed until then: the view's lag counts it.
+applied time is known (``_takers_by_kind``; usually when the write commits), and every read first
+applies the deliveries due by the simulation's clock, as the informer would have by then.  So a
+write nobody reacts to costs no event in the simulation's queue, and a model never sees a view
+that is behind its own watch.  A watcher has one watch, and one informer, per resource: each
+keeps its own inbox, whose applied times never decrease.  A delivery of a kind that changes
+nothing in a cache (``IDLE_KINDS``) only counts as sent: it enters no inbox and is never applied.
+A write whose delivery its watch holds back (the watch is closed, or its buffer full) is
+``_expect``ed until then: the view's lag counts it.
 
 A pod counts on a node from its applied binding until its applied delete, or its applied failure
 (status.phase Failed: the scheduler's informer drops terminal pods); in a cache that counts
@@ -95,7 +97,7 @@ class View:
             by_kind[_POD_ASSUME] = self._apply_place
         # by kind: what applying a delivery does (None: only the node version it carries)
         self._appliers = tuple(by_kind.get(kind) for kind in WriteKind)
-        # by kind: how a delivery sent now is taken (``_take``)
+        # by kind: how a delivery made as its write was sent is taken (``_takers_by_kind``)
         self._takers = tuple(self._sent.append if kind in IDLE_KINDS else self._deliver
                              for kind in WriteKind)
         self._clock = clock
@@ -118,12 +120,9 @@ class View:
         return self._takers
 
     def _deliver(self, delivery: Delivery) -> None:
-        """Take a delivery (not idle) made as its write was sent (``_into_inbox``, inlined)."""
+        """Take a delivery (not idle) made as its write was sent."""
         self._sent.append(delivery)
-        inbox = self._inboxes[_INBOX[delivery[_PAYLOAD].kind]]
-        if not inbox and delivery[_APPLIED] < self._due:
-            self._due = delivery[_APPLIED]
-        inbox.append(delivery)
+        self._into_inbox(delivery)
 
     def _deliver_late(self, delivery: Delivery) -> None:
         """Take the delivery of a write ``_expect``ed when it was sent, or of one its client
