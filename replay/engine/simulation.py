@@ -57,12 +57,10 @@ _BIND, _DELETE, _NODE_DELETE, _OTHER = (WriteKind.POD_BIND, WriteKind.POD_DELETE
 _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteKind}
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
-# What the engine does with a watcher's deliveries: its view's takers by kind of write and its
-# taker of late deliveries (None: it has no view); by kind of write its reaction, a handler and
-# its wants, or None (None: it reacts to nothing)
-_Taker = Callable[[Delivery], None]
-_Sink = tuple[tuple[tuple[_Taker, ...], _Taker] | None,
-              tuple[tuple[Handler, Wants | None] | None, ...] | None]
+# What the engine does with a watcher's deliveries: its view's ``_deliver`` (None: it has no
+# view), the kinds of write it reacts to (None: none) and which of them it wants
+_Sink = tuple[Callable[[int, Write, bool], None] | None, frozenset[WriteKind] | None,
+              Wants | None]
 
 
 class Simulation:
@@ -463,40 +461,28 @@ class Simulation:
         a write other than ``current`` was held back by the pipeline and expected by the view."""
         if not deliveries:
             return
-        call_at = self._env.call_at
+        call_at, react = self._env.call_at, self._react
         sinks = self._sinks if self._sinks is not None else self._make_sinks()
         if piped and not self._all_piped:  # from the pipeline's numbering to the watchers'
             of = self._watcher_of_piped
             deliveries = [(of[d[0]], *d[1:]) for d in deliveries]
         self._log.delivered(deliveries)
-        for delivery in deliveries:
-            watcher, rv, write = delivery[0], delivery[1], delivery[2]
-            taking, reactions = sinks[watcher]
-            if taking is not None:
-                takers, late = taking
-                if rv == current:
-                    takers[write.kind](delivery)
-                else:
-                    late(delivery)
-            if reactions is not None:
-                reaction = reactions[write.kind]
-                if reaction is not None and (reaction[1] is None or reaction[1](write)):
-                    call_at(delivery[6], reaction[0], write)
+        for watcher, rv, write, _, _, _, applied, _, _ in deliveries:
+            deliver, kinds, wants = sinks[watcher]
+            if deliver is not None:
+                deliver(applied, write, rv != current)
+            if kinds is not None and write.kind in kinds and (wants is None or wants(write)):
+                call_at(applied, react, watcher, write)
 
     def _make_sinks(self) -> list[_Sink]:
-        """Per watcher, what ``_hand_over`` does with its deliveries: its view's takers by kind
-        and its taker of late deliveries (None: no view), and by kind its reaction (handler,
-        wants) or None (None: it reacts to nothing).  Made again after ``view`` or ``react``
-        changed them; a delivery's reaction is the one set when it was handed over."""
+        """Per watcher, what ``_hand_over`` does with its deliveries: its view's ``_deliver``
+        (None: no view), the kinds it reacts to (None: none) and its ``wants``.  Made again
+        after ``view`` or ``react`` changed them."""
         sinks: list[_Sink] = []
         for index in range(len(self._watchers)):
             view = self._views.get(index)
-            reaction = self._reactions.get(index)
-            sinks.append((
-                (view._takers_by_kind(), view._deliver_late) if view is not None else None,
-                None if reaction is None else tuple(
-                    (reaction[2], reaction[1]) if kind in reaction[0] else None
-                    for kind in WriteKind)))
+            kinds, wants, _ = self._reactions.get(index, (None, None, None))
+            sinks.append((view._deliver if view is not None else None, kinds, wants))
         self._sinks = sinks
         return sinks
 
@@ -517,6 +503,9 @@ class Simulation:
         self._wakeup = None
         self._hand_over(self._pipeline.advance(self._env.now), 0)
         self._arm()
+
+    def _react(self, watcher: int, write: Write) -> None:
+        self._reactions[watcher][2](write)
 
     def _clock(self) -> int:
         return self._env.now

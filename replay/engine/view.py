@@ -8,14 +8,12 @@ that a scheduler can filter and score thousands of nodes in one compiled call
 (``snapshot``, read-only).
 
 Deliveries are applied lazily: the engine hands each one to the watcher's view as soon as its
-applied time is known (``_takers_by_kind``; usually when the write commits), and every read first
-applies the deliveries due by the simulation's clock, as the informer would have by then.  So a
-write nobody reacts to costs no event in the simulation's queue, and a model never sees a view
-that is behind its own watch.  A watcher has one watch, and one informer, per resource: each
-keeps its own inbox, whose applied times never decrease.  A delivery of a kind that changes
-nothing in a cache (``IDLE_KINDS``) only counts as sent: it enters no inbox and is never applied.
-A write whose delivery its watch holds back (the watch is closed, or its buffer full) is
-``_expect``ed until then: the view's lag counts it.
+applied time is known (``_deliver``; usually when the write commits), and every read first applies
+the deliveries due by the simulation's clock, as the informer would have by then.  So a write
+nobody reacts to costs no event in the simulation's queue, and a model never sees a view that is
+behind its own watch.  A watcher has one watch, and one informer, per resource: each keeps its
+own inbox, whose applied times never decrease.  A write whose delivery its watch holds back (the
+watch is closed, or its buffer full) is ``_expect``ed until then: the view's lag counts it.
 
 A pod counts on a node from its applied binding until its applied delete, or its applied failure
 (status.phase Failed: the scheduler's informer drops terminal pods); in a cache that counts
@@ -31,29 +29,21 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
-from replay.engine.pipeline import Delivery
 
 Ints = npt.NDArray[np.int64]
-_INBOX = tuple(0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
-               for kind in WriteKind)  # by kind: a write's informer (nodes, pods, other)
-# The kinds of write that change nothing in a cache: no capacity, and the truth stamps no node
-# version on them (``Truth.apply``).  Their deliveries only count as sent and not yet applied
-# (``oldest_unapplied``, ``next_due``): 8 of the 20 a Gödel pod brings to the views
-IDLE_KINDS = frozenset({WriteKind.NODE_OTHER, WriteKind.POD_CREATE, WriteKind.POD_DISPATCH,
-                  WriteKind.OTHER})
+_INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
+          for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
 # The pod writes after which a pod no longer counts on its node in any cache
 _LEAVES = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.POD_FAIL})
-_NODE_SET, _NODE_DELETE = WriteKind.NODE_SET, WriteKind.NODE_DELETE
-_POD_BIND, _POD_ASSUME = WriteKind.POD_BIND, WriteKind.POD_ASSUME
+_NODE_SET, _NODE_DELETE = WriteKind.NODE_SET, WriteKind.NODE_DELETE  # (a module global is
+_POD_BIND, _POD_ASSUME = WriteKind.POD_BIND, WriteKind.POD_ASSUME  # quicker than an enum's)
 _NOTHING_DUE = 2**63 - 1  # the due time of a view with no delivery waiting
-_APPLIED: Final = 6  # a delivery's applied time, in the pipeline's tuple (``Delivery``)
-_PAYLOAD: Final = 2  # ... and its write
 
 
 class Snapshot(NamedTuple):
@@ -73,33 +63,20 @@ class View:
         self.counts_assumed = counts_assumed
         self._alloc = np.zeros((3, node_count), dtype=np.int64)
         self._free = np.zeros((3, node_count), dtype=np.int64)
-        # the free capacity's rows as memoryviews: an element read or written as a Python int,
-        # 40% quicker than through numpy's scalars
+        # the free capacity's rows as memoryviews: an element read or written as a Python int
+        # (85 ns a read-modify-write, 160 through numpy's scalars or a 1-d index)
         self._rows = (memoryview(self._free[0]), memoryview(self._free[1]),
                       memoryview(self._free[2]))
         self._present = np.zeros(node_count, dtype=bool)
         self._version = np.zeros(node_count, dtype=np.int64)
         self._placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
         self._assumed: dict[Pod, int] = {}  # pods this watcher placed itself, not yet confirmed
-        # per informer (nodes, pods, other resources): the deliveries to apply, in the order
-        # they will be (their applied times never decrease); idle kinds' are not kept
-        self._inboxes: tuple[deque[Delivery], ...] = (deque(), deque(), deque())
+        # per informer (nodes, pods, other resources): (applied_us, write), not yet applied
+        self._inboxes: tuple[deque[tuple[int, Write]], ...] = (deque(), deque(), deque())
         self._due = _NOTHING_DUE  # the earliest applied time in the inboxes
-        # Every delivery sent to it, in the order sent (rv), until it and those before it are
-        # applied: the oldest not applied is the first with its applied time still to come.  A
-        # write the watch holds back is a placeholder here (``_awaiting``) until delivered
-        self._sent: deque[Delivery | list[Any]] = deque()
-        self._awaiting: dict[int, list[Any]] = {}  # by rv: the placeholders
-        by_kind = {_POD_BIND: self._apply_place, _NODE_SET: self._apply_node_set,
-                   _NODE_DELETE: self._apply_node_delete,
-                   **{kind: self._apply_leave for kind in _LEAVES}}
-        if counts_assumed:
-            by_kind[_POD_ASSUME] = self._apply_place
-        # by kind: what applying a delivery does (None: only the node version it carries)
-        self._appliers = tuple(by_kind.get(kind) for kind in WriteKind)
-        # by kind: how a delivery made as its write was sent is taken (``_takers_by_kind``)
-        self._takers = tuple(self._sent.append if kind in IDLE_KINDS else self._deliver
-                             for kind in WriteKind)
+        self._places = frozenset({_POD_BIND, _POD_ASSUME} if counts_assumed else {_POD_BIND})
+        self._unapplied: deque[Write] = deque()  # sent to it, not yet applied, by rv ...
+        self._applied_early: set[int] = set()  # ... but for these rvs, already applied
         self._clock = clock
         self._snapshot = Snapshot(_read_only(self._alloc), _read_only(self._free),
                                   _read_only(self._present), _read_only(self._version))
@@ -109,58 +86,40 @@ class View:
     # -- the informer ---------------------------------------------------------------------------
     def _expect(self, write: Write) -> None:
         """The engine's word that ``write`` was sent to this watcher and will be delivered
-        later (``_deliver_late``), once its watch lets it through."""
-        placeholder = [None, write.rv, write, None, None, None, _NOTHING_DUE]
-        self._sent.append(placeholder)
-        self._awaiting[write.rv] = placeholder
+        later (``_deliver``), once its watch lets it through."""
+        self._unapplied.append(write)
 
-    def _takers_by_kind(self) -> tuple[Callable[[Delivery], None], ...]:
-        """The engine's hand-over of a delivery made as its write was sent, by the write's kind:
-        an idle kind's is only counted as sent (one ``deque.append``, no Python call)."""
-        return self._takers
-
-    def _deliver(self, delivery: Delivery) -> None:
-        """Take a delivery (not idle) made as its write was sent."""
-        self._sent.append(delivery)
-        self._into_inbox(delivery)
-
-    def _deliver_late(self, delivery: Delivery) -> None:
-        """Take the delivery of a write ``_expect``ed when it was sent, or of one its client
-        queue held (a ``delta_fifo`` or ``workqueue`` watcher's): the pipeline does not tell
-        of those when their write is sent, so they never count as not yet applied."""
-        placeholder = self._awaiting.pop(delivery[1], None)
-        if placeholder is not None:
-            placeholder[_APPLIED] = delivery[_APPLIED]
-        if placeholder is None or delivery[_PAYLOAD].kind not in IDLE_KINDS:
-            self._into_inbox(delivery)
-
-    def _into_inbox(self, delivery: Delivery) -> None:
-        inbox = self._inboxes[_INBOX[delivery[_PAYLOAD].kind]]
-        if not inbox and delivery[_APPLIED] < self._due:  # (behind a front, it is not earlier)
-            self._due = delivery[_APPLIED]
-        inbox.append(delivery)
+    def _deliver(self, applied: int, write: Write, expected: bool = False) -> None:
+        """The engine's hand-over of a delivery, to be applied at ``applied`` (``expected``: it
+        was ``_expect``ed)."""
+        self._inboxes[_INBOX[write.kind]].append((applied, write))
+        if applied < self._due:
+            self._due = applied
+        if not expected:
+            self._unapplied.append(write)
 
     def _catch_up(self) -> None:
         """Apply every delivery due by now (one informer after the other)."""
         now = self._clock()
-        sent = self._sent
-        while sent and sent[0][_APPLIED] <= now:
-            sent.popleft()
         if now < self._due:
             return
-        appliers, versions = self._appliers, self._version
+        unapplied = self._unapplied
         for inbox in self._inboxes:
-            while inbox and inbox[0][_APPLIED] <= now:
-                delivery = inbox.popleft()
-                write = delivery[_PAYLOAD]
-                version = write.node_version
-                if version and version > versions[write.node]:
-                    versions[write.node] = version
-                apply = appliers[write.kind]
-                if apply is not None:
-                    apply(write, delivery[_APPLIED])
-        self._due = min([inbox[0][_APPLIED] for inbox in self._inboxes if inbox],
-                        default=_NOTHING_DUE)
+            while inbox and inbox[0][0] <= now:
+                applied, write = inbox.popleft()
+                self._apply(write, applied)
+                if unapplied and unapplied[0] is write:  # in the order it was sent
+                    unapplied.popleft()
+                    if self._applied_early:
+                        self._forget_applied_early()
+                else:
+                    self._applied_early.add(write.rv)
+        self._due = min([inbox[0][0] for inbox in self._inboxes if inbox], default=_NOTHING_DUE)
+
+    def _forget_applied_early(self) -> None:
+        unapplied, early = self._unapplied, self._applied_early
+        while early and unapplied and unapplied[0].rv in early:
+            early.remove(unapplied.popleft().rv)
 
     @property
     def give_backs(self) -> int:
@@ -171,35 +130,33 @@ class View:
     def oldest_unapplied(self) -> int | None:
         """Commit time of the oldest write sent to this watcher and not yet applied."""
         self._catch_up()
-        sent = self._sent
-        return sent[0][_PAYLOAD].commit if sent else None
+        return self._unapplied[0].commit if self._unapplied else None
 
     def next_due(self, kinds: Collection[WriteKind]) -> int | None:
         """When the next delivery of one of ``kinds`` already on its way will be applied."""
         self._catch_up()
-        now = self._clock()
-        waiting = [*(d for d in self._sent if now < d[_APPLIED] < _NOTHING_DUE),  # (idle kinds')
-                   *(d for inbox in self._inboxes for d in inbox)]
-        return min((d[_APPLIED] for d in waiting if d[_PAYLOAD].kind in kinds), default=None)
+        due = [next((applied for applied, write in inbox if write.kind in kinds), None)
+               for inbox in self._inboxes]
+        return min((t for t in due if t is not None), default=None)
 
-    def _apply_place(self, write: Write, now: int) -> None:
-        assert write.pod is not None
-        self._place(write.pod, write.node, now)
-
-    def _apply_leave(self, write: Write, now: int) -> None:
-        pod = write.pod
-        assert pod is not None
-        if self._assumed:
-            self._forget(pod, now)
-        node = self._placed.pop(pod, None)
-        if node is not None:
-            self._take(node, pod.request, 1)
-
-    def _apply_node_set(self, write: Write, now: int) -> None:
-        self._set_node(write.node, write.alloc)
-
-    def _apply_node_delete(self, write: Write, now: int) -> None:
-        self._set_node(write.node, None)
+    def _apply(self, write: Write, now: int) -> None:
+        kind, pod, version = write.kind, write.pod, write.node_version
+        if version and version > self._version[write.node]:
+            self._version[write.node] = version
+        if kind in self._places:
+            assert pod is not None
+            self._place(pod, write.node, now)
+        elif kind in _LEAVES:
+            assert pod is not None
+            if self._assumed:
+                self._forget(pod, now)
+            node = self._placed.pop(pod, None)
+            if node is not None:
+                self._take(node, pod.request, 1)
+        elif kind == _NODE_SET:
+            self._set_node(write.node, write.alloc)
+        elif kind == _NODE_DELETE:
+            self._set_node(write.node, None)
 
     def _place(self, pod: Pod, node: int, now: int) -> None:
         """The watch has brought ``pod`` on ``node``: it counts there from now on, once (an own
