@@ -15,8 +15,6 @@ machine (``cache=True``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
 import numba
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +79,12 @@ def _fan_out(state: Ints, ring: Ints, queue: Ints, network: Ints, handler: Ints,
     return dispatched, done
 
 
-_compile: Callable[[Any], Any] = numba.njit(cache=True, nogil=True)
+# Compiled for its one signature when imported (from numba's cache), and called through the
+# compiled function's own entry point: numba's dispatcher would match the 11 arguments' types
+# on every call (measured: 0.85 against 0.58 µs a call with 7 arrays and 4 integers)
+_compiled = numba.njit("UniTuple(int64, 2)(int64[:, ::1], int64[::1], int64[:, ::1], "
+                       "int64[:, ::1], int64[:, ::1], int64[::1], int64, int64, int64, int64, "
+                       "int64[:, ::1])", cache=True, nogil=True)(_fan_out)
+_entry = _compiled.overloads[_compiled.signatures[0]]
 fan_out: Callable[[Ints, Ints, Ints, Ints, Ints, Ints, int, int, int, int, Ints],
-                  tuple[int, int]] = _compile(_fan_out)
+                  tuple[int, int]] = _entry.entry_point  # type: ignore[attr-defined]

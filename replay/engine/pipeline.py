@@ -105,6 +105,7 @@ class Source(IntEnum):
 
 SOURCES = tuple(s.name.lower() for s in Source)
 _WATCH = Source.WATCH  # (a module global is quicker than an enum's member, once per delivery)
+_WATCHES, _FALSES = repeat(_WATCH), repeat(False)  # (for zip: never used up)
 
 
 def _slicer(values: np.ndarray) -> Callable[[slice], np.ndarray]:
@@ -599,12 +600,15 @@ class _Targets(list[_Watch]):
     """A write's target watches (``Pipeline.watches``), with their streams, for the compiled
     fan-out, and their watchers."""
 
-    __slots__ = ("streams", "watchers")
+    __slots__ = ("streams", "watchers", "times")
 
     def __init__(self, watches: list[_Watch]):
         super().__init__(watches)
         self.streams = np.array([w.index for w in watches], dtype=np.int64)
         self.watchers = [w.watcher for w in watches]
+        # the compiled fan-out's answer: per target its sent, received, dequeued and applied
+        # times, and 1 if it delivered there
+        self.times = np.zeros((5, len(watches)), dtype=np.int64)
 
 
 class _Engine:
@@ -625,7 +629,6 @@ class _Engine:
             from replay.engine.fanoutkernel import fan_out
             self.fan_out = fan_out
         queue, network, handler = pipeline._first_blocks()
-        self.draws = (queue, network, handler)
         buffers = np.array(pipeline.buffer, dtype=np.int64)
         self.state = np.zeros((len(buffers), KERNEL + 1), dtype=np.int64)
         self.state[:, [SENT, RECEIVED, FRONT, FIFO_LAST]] = EARLIEST
@@ -634,8 +637,9 @@ class _Engine:
         self.state[:, BUFFER] = buffers
         self.state[:, CONNECTED] = 1
         self.ring = np.zeros(int(rooms.sum()), dtype=np.int64)
-        self.times = np.zeros((5, max(1, len(pipeline.watchers))), dtype=np.int64)
-        self.watches = [pipeline._watch_state(self, s, self.resources[int(r)], self.draws)
+        self.arrays = (self.state, self.ring, queue, network, handler)  # fan_out's
+        self.watches = [pipeline._watch_state(self, s, self.resources[int(r)],
+                                              (queue, network, handler))
                         for s, r in enumerate(pipeline.streams.resource)]
         for watch in self.watches:
             watch.to_kernel()
@@ -725,13 +729,12 @@ class _Engine:
         resource.window_rv.append(rv)
         start = cached if cached > resource.released else resource.released
         if self.compiled:
-            dispatched, done = self.fan_out(self.state, self.ring, *self.draws, targets.streams,
-                                            rv, start, cacher, per_watcher, self.times)
+            dispatched, done = self.fan_out(*self.arrays, targets.streams, rv, start, cacher,
+                                            per_watcher, targets.times)
             while done == REFILL:
                 self._refill(targets)
-                dispatched, done = self.fan_out(self.state, self.ring, *self.draws,
-                                                targets.streams, rv, start, cacher, per_watcher,
-                                                self.times)
+                dispatched, done = self.fan_out(*self.arrays, targets.streams, rv, start,
+                                                cacher, per_watcher, targets.times)
         else:
             dispatched, done = self._dispatch(targets, start, cacher, per_watcher)
         if done == BLOCKS:
@@ -774,9 +777,9 @@ class _Engine:
                    payload: Any) -> None:
         """The deliveries the compiled fan-out made to every target (their times in
         ``times``), logged; the targets' stores updated."""
-        sent, received, dequeued, applied = self.times[:4, :len(targets)].tolist()
+        sent, received, dequeued, applied, _ = targets.times.tolist()
         self.out.extend(zip(targets.watchers, repeat(rv), repeat(payload), sent, received,
-                            dequeued, applied, repeat(_WATCH), repeat(False)))
+                            dequeued, applied, _WATCHES, _FALSES))
         if deleted:
             for watch in targets:
                 watch.known.discard(key)
@@ -788,7 +791,7 @@ class _Engine:
                    dispatched: int, done: int) -> None:
         """``step``'s deliveries when some targets were left to ``_Watch`` (``done`` of them
         were not: the compiled fan-out's, in ``times``), in the targets' order."""
-        times = self.times[:, :len(targets)].T.tolist() if done else None
+        times = targets.times.T.tolist() if done else None
         out, pending = self.out, []
         for j, watch in enumerate(targets):
             if times is not None and times[j][4]:
