@@ -4,7 +4,11 @@ of every stream, whichever path each write (or each target) takes."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -115,3 +119,19 @@ def test_both_paths_and_the_refills_are_taken(monkeypatch):
     compiled = run(Pipeline(costs, watchers), writes, True)
     assert all(calls.values()) and len(calls) == 4, calls
     same(compiled, run(Pipeline(costs, watchers), writes, False))
+
+
+def test_observes_evaluation_by_event_does_not_import_numba():
+    """Observe's scan evaluates a resource with a full buffer again event by event, by
+    ``_Watch`` alone: numba's import (half a second) stays the what-if replays'."""
+    script = """
+import sys
+from test_watch_pipeline import MS, Writes, blocking_pipeline, scanned
+pipeline = blocking_pipeline()
+scanned(pipeline, Writes([t * MS for t in range(6)], [[0, 1]] * 6))
+assert pipeline.scanned.fixed, "evaluated again event by event"
+assert "numba" not in sys.modules
+"""
+    subprocess.run([sys.executable, "-c", script], check=True,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                       [str(Path(__file__).parent), *sys.path])})

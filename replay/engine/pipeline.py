@@ -33,7 +33,9 @@ The recursions are defined once and evaluated two ways that give identical resul
 
 - ``Pipeline.step``, one write at a time, for the what-if models (whose writes depend on what was
   delivered before), and ``advance``/``finish`` for what happens between writes (a watch's
-  recovery, a held event's delivery, a client queue's pops): the definition, event by event;
+  recovery, a held event's delivery, a client queue's pops): the definition, event by event
+  (for the what-if models, a write's targets in the common case in one compiled call,
+  ``fanoutkernel``, the same recursions over the same state as ``_Watch``);
 - ``Pipeline.scan`` (and ``Scan``, which observe writes a part at a time) over whole arrays for
   the observe model, by "compute unbounded, detect, fall back": every queue without bounds is a
   Lindley recursion, a cumulative maximum (``replay.arrays.lindley``); if no watch's buffer would
@@ -597,18 +599,19 @@ _SAFE, _POP, _REWATCH, _LIST = range(4)  # kinds of wake-up
 
 
 class _Targets(list[_Watch]):
-    """A write's target watches (``Pipeline.watches``), with their streams, for the compiled
-    fan-out, and their watchers."""
+    """A write's target watches (``Pipeline.watches``), with what the compiled fan-out needs of
+    them (unless ``compiled`` is False: observe's evaluation by event makes one per write)."""
 
     __slots__ = ("streams", "watchers", "times")
 
-    def __init__(self, watches: list[_Watch]):
+    def __init__(self, watches: list[_Watch], compiled: bool = True):
         super().__init__(watches)
-        self.streams = np.array([w.index for w in watches], dtype=np.int64)
-        self.watchers = [w.watcher for w in watches]
-        # the compiled fan-out's answer: per target its sent, received, dequeued and applied
-        # times, and 1 if it delivered there
-        self.times = np.zeros((5, len(watches)), dtype=np.int64)
+        if compiled:
+            self.streams = np.array([w.index for w in watches], dtype=np.int64)
+            self.watchers = [w.watcher for w in watches]
+            # the fan-out's answer: per target its sent, received, dequeued and applied times,
+            # and 1 if it delivered there
+            self.times = np.zeros((5, len(watches)), dtype=np.int64)
 
 
 class _Engine:
@@ -982,7 +985,8 @@ class Pipeline(Generic[Payload]):
         if engine is None:
             engine = self._engine = _Engine(self, self._last_rv_before, _Engine.COMPILED)
         watch_of = engine.watch_of[resource]
-        return _Targets([watch_of[w] for w in targets])  # type: ignore[misc]
+        return _Targets([watch_of[w] for w in targets],  # type: ignore[misc]
+                        engine.compiled)
 
     def step_to(self, commit: int, watches: Watches, resource: int = 0, key: int | None = None,
                 deleted: bool = False, payload: Payload | None = None
@@ -1236,7 +1240,7 @@ class Scan:
                 delivered += engine.take()
             cached[i], dispatched[i] = engine.step(
                 i + 1, int(commit[i]), resource, int(key[i]), bool(deleted[i]),
-                _Targets(target[bounds[n]:bounds[n + 1]]), None)
+                _Targets(target[bounds[n]:bounds[n + 1]], False), None)
             delivered += engine.take()
         engine.finish()
         delivered += engine.take()
