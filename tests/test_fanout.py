@@ -18,7 +18,8 @@ from test_watch_pipeline import Writes, cases, config, watcher
 from replay.engine import pipeline as engine_module
 from replay.engine.config import ClientQueue, ServerSettings
 from replay.engine.distributions import Constant, Exponential
-from replay.engine.pipeline import CONNECTED, FRONT, ROW, Pipeline
+from replay.engine.pipeline import Pipeline
+from replay.engine.streamstate import CONNECTED, FRONT, ROW
 
 MS = 1000
 

@@ -15,16 +15,16 @@ machine (``cache=True``).
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import numba
 import numpy as np
 import numpy.typing as npt
 
-from replay.engine.pipeline import (BASE, BUFFER, CONNECTED, COUNT, CURSOR, EARLIEST, FIFO_LAST,
-                                    FRONT, HEAD, KERNEL, LAST_RV, LIVE, RECEIVED, ROOM, ROW,
-                                    SENT)
+from replay.engine.streamstate import (BASE, BLOCKS, BUFFER, CONNECTED, COUNT, CURSOR,
+                                       EARLIEST, FIFO_LAST, FRONT, HEAD, KERNEL, LAST_RV, LIVE,
+                                       RECEIVED, REFILL, ROOM, ROW, SENT)
 
 Ints = npt.NDArray[np.int64]
-BLOCKS, REFILL = -1, -2  # fan_out's answers besides a count: the dispatcher blocks; a row is used
 
 
 def _fan_out(state: Ints, ring: Ints, queue: Ints, network: Ints, handler: Ints, streams: Ints,

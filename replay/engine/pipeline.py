@@ -70,6 +70,9 @@ from replay.engine.clientqueue import (QUEUES, Arrival, FifoQueue, busy_periods,
                                        conflicting_rows)
 from replay.engine.config import STAGES, ClientQueue, RunConfig, WatcherSpec
 from replay.engine.distributions import Constant, Distribution, Ints
+from replay.engine.streamstate import (BASE, BLOCKS, BUFFER, CONNECTED, CURSOR, EARLIEST,
+                                       FIFO_LAST, FRONT, KERNEL, RECEIVED, REFILL, ROOM, ROW,
+                                       SENT)
 from replay.engine.watchcache import LOWER_CAPACITY, channel_size
 from replay.engine.watchers import Streams
 from replay.rng import Keys, Stream, UInts, name_hash
@@ -78,21 +81,8 @@ STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received
                  "dequeued_ts", "applied_ts")
 DRAW_CHUNK = 1 << 16
 SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
-ROW = 128  # step() keeps this many draws of every stream's per-event stages at once
-FIRST_PIECE = 16  # ... and makes them Python ints this many at a time in its first row
-EARLIEST = -(1 << 62)  # before any time
+FIRST_PIECE = 16  # step() makes a stream's first row of draws Python ints this many at a time
 LATEST = 1 << 62  # after any time
-# The engine's state of every stream (``_Engine.state``, a row each), shared by the compiled
-# fan-out and ``_Watch``: its last sent and received times, live events, front, last rv, fifo
-# client queue's last completion, recent sent times (``_Engine.ring``: how many, the oldest's
-# place, from ``BASE``, ``ROOM`` long), where in its row of draws it is, its buffer, whether
-# it is connected, and whether the compiled fan-out has its turn (``KERNEL``: then the fields
-# up to CURSOR are the stream's, else ``_Watch``'s attributes are; FRONT and CONNECTED are kept
-# in both, for every write's check of whether the dispatcher blocks)
-(SENT, RECEIVED, LIVE, FRONT, LAST_RV, FIFO_LAST, COUNT, HEAD, CURSOR, BASE, ROOM, BUFFER,
- CONNECTED, KERNEL) = range(14)
-BLOCKS, REFILL = -1, -2  # the fan-out's answers besides a count: the dispatcher blocks; a row of
-# draws is used up
 TERMINATION_REASON = "unresponsive"  # cache_watcher.go: "Forcing ... watcher close due to
 # unresponsiveness"
 
@@ -744,7 +734,7 @@ class _Engine:
             self._blocking_step(rv, resource, key, deleted, targets, payload, dispatched)
         else:
             resource.released = dispatched
-            if done == len(targets):
+            if targets and done == len(targets):
                 self._delivered(rv, key, deleted, targets, payload)
                 self.pending = []
             else:
