@@ -181,7 +181,7 @@ class _DrawsAhead:
 class _EventDraws:
     """The draws of one stream's three per-event stages (watcher_queue service, network latency,
     handler service).  The engine keeps the ROW draws in use of every stream, one row per stream
-    in three arrays (``_Engine.draws``), which the compiled fan-out reads at the stream's cursor
+    in three arrays (``_Engine.arrays``), which the compiled fan-out reads at the stream's cursor
     (``_Engine.state``) and the Python path through ``ahead``: the first row is drawn for every
     stream at once (``Pipeline._first_blocks``; most streams of a large cluster are a kubelet's,
     with a few events each, and a small block's draws cost mostly their numpy calls), the next
@@ -607,7 +607,7 @@ class _Targets(list[_Watch]):
 class _Engine:
     """The pipeline evaluated event by event: the definition (module docstring).  A write's
     targets in the common case are fanned out by one compiled call (``fanoutkernel``), the others
-    by ``_Watch``, over the same state (``state``, ``ring``, ``draws``)."""
+    by ``_Watch``, over the same state (``arrays``: ``state``, ``ring`` and the rows of draws)."""
 
     COMPILED = True  # what-if replays' default (False: every target by ``_Watch``; the tests
     # compare the two)
