@@ -33,7 +33,9 @@ The recursions are defined once and evaluated two ways that give identical resul
 
 - ``Pipeline.step``, one write at a time, for the what-if models (whose writes depend on what was
   delivered before), and ``advance``/``finish`` for what happens between writes (a watch's
-  recovery, a held event's delivery, a client queue's pops): the definition, event by event;
+  recovery, a held event's delivery, a client queue's pops): the definition, event by event
+  (for the what-if models, a write's targets in the common case in one compiled call,
+  ``fanoutkernel``, the same recursions over the same state as ``_Watch``);
 - ``Pipeline.scan`` (and ``Scan``, which observe writes a part at a time) over whole arrays for
   the observe model, by "compute unbounded, detect, fall back": every queue without bounds is a
   Lindley recursion, a cumulative maximum (``replay.arrays.lindley``); if no watch's buffer would
@@ -55,6 +57,7 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import repeat
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Generic, NamedTuple, TypeVar
@@ -67,6 +70,9 @@ from replay.engine.clientqueue import (QUEUES, Arrival, FifoQueue, busy_periods,
                                        conflicting_rows)
 from replay.engine.config import STAGES, ClientQueue, RunConfig, WatcherSpec
 from replay.engine.distributions import Constant, Distribution, Ints
+from replay.engine.streamstate import (BASE, BLOCKS, BUFFER, CONNECTED, CURSOR, EARLIEST,
+                                       FIFO_LAST, FRONT, KERNEL, RECEIVED, REFILL, ROOM, ROW,
+                                       SENT)
 from replay.engine.watchcache import LOWER_CAPACITY, channel_size
 from replay.engine.watchers import Streams
 from replay.rng import Keys, Stream, UInts, name_hash
@@ -75,9 +81,7 @@ STAGE_COLUMNS = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received
                  "dequeued_ts", "applied_ts")
 DRAW_CHUNK = 1 << 16
 SHARED_BLOCK = 4096  # step() draws the shared stages this many writes at a time
-FIRST_BLOCK = 128  # step() draws this many events of every stream at once, at its start
-FIRST_PIECE = 16  # ... and makes them Python ints this many at a time
-EARLIEST = -(1 << 62)  # before any time
+FIRST_PIECE = 16  # step() makes a stream's first row of draws Python ints this many at a time
 LATEST = 1 << 62  # after any time
 TERMINATION_REASON = "unresponsive"  # cache_watcher.go: "Forcing ... watcher close due to
 # unresponsiveness"
@@ -93,6 +97,7 @@ class Source(IntEnum):
 
 SOURCES = tuple(s.name.lower() for s in Source)
 _WATCH = Source.WATCH  # (a module global is quicker than an enum's member, once per delivery)
+_WATCHES, _FALSES = repeat(_WATCH), repeat(False)  # (for zip: never used up)
 
 
 def _slicer(values: np.ndarray) -> Callable[[slice], np.ndarray]:
@@ -175,43 +180,63 @@ class _DrawsAhead:
 
 class _EventDraws:
     """The draws of one stream's three per-event stages (watcher_queue service, network latency,
-    handler service), made together in growing blocks: one call per event.  The first block
-    (``first``, FIRST_BLOCK events) is drawn for every stream at once
-    (``Pipeline._first_blocks``): most streams of a large cluster are a kubelet's, with a few
-    events each, and a small block's draws cost mostly their numpy calls."""
+    handler service).  The engine keeps the ROW draws in use of every stream, one row per stream
+    in three arrays (``_Engine.arrays``), which the compiled fan-out reads at the stream's cursor
+    (``_Engine.state``) and the Python path through ``ahead``: the first row is drawn for every
+    stream at once (``Pipeline._first_blocks``; most streams of a large cluster are a kubelet's,
+    with a few events each, and a small block's draws cost mostly their numpy calls), the next
+    ones are copied from blocks drawn ahead, growing to 4096 draws."""
 
-    __slots__ = ("costs", "keys", "ahead", "size", "start", "first")
+    __slots__ = ("costs", "keys", "rows", "stream", "ahead", "taken", "block", "used", "drawn")
 
     def __init__(self, costs: tuple[_Cost, ...], keys: tuple[Keys, ...],
-                 first: tuple[np.ndarray, ...] | None = None):
-        self.costs, self.keys, self.first = costs, keys, first
-        # the block's draws not yet taken, as (queue, network, handler): an iterator over the
-        # three lists (``next(ahead, None)`` per event, None when the block is used up), not a
-        # list of tuples made for the whole block
+                 rows: tuple[np.ndarray, ...], stream: int):
+        self.costs, self.keys, self.rows, self.stream = costs, keys, rows, stream
+        # the Python path's draws not yet taken, as (queue, network, handler): an iterator over
+        # three lists, a piece of the row (``next(ahead, None)`` per event, None when used up)
         self.ahead: Iterator[tuple[int, int, int]] = iter(())
-        self.size = 0  # how many draws the block had
-        self.start = 0  # the counter of its first
+        self.taken = 0  # where in the row ``ahead`` ends
+        self.block: list[np.ndarray] = []  # draws beyond the row, ``used`` of them copied to it
+        self.used = 0
+        self.drawn = ROW  # the counter after the last drawn
 
     def refilled(self) -> tuple[int, int, int]:
-        """The next block of draws, and the first of them (the block used up: ``_Watch.enter``
-        takes them from ``ahead``)."""
-        self.start += self.size
-        first = self.first
-        if first is not None:  # drawn already; counters 0, 1, ... as the others
-            # made Python ints FIRST_PIECE at a time: a tuple of three ints costs 21 KB for a
-            # whole block, and a large cluster has tens of thousands of streams
-            piece = slice(self.start, self.start + FIRST_PIECE)
-            self.size = FIRST_PIECE
-            queue, network, handler = (draws[piece].tolist() for draws in first)
-            if piece.stop >= FIRST_BLOCK:
-                self.first = None
-        else:
-            self.size = size = min(max(16, 2 * self.size), 4096)
-            counters = np.arange(self.start, self.start + size, dtype=np.uint64)
-            queue, network, handler = (cost.draw(counters, key).tolist()
-                                       for cost, key in zip(self.costs, self.keys))
+        """The next piece of the row, refilled if used up, and the first of its draws (the piece
+        used up: ``_Watch.enter`` takes them from ``ahead``).  Made Python ints FIRST_PIECE at a
+        time in the first row: a tuple of three ints costs 21 KB for a whole row, and a large
+        cluster has tens of thousands of streams."""
+        if self.taken == ROW:
+            self.refill()
+            self.taken = 0
+        end = min(self.taken + FIRST_PIECE, ROW) if self.drawn == ROW else ROW
+        queue, network, handler = (row[self.stream, self.taken:end].tolist()
+                                   for row in self.rows)
         self.ahead = zip(queue, network, handler)
+        self.taken = end
         return next(self.ahead)
+
+    def refill(self) -> None:
+        """The row, used up, gets the stream's next ROW draws."""
+        if self.used == len(self.block[0] if self.block else ()):
+            size = min(max(2 * ROW, 2 * self.drawn), 4096)
+            counters = np.arange(self.drawn, self.drawn + size, dtype=np.uint64)
+            self.block = [cost.draw(counters, key) for cost, key in zip(self.costs, self.keys)]
+            self.drawn += size
+            self.used = 0
+        for row, block in zip(self.rows, self.block):
+            row[self.stream] = block[self.used:self.used + ROW]
+        self.used += ROW
+
+    def position(self) -> int:
+        """Where in the row the Python path's next draw is (the compiled fan-out's turn: the
+        Python path takes them again from ``resume``)."""
+        left = sum(1 for _ in self.ahead)
+        self.ahead = iter(())
+        return self.taken - left
+
+    def resume(self, cursor: int) -> None:
+        """The Python path's turn, at ``cursor`` in the row."""
+        self.ahead, self.taken = iter(()), cursor
 
 
 class SharedTimes(NamedTuple):
@@ -335,6 +360,41 @@ class _Watch:
         self.known: set[int] = set()  # the keys in its store
         self.incident = -1  # its latest termination
         self.safe_token = self.pop_token = 0
+        self.kernel = False  # the compiled fan-out's turn (``to_kernel``)
+
+    # -- the hand-over between the compiled fan-out and this Python path ----------------------
+    def to_python(self) -> None:
+        """This path's turn: the stream's state from the engine's arrays, where the compiled
+        fan-out keeps it while the stream is in the common case."""
+        if not self.kernel:
+            return
+        self.kernel = False
+        row = self.engine.state[self.index]
+        row[KERNEL] = 0
+        (self.last_sent, self.last_received, self.live, self.front, self.last_rv,
+         last, count, head, cursor, base) = row[:ROOM].tolist()
+        assert self.fifo is not None
+        self.fifo.last = last
+        ring = self.engine.ring[base:base + self.room]
+        recent = ring[head:].tolist() + ring[:head].tolist() if count == self.room else \
+            ring[:count].tolist()
+        self.recent = deque(recent, maxlen=self.room)
+        self.recent_result = deque(recent[-self.buffer - 1:], maxlen=self.buffer + 1)
+        self.event_draws.resume(cursor)
+
+    def to_kernel(self) -> None:
+        """The compiled fan-out's turn, if the stream is in the common case (connected, a fifo
+        client queue, nothing held); ``recent_result`` is the end of ``recent``."""
+        if self.kernel or not self.engine.compiled or self.fifo is None or not self.connected \
+                or self.held:
+            return
+        self.kernel = True
+        row = self.engine.state[self.index]
+        base = int(row[BASE])
+        self.engine.ring[base:base + len(self.recent)] = self.recent
+        row[:BASE] = (self.last_sent, self.last_received, self.live, self.front, self.last_rv,
+                      self.fifo.last, len(self.recent), 0, self.event_draws.position())
+        row[KERNEL] = 1
 
     # -- the server: the watch's buffer ----------------------------------------------------------
     def enter(self, rv: int, payload: Any, key: int, deleted: bool, entry: int, source: Source,
@@ -357,7 +417,7 @@ class _Watch:
         if live:
             self.live += 1
         if self.live >= self.buffer and len(recent) == self.room:
-            self.front = recent[0]
+            self.front = self.engine.state[self.index, FRONT] = recent[0]
         held = self.held
         if safe > entry or held:
             if not held:
@@ -403,6 +463,7 @@ class _Watch:
         engine = self.engine
         self.incident = len(engine.terminations)
         self.connected = False
+        engine.state[self.index, CONNECTED] = 0
         kept = [event for event in self.held if event[4] <= at]
         if kept:  # the client gets them, and resumes from the last
             self.last_sent, self.last_received, self.resume_rv = kept[-1][5], kept[-1][6], \
@@ -432,6 +493,7 @@ class _Watch:
         and the reflector's backoff, from a list."""
         if self.resource.keeps(self.resume_rv, now):
             self.connected, self.live, self.front = True, 0, EARLIEST
+            self.engine.state[self.index, [CONNECTED, FRONT]] = 1, EARLIEST
             self.recent.clear()
             self.recent_result.clear()
             missed, self.missed = self.missed, []
@@ -526,17 +588,54 @@ class _Watch:
 _SAFE, _POP, _REWATCH, _LIST = range(4)  # kinds of wake-up
 
 
-class _Engine:
-    """The pipeline evaluated event by event: the definition (module docstring)."""
+class _Targets(list[_Watch]):
+    """A write's target watches (``Pipeline.watches``), with what the compiled fan-out needs of
+    them (unless ``compiled`` is False: observe's evaluation by event makes one per write)."""
 
-    def __init__(self, pipeline: Pipeline[Any], last_rv_before: Callable[[int], int]):
+    __slots__ = ("streams", "watchers", "times")
+
+    def __init__(self, watches: list[_Watch], compiled: bool = True):
+        super().__init__(watches)
+        if compiled:
+            self.streams = np.array([w.index for w in watches], dtype=np.int64)
+            self.watchers = [w.watcher for w in watches]
+            # the fan-out's answer: per target its sent, received, dequeued and applied times,
+            # and 1 if it delivered there
+            self.times = np.zeros((5, len(watches)), dtype=np.int64)
+
+
+class _Engine:
+    """The pipeline evaluated event by event: the definition (module docstring).  A write's
+    targets in the common case are fanned out by one compiled call (``fanoutkernel``), the others
+    by ``_Watch``, over the same state (``arrays``: ``state``, ``ring`` and the rows of draws)."""
+
+    COMPILED = True  # what-if replays' default (False: every target by ``_Watch``; the tests
+    # compare the two)
+
+    def __init__(self, pipeline: Pipeline[Any], last_rv_before: Callable[[int], int],
+                 compiled: bool):
         self.pipeline, self.last_rv_before = pipeline, last_rv_before
         self.resources = [pipeline._resource_state(code)
                           for code in range(len(pipeline.streams.resources))]
-        first = pipeline._first_blocks()
+        self.compiled = compiled
+        if compiled:  # numba's import, for what-if replays only
+            from replay.engine.fanoutkernel import fan_out
+            self.fan_out = fan_out
+        queue, network, handler = pipeline._first_blocks()
+        buffers = np.array(pipeline.buffer, dtype=np.int64)
+        self.state = np.zeros((len(buffers), KERNEL + 1), dtype=np.int64)
+        self.state[:, [SENT, RECEIVED, FRONT, FIFO_LAST]] = EARLIEST
+        self.state[:, ROOM] = rooms = 2 * buffers + 2
+        self.state[:, BASE] = np.cumsum(rooms) - rooms
+        self.state[:, BUFFER] = buffers
+        self.state[:, CONNECTED] = 1
+        self.ring = np.zeros(int(rooms.sum()), dtype=np.int64)
+        self.arrays = (self.state, self.ring, queue, network, handler)  # fan_out's
         self.watches = [pipeline._watch_state(self, s, self.resources[int(r)],
-                                              tuple(draws[s] for draws in first))
+                                              (queue, network, handler))
                         for s, r in enumerate(pipeline.streams.resource)]
+        for watch in self.watches:
+            watch.to_kernel()
         # per resource, each watcher's watch of it (None if it does not watch it)
         self.watch_of: list[list[_Watch | None]] = [
             [None] * len(pipeline.watchers) for _ in self.resources]
@@ -566,6 +665,7 @@ class _Engine:
         wakeups = self.wakeups
         while wakeups and wakeups[0][0] <= now:
             at, _, kind, watch, token = heapq.heappop(wakeups)
+            watch.to_python()
             if kind == _SAFE:
                 if token == watch.safe_token:
                     watch.safe(at)
@@ -576,6 +676,7 @@ class _Engine:
                 watch.rewatch(at)
             else:
                 watch.relist(at)
+            watch.to_kernel()
 
     @property
     def next_wakeup(self) -> int | None:
@@ -607,7 +708,7 @@ class _Engine:
         return drawn[0][at], drawn[1][at], drawn[2][at], drawn[3][at]
 
     def step(self, rv: int, commit: int, resource: _Resource, key: int, deleted: bool,
-             targets: list[_Watch], payload: Any) -> tuple[int, int]:
+             targets: _Targets, payload: Any) -> tuple[int, int]:
         """Write ``rv`` of ``resource`` on object ``key``, committed at ``commit``, to the
         watches ``targets``; returns its cached and dispatched times (its deliveries go to
         ``out``, those not yet made to ``pending``).  (Written for speed: it runs per write.)"""
@@ -619,69 +720,92 @@ class _Engine:
         resource.cached = cached
         resource.window_cached.append(cached)
         resource.window_rv.append(rv)
-        live, front = 0, EARLIEST
-        for watch in targets:
-            if watch.connected:
-                live += 1
-                if watch.front > front:
-                    front = watch.front
         start = cached if cached > resource.released else resource.released
-        dispatched = start + cacher + per_watcher * live
-        if front > dispatched:  # a watch is full: the dispatcher blocks
+        if self.compiled:
+            dispatched, done = self.fan_out(*self.arrays, targets.streams, rv, start, cacher,
+                                            per_watcher, targets.times)
+            while done == REFILL:
+                self._refill(targets)
+                dispatched, done = self.fan_out(*self.arrays, targets.streams, rv, start,
+                                                cacher, per_watcher, targets.times)
+        else:
+            dispatched, done = self._dispatch(targets, start, cacher, per_watcher)
+        if done == BLOCKS:
             self._blocking_step(rv, resource, key, deleted, targets, payload, dispatched)
         else:
             resource.released = dispatched
-            pending: list[int] | None = None
-            out = self.out
-            for watch in targets:
-                fifo = watch.fifo
-                result = watch.recent_result
-                if not watch.connected or fifo is None or watch.held or (
-                        len(result) > watch.buffer and result[0] > dispatched):
-                    if not watch.connected:
-                        watch.miss(rv, payload, key, deleted, dispatched)
-                    elif watch.enter(rv, payload, key, deleted, dispatched, _WATCH, True,
-                                     dispatched):
-                        continue
-                    if pending is None:
-                        pending = []
-                    pending.append(watch.watcher)
-                    continue
-                # watch.enter(), inlined for the common case: a live event entering a watch
-                # with room, nothing held, to a fifo client queue
-                draws = watch.event_draws
-                queue, network, service = next(draws.ahead, None) or draws.refilled()
-                last_sent = watch.last_sent
-                sent = queue + (dispatched if dispatched > last_sent else last_sent)
-                received = sent + network
-                if received < watch.last_received:
-                    received = watch.last_received
-                watch.last_sent, watch.last_received = sent, received
-                result.append(sent)
-                recent = watch.recent
-                recent.append(sent)
-                watch.live += 1
-                if len(recent) == watch.room and watch.live >= watch.buffer:
-                    watch.front = recent[0]
-                watch.last_rv = rv
-                if deleted:
-                    watch.known.discard(key)
-                else:
-                    watch.known.add(key)
-                dequeued = received if received > fifo.last else fifo.last
-                fifo.last = applied = dequeued + service
-                out.append((watch.watcher, rv, payload, sent, received, dequeued, applied,
-                            _WATCH, False))
-            self.pending = pending if pending is not None else []
+            if targets and done == len(targets):
+                self._delivered(rv, key, deleted, targets, payload)
+                self.pending = []
+            else:
+                self._fall_back(rv, key, deleted, targets, payload, dispatched, done)
         if deleted:
             resource.objects.pop(key, None)
         else:
             resource.objects[key] = targets
         return cached, dispatched
 
+    @staticmethod
+    def _dispatch(targets: _Targets, start: int, cacher: int, per_watcher: int
+                  ) -> tuple[int, int]:
+        """``fan_out``'s answer when every target is left to ``_Watch``: when the write is
+        dispatched, and BLOCKS if a target is full then, else 0 (delivered to none yet)."""
+        live, front = 0, EARLIEST
+        for watch in targets:
+            if watch.connected:
+                live += 1
+                front = max(front, watch.front)
+        dispatched = start + cacher + per_watcher * live
+        return dispatched, BLOCKS if front > dispatched else 0
+
+    def _refill(self, targets: _Targets) -> None:
+        """The rows of draws the compiled fan-out used up, refilled."""
+        state = self.state
+        for watch in targets:
+            if watch.kernel and state[watch.index, CURSOR] == ROW:
+                watch.event_draws.refill()
+                state[watch.index, CURSOR] = 0
+
+    def _delivered(self, rv: int, key: int, deleted: bool, targets: _Targets,
+                   payload: Any) -> None:
+        """The deliveries the compiled fan-out made to every target (their times in
+        ``times``), logged; the targets' stores updated."""
+        sent, received, dequeued, applied, _ = targets.times.tolist()
+        self.out.extend(zip(targets.watchers, repeat(rv), repeat(payload), sent, received,
+                            dequeued, applied, _WATCHES, _FALSES))
+        if deleted:
+            for watch in targets:
+                watch.known.discard(key)
+        else:
+            for watch in targets:
+                watch.known.add(key)
+
+    def _fall_back(self, rv: int, key: int, deleted: bool, targets: _Targets, payload: Any,
+                   dispatched: int, done: int) -> None:
+        """``step``'s deliveries when some targets were left to ``_Watch`` (``done`` of them
+        were not: the compiled fan-out's, in ``times``), in the targets' order."""
+        times = targets.times.T.tolist() if done else None
+        out, pending = self.out, []
+        for j, watch in enumerate(targets):
+            if times is not None and times[j][4]:
+                (watch.known.discard if deleted else watch.known.add)(key)
+                out.append((watch.watcher, rv, payload, *times[j][:4], _WATCH, False))
+            elif not watch.connected:
+                watch.miss(rv, payload, key, deleted, dispatched)
+                pending.append(watch.watcher)
+            else:
+                watch.to_python()
+                if not watch.enter(rv, payload, key, deleted, dispatched, _WATCH, True,
+                                   dispatched):
+                    pending.append(watch.watcher)
+                watch.to_kernel()
+        self.pending = pending
+
     def _blocking_step(self, rv: int, resource: _Resource, key: int, deleted: bool,
                        targets: list[_Watch], payload: Any, dispatched: int) -> None:
         """``step`` when the dispatcher finds a watch full with write ``rv``."""
+        for watch in targets:
+            watch.to_python()
         blocked = [w for w in targets if w.connected and w.front > dispatched]
         released, entries, deadline = resource.block(dispatched, blocked, rv, self.waits)
         resource.released = released
@@ -702,6 +826,8 @@ class _Engine:
             elif not watch.enter(rv, payload, key, deleted, dispatched, Source.WATCH, True,
                                  dispatched):
                 pending.append(watch.watcher)
+        for watch in targets:
+            watch.to_kernel()
 
     def finish(self) -> None:
         self.advance(LATEST)
@@ -715,7 +841,7 @@ Payload = TypeVar("Payload")
 # A delivery as step, advance and finish return it: (watcher, rv, payload, sent, received,
 # dequeued, applied, source, coalesced)
 Delivery = tuple[int, int, Any, int, int, int, int, Source, bool]
-Watches = list[_Watch]  # opaque to callers: ``Pipeline.watches`` makes them for ``step_to``
+Watches = _Targets  # opaque to callers: ``Pipeline.watches`` makes them for ``step_to``
 
 
 class Pipeline(Generic[Payload]):
@@ -793,30 +919,30 @@ class Pipeline(Generic[Payload]):
                          round(server.budget_refill_ms_per_s * 1000))
 
     def _first_blocks(self) -> list[np.ndarray]:
-        """Per per-event stage (``_PER_WATCH``), the draws of every stream's first FIRST_BLOCK
-        events (counters 0 .. FIRST_BLOCK - 1), one row per stream: one vectorised call per
+        """Per per-event stage (``_PER_WATCH``), the draws of every stream's first ROW
+        events (counters 0 .. ROW - 1), one row per stream: one vectorised call per
         distinct distribution instead of one per stream."""
         streams = len(self.streams.watcher)
-        counters = np.tile(np.arange(FIRST_BLOCK, dtype=np.uint64), streams)
+        counters = np.tile(np.arange(ROW, dtype=np.uint64), streams)
         out = []
         for key in self._PER_WATCH:
             distinct, group = self.stream_groups[key]
-            keys = np.repeat(np.asarray(self.keys[key], dtype=np.uint64), FIRST_BLOCK)
+            keys = np.repeat(np.asarray(self.keys[key], dtype=np.uint64), ROW)
             if len(distinct) == 1:
                 drawn = distinct[0].draw(counters, keys)
             else:
                 drawn = np.empty(len(counters), dtype=np.int64)
-                of = np.repeat(group, FIRST_BLOCK)
+                of = np.repeat(group, ROW)
                 for number, cost in enumerate(distinct):
                     rows = np.flatnonzero(of == number)
                     drawn[rows] = cost.draw(counters[rows], keys[rows])
-            out.append(np.asarray(drawn, dtype=np.int64).reshape(streams, FIRST_BLOCK))
+            out.append(np.asarray(drawn, dtype=np.int64).reshape(streams, ROW))
         return out
 
     def _watch_state(self, engine: _Engine, s: int, resource: _Resource,
-                     first: tuple[np.ndarray, ...] | None = None) -> _Watch:
+                     rows: tuple[np.ndarray, np.ndarray, np.ndarray]) -> _Watch:
         events = _EventDraws(tuple(self.stream_costs[key][s] for key in self._PER_WATCH),
-                             tuple(self.keys[key][s] for key in self._PER_WATCH), first)
+                             tuple(self.keys[key][s] for key in self._PER_WATCH), rows, s)
         rewatch, relist, per_object, replace = (
             _DrawsAhead(self.stream_costs[key][s], self.keys[key][s])
             for key in self._STREAM_DRAWS[len(self._PER_WATCH):])
@@ -847,9 +973,10 @@ class Pipeline(Generic[Payload]):
         that sends many writes to the same watchers keeps them)."""
         engine = self._engine
         if engine is None:
-            engine = self._engine = _Engine(self, self._last_rv_before)
+            engine = self._engine = _Engine(self, self._last_rv_before, _Engine.COMPILED)
         watch_of = engine.watch_of[resource]
-        return [watch_of[w] for w in targets]  # type: ignore[misc]
+        return _Targets([watch_of[w] for w in targets],  # type: ignore[misc]
+                        engine.compiled)
 
     def step_to(self, commit: int, watches: Watches, resource: int = 0, key: int | None = None,
                 deleted: bool = False, payload: Payload | None = None
@@ -1083,7 +1210,9 @@ class Scan:
     def _evaluate_by_event(self, code: int) -> None:
         """Resource ``code``'s writes through the definition, event by event."""
         pipeline, commit = self.pipeline, self.shared.commit
-        engine = _Engine(pipeline, lambda at: int(np.searchsorted(commit, at, side="left")))
+        # (observe's: without the compiled fan-out, whose numba import is for what-if replays)
+        engine = _Engine(pipeline, lambda at: int(np.searchsorted(commit, at, side="left")),
+                         False)
         key, deleted = self._objects()
         mine = np.flatnonzero(self.pipeline.streams.resource == code)
         rows = np.concatenate([np.arange(self.starts[s], self.starts[s + 1]) for s in mine])
@@ -1101,7 +1230,7 @@ class Scan:
                 delivered += engine.take()
             cached[i], dispatched[i] = engine.step(
                 i + 1, int(commit[i]), resource, int(key[i]), bool(deleted[i]),
-                target[bounds[n]:bounds[n + 1]], None)
+                _Targets(target[bounds[n]:bounds[n + 1]], False), None)
             delivered += engine.take()
         engine.finish()
         delivered += engine.take()

@@ -1,0 +1,138 @@
+"""The what-if engine's compiled fan-out (``fanoutkernel``) against ``_Watch``'s Python path: the
+same writes give the same deliveries, in the same order, the same incidents, and the same state
+of every stream, whichever path each write (or each target) takes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_watch_pipeline import Writes, cases, config, watcher
+
+from replay.engine import pipeline as engine_module
+from replay.engine.config import ClientQueue, ServerSettings
+from replay.engine.distributions import Constant, Exponential
+from replay.engine.pipeline import Pipeline
+from replay.engine.streamstate import CONNECTED, FRONT, ROW
+
+MS = 1000
+
+
+def run(pipeline: Pipeline, writes: Writes, compiled: bool, states: list | None = None):
+    """The writes one at a time, every target by ``_Watch`` unless ``compiled``: every delivery
+    in the order made, each write's times and pending watchers, and the incident tables; with
+    ``states``, every stream's state after each write (each stream handed to the Python path
+    and back, as the engine does when a target leaves the common case)."""
+    engine = pipeline._engine = engine_module._Engine(pipeline, pipeline._last_rv_before,
+                                                      compiled)
+    out, steps = [], []
+    for i, commit in enumerate(writes.commit):
+        out += pipeline.advance(commit)
+        _, cached, dispatched, deliveries = pipeline.step(
+            commit, writes.targets[i], writes.resource[i], writes.key[i], writes.deleted[i])
+        out += deliveries
+        steps.append((cached, dispatched, list(pipeline.pending)))
+        if states is not None:
+            states.append([state(engine, watch) for watch in engine.watches])
+    out += pipeline.finish()
+    return out, steps, pipeline.incidents()
+
+
+def state(engine, watch) -> tuple:
+    """A stream's state as the Python path sees it (the stream handed back afterwards)."""
+    watch.to_python()
+    draws = watch.event_draws
+    position = draws.position()
+    draws.resume(position)
+    seen = (watch.last_sent, watch.last_received, watch.live, watch.front, watch.last_rv,
+            watch.fifo.last if watch.fifo else None, list(watch.recent),
+            list(watch.recent_result), position, draws.drawn, watch.connected,
+            list(watch.held), sorted(watch.known),
+            # what the compiled fan-out reads of every stream to find whether a write blocks
+            int(engine.state[watch.index, FRONT]), bool(engine.state[watch.index, CONNECTED]))
+    watch.to_kernel()
+    return seen
+
+
+def same(a, b) -> None:
+    assert a[0] == b[0]
+    assert a[1] == b[1]
+    for name, table in a[2].items():
+        assert b[2][name].equals(table), name
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases)
+def test_the_compiled_fan_out_is_the_python_path(case):
+    """Random loads, buffers, budgets, windows and client queues (``test_watch_pipeline``'s
+    cases): blocked dispatchers, held events, terminations, re-watches and re-lists, each
+    target by the compiled fan-out or by ``_Watch``, give what ``_Watch`` alone gives; and every
+    stream's state, handed from one path to the other after every write, is the same."""
+    server = ServerSettings(buffer=case["buffer"], capacity=case["capacity"],
+                            timeout_budget_ms=case["budget"],
+                            budget_refill_ms_per_s=case["refill"],
+                            list_per_object=Constant(0.05))
+    costs = config(case["seed"], server, network__latency=case["network"],
+                   handler__service=case["handler"], cacher_queue__service=case["cacher"])
+    watchers = [watcher(f"w{i}", ("pods",), case["queues"][i],
+                        watcher_queue__service=case["slow"][i])
+                for i in range(case["watchers"])]
+    data = case["data"]
+    commit = np.cumsum(case["gaps"]).tolist()
+    everyone = list(range(case["watchers"]))
+    targets = [data.draw(st.permutations(everyone))[:data.draw(st.integers(0, len(everyone)))]
+               for _ in commit]
+    keys = [data.draw(st.integers(0, case["keys"] - 1)) for _ in commit]
+    deleted = [data.draw(st.booleans()) for _ in commit]
+    writes = Writes(commit, targets, [0] * len(commit), keys, deleted)
+    python_states: list = []
+    compiled_states: list = []
+    by_python = run(Pipeline(costs, watchers), writes, False, python_states)
+    same(run(Pipeline(costs, watchers), writes, True), by_python)
+    same(run(Pipeline(costs, watchers), writes, True, compiled_states), by_python)
+    assert compiled_states == python_states
+
+
+def test_both_paths_and_the_refills_are_taken(monkeypatch):
+    """A fast watcher, a slow one with the smallest buffer and one with a DeltaFIFO, more than a
+    row of draws each: many writes go by the compiled fan-out alone, others in part (the slow
+    watcher's held events, the DeltaFIFO's, by ``_Watch``), some block the dispatcher, the
+    used-up rows are refilled, and the deliveries are ``_Watch``'s alone."""
+    calls: Counter[str] = Counter()
+    for name in ("_delivered", "_fall_back", "_refill", "_blocking_step"):
+        method = getattr(engine_module._Engine, name)
+        monkeypatch.setattr(engine_module._Engine, name,
+                            lambda self, *a, _m=method, _n=name: (calls.update([_n]),
+                                                                   _m(self, *a))[1])
+    server = ServerSettings(buffer=1, timeout_budget_ms=1000.0)
+    costs = config(3, server, network__latency=Exponential(0.5))
+    watchers = [watcher("fast"), watcher("slow", watcher_queue__service=Exponential(0.9)),
+                watcher("queued", queue=ClientQueue.DELTA_FIFO)]
+    n = 3 * ROW
+    writes = Writes([t * MS for t in range(n)], [[0, 1, 2], [0, 1]] * (n // 2),
+                    key=[t % 5 for t in range(n)], deleted=[t % 7 == 6 for t in range(n)])
+    compiled = run(Pipeline(costs, watchers), writes, True)
+    assert all(calls.values()) and len(calls) == 4, calls
+    same(compiled, run(Pipeline(costs, watchers), writes, False))
+
+
+def test_observes_evaluation_by_event_does_not_import_numba():
+    """Observe's scan evaluates a resource with a full buffer again event by event, by
+    ``_Watch`` alone: numba's import (half a second) stays the what-if replays'."""
+    script = """
+import sys
+from test_watch_pipeline import MS, Writes, blocking_pipeline, scanned
+pipeline = blocking_pipeline()
+scanned(pipeline, Writes([t * MS for t in range(6)], [[0, 1]] * 6))
+assert pipeline.scanned.fixed, "evaluated again event by event"
+assert "numba" not in sys.modules
+"""
+    subprocess.run([sys.executable, "-c", script], check=True,
+                   env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                       [str(Path(__file__).parent), *sys.path])})
