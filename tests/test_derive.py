@@ -8,7 +8,7 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-from replay.analysis.changes import changes
+from replay.analysis.changes import truths
 from replay.analysis.claims import capacity_changes
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
@@ -85,7 +85,7 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
     if swept:
         assert sweeps_in_numpy(run_dir)
         claims_are_the_views(run_dir)
-        changes_are_the_sqls(run_dir)
+        truths_are_the_sqls(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -114,19 +114,19 @@ def claims_are_the_views(run_dir: Path) -> None:
         con.close()
 
 
-def changes_are_the_sqls(run_dir: Path) -> None:
-    """``replay.analysis.changes`` makes the temporary table ``changes`` with the rows of the
+def truths_are_the_sqls(run_dir: Path) -> None:
+    """``replay.analysis.changes`` makes the temporary table ``truths`` with the rows of the
     SQL's expression, typed alike, numbered 1, 2, ... in another order."""
     con = open_runs([str(run_dir)], derived=False)
     try:
-        sql = steps_until(con, "changes")
-        con.execute(f"CREATE TEMPORARY TABLE sql_changes AS {sql}")
-        assert changes(con)
-        ours = con.sql("SELECT * EXCLUDE (change_id) FROM changes ORDER BY ALL")
-        theirs = con.sql("SELECT * EXCLUDE (change_id) FROM sql_changes ORDER BY ALL")
-        assert con.sql("DESCRIBE changes").fetchall() == con.sql("DESCRIBE sql_changes").fetchall()
+        sql = steps_until(con, "truths")
+        con.execute(f"CREATE TEMPORARY TABLE sql_truths AS {sql}")
+        assert truths(con)
+        ours = con.sql("SELECT * EXCLUDE (change_id) FROM truths ORDER BY ALL")
+        theirs = con.sql("SELECT * EXCLUDE (change_id) FROM sql_truths ORDER BY ALL")
+        assert con.sql("DESCRIBE truths").fetchall() == con.sql("DESCRIBE sql_truths").fetchall()
         assert ours.fetchall() == theirs.fetchall()
-        ids = con.sql("SELECT change_id FROM changes ORDER BY change_id").fetchnumpy()["change_id"]
+        ids = con.sql("SELECT change_id FROM truths ORDER BY change_id").fetchnumpy()["change_id"]
         assert ids.tolist() == list(range(1, len(ids) + 1))
     finally:
         con.close()

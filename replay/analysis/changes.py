@@ -1,19 +1,20 @@
-"""The ``changes`` expression of ``queries/derived/capacity_windows.sql`` with its window
-functions in numpy, for ``replay derive``.
+"""The ``truths`` expression of ``queries/derived/capacity_windows.sql`` (the window
+functions of its changes) in numpy, for ``replay derive``.
 
 Why: DuckDB computes each change's truth (a running sum), previous rv and next commit with
 window functions partitioned by node and class over every change: 2.7 s of CPU for the 1M-pod
 observe run, 7 s for the what-if run, whose two classes of cache double the rows and made the
 step spill.  Here the changes are sorted once by node, class and rv (``lex_order``), and the
 sums and neighbours are a cumulative sum and shifts that restart at each node and class.  The
-joins that follow (names, the run's bounds, the attempts) stay SQL, as the file writes them.
+SQL's next expression, ``changes`` (each claim's assumption: the attempts and the run's bounds
+joined), runs as it is on this table.
 
-The SQL file stays the definition: this makes the temporary table ``changes`` with the SQL's
+The SQL file stays the definition: this makes the temporary table ``truths`` with the SQL's
 columns and types (its ``change_id``s number the changes in another order, which is arbitrary
 in the SQL too: ``row_number() OVER ()``), and the tests compare the two on runs of every
 model.  A connection of several runs, or changes that the window functions would not order
 one way only (two of a node and class with one rv, a null amount), are left to the SQL
-(``changes`` returns False).
+(``truths`` returns False).
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false,
 AMOUNTS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
-def changes(con: duckdb.DuckDBPyConnection) -> bool:
-    """Make the temporary table ``changes`` from ``all_changes``, ``nodes``, ``bounds`` and
-    ``attempts`` as the SQL's expression does; False (nothing made) where the SQL must."""
-    if con.sql("SELECT count(*) FROM bounds").fetchall()[0][0] != 1:
+def truths(con: duckdb.DuckDBPyConnection) -> bool:
+    """Make the temporary table ``truths`` from ``all_changes`` and ``nodes`` as the SQL's
+    expression does; False (nothing made) where the SQL must."""
+    if con.sql("SELECT count(DISTINCT run) FROM nodes").fetchall()[0][0] > 1:
         return False
     found = con.sql(f"""
         SELECT {CLASS.format("class")} AS class, rv, epoch_us(commit_ts) AS commit_us,
@@ -55,26 +56,17 @@ def changes(con: duckdb.DuckDBPyConnection) -> bool:
     same[starts] = False
     if bool((cols["rv"][1:] == cols["rv"][:-1])[same[1:]].any()):
         return False  # two changes of a node and class at one rv: the SQL's order is not one
-    con.register("_changes", _table(cols, same, starts))
+    con.register("_truths", _table(cols, same, starts))
     try:
         con.execute("""
-            CREATE TEMPORARY TABLE changes AS
-            SELECT c.change_id, c.class, nodes.run, c.rv, c.commit_ts, nodes.node, c.node_id,
-                   c.cpu_milli, c.memory_bytes, c.gpu_milli, c.truth_cpu, c.truth_memory,
-                   c.truth_gpu, c.previous_rv, c.next_commit_ts,
-                   attempts.scheduler AS assumed_by,
-                   attempts.node = nodes.node AS assumed_here,
-                   greatest(attempts.decided_ts, c.commit_ts) AS assumed_from,
-                   coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until,
-                   attempts.forgotten_ts IS NULL AS never_forgotten,
-                   attempts.node AS assumed_on
-            FROM _changes AS c
-            JOIN nodes USING (node_id)
-            JOIN bounds USING (run)
-            LEFT JOIN attempts
-              ON attempts.run = nodes.run AND attempts.attempt_id = c.attempt_id""")
+            CREATE TEMPORARY TABLE truths AS
+            SELECT t.change_id, t.class, nodes.run, t.rv, t.commit_ts, nodes.node, t.node_id,
+                   t.cpu_milli, t.memory_bytes, t.gpu_milli, t.truth_cpu, t.truth_memory,
+                   t.truth_gpu, t.previous_rv, t.next_commit_ts, t.attempt_id
+            FROM _truths AS t
+            JOIN nodes USING (node_id)""")
     finally:
-        con.unregister("_changes")
+        con.unregister("_truths")
     return True
 
 
