@@ -10,10 +10,12 @@ import pyarrow.parquet as pq
 
 from replay.analysis.changes import truths
 from replay.analysis.claims import capacity_changes
+import replay.analysis.derive as derive_module
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
 from replay.analysis import windows
 from replay.analysis.steps import _quote, run_steps, split_steps
+from replay.analysis.wasted import wasted
 from replay.engine.rundir import DERIVED_TABLES
 
 TRICKY = '''-- a comment with a ( and a WITH x AS (
@@ -86,6 +88,7 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
         assert sweeps_in_numpy(run_dir)
         claims_are_the_views(run_dir)
         truths_are_the_sqls(run_dir)
+        wasted_is_the_sqls(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -132,6 +135,24 @@ def truths_are_the_sqls(run_dir: Path) -> None:
         con.close()
 
 
+def wasted_is_the_sqls(run_dir: Path) -> None:
+    """``replay.analysis.wasted`` makes ``wasted`` with the rows of the SQL's expression (run
+    on the same ``pending`` and the sweep's ``stale_segments``), typed alike."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        swept = derive_module._sweep_steps(con)
+        steps = split_steps(derived_sql("capacity_windows"))
+        until = [s.name for s in steps].index("wasted")
+        run_steps(con, steps[:until + 1], replace=derive_module._replace(con, swept))
+        con.execute(f"CREATE TEMPORARY TABLE sql_wasted AS {steps[until].sql}")
+        assert wasted(con, swept.swept())
+        ours = con.sql("FROM wasted ORDER BY ALL")
+        assert ours.types == con.sql("FROM sql_wasted").types
+        assert ours.fetchall() == con.sql("FROM sql_wasted ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+
+
 def steps_until(con: duckdb.DuckDBPyConnection, name: str) -> str:
     """Make the temporary tables of the capacity windows' expressions before ``name`` with
     their SQL; returns ``name``'s."""
@@ -154,8 +175,6 @@ def sweeps_in_numpy(run_dir: Path) -> bool:
 
 
 def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path):
-    import replay.analysis.derive as derive_module
-
     for available, limit in ((100_000, derive_module.MEMORY_CAP_MIB), (2_000, min(1_500, derive_module.MEMORY_CAP_MIB)),
                              (800, 1_024), (None, derive_module.MEMORY_CAP_MIB)):
         monkeypatch.setattr(derive_module, "available_mib", lambda available=available: available)

@@ -428,6 +428,12 @@ def _lone(cols: Lags, alone: np.ndarray) -> pa.Table:
     return pa.concat_tables(windows)
 
 
+def resource_code(column: str) -> str:
+    """SQL for a resource's name in ``column`` as its code (its place in ``RESOURCES``)."""
+    cases = " ".join(f"WHEN '{r}' THEN {c}" for c, r in enumerate(RESOURCES))
+    return f"CASE {column} {cases} END"
+
+
 def _timestamps(us: np.ndarray) -> pa.Array:
     return pa.array(_ints(us), type=pa.timestamp("us", tz="UTC"))
 
