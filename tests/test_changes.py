@@ -29,10 +29,10 @@ def test_changes_the_sql_would_not_order_one_way_are_left_to_it(tmp_path, edit):
     try:
         steps_until(con, "truths")
         assert truths(con)
-        con.execute("DROP TABLE truths")
+        con.execute("DROP VIEW truths")
         con.execute(edit)
         assert not truths(con)
-        assert con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'truths'"
+        assert con.sql("SELECT count(*) FROM duckdb_views() WHERE view_name = 'truths'"
                        ).fetchall() == [(0,)]
     finally:
         con.close()

@@ -12,9 +12,11 @@ joined), runs as it is on this table.
 The SQL file stays the definition: this makes the temporary table ``truths`` with the SQL's
 columns and types (its ``change_id``s number the changes in another order, which is arbitrary
 in the SQL too: ``row_number() OVER ()``), and the tests compare the two on runs of every
-model.  A connection of several runs, or changes that the window functions would not order
-one way only (two of a node and class with one rv, a null amount), are left to the SQL
-(``truths`` returns False).
+model.  It is a view of the Arrow table (``con.register``), which the step runner drops after
+``changes`` reads it: copied into DuckDB and then copied again by ``changes``, the what-if
+run's 4M changes made that step spill.  A connection of several runs, or changes that the
+window functions would not order one way only (two of a node and class with one rv, a null
+amount), are left to the SQL (``truths`` returns False).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ AMOUNTS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
 def truths(con: duckdb.DuckDBPyConnection) -> bool:
-    """Make the temporary table ``truths`` from ``all_changes`` and ``nodes`` as the SQL's
+    """Make the temporary view ``truths`` from ``all_changes`` and ``nodes`` as the SQL's
     expression does; False (nothing made) where the SQL must."""
     if con.sql("SELECT count(DISTINCT run) FROM nodes").fetchall()[0][0] > 1:
         return False
@@ -56,22 +58,27 @@ def truths(con: duckdb.DuckDBPyConnection) -> bool:
     same[starts] = False
     if bool((cols["rv"][1:] == cols["rv"][:-1])[same[1:]].any()):
         return False  # two changes of a node and class at one rv: the SQL's order is not one
-    con.register("_truths", _table(cols, same, starts))
-    try:
-        con.execute("""
-            CREATE TEMPORARY TABLE truths AS
-            SELECT t.change_id, t.class, nodes.run, t.rv, t.commit_ts, nodes.node, t.node_id,
-                   t.cpu_milli, t.memory_bytes, t.gpu_milli, t.truth_cpu, t.truth_memory,
-                   t.truth_gpu, t.previous_rv, t.next_commit_ts, t.attempt_id
-            FROM _truths AS t
-            JOIN nodes USING (node_id)""")
-    finally:
-        con.unregister("_truths")
+    names = _names(con)
+    if names is None:
+        return False
+    con.register("truths", _table(cols, same, starts, *names))
     return True
 
 
-def _table(cols: dict, same: np.ndarray, starts: np.ndarray) -> pa.Table:
-    """The numbered changes (sorted by node, class and rv) with their truths and neighbours."""
+def _names(con: duckdb.DuckDBPyConnection) -> tuple[pa.Array, pa.Array] | None:
+    """The run and each node's name, by node id; None unless the ids are 1, 2, ..."""
+    nodes = con.sql("SELECT node_id, run, node FROM nodes ORDER BY node_id").arrow()
+    nodes = nodes.read_all() if hasattr(nodes, "read_all") else nodes
+    if not np.array_equal(nodes.column("node_id").to_numpy(), np.arange(1, nodes.num_rows + 1)):
+        return None
+    return (nodes.column("run").combine_chunks().unique(),
+            nodes.column("node").combine_chunks())
+
+
+def _table(cols: dict, same: np.ndarray, starts: np.ndarray, run: pa.Array,
+           node: pa.Array) -> pa.Table:
+    """The numbered changes (sorted by node, class and rv) with their truths and neighbours;
+    the run's and the nodes' names as dictionaries (no string is copied)."""
     count = len(same)
     previous = np.zeros(count, dtype=np.int64)
     previous[1:] = cols["rv"][:-1]
@@ -83,7 +90,9 @@ def _table(cols: dict, same: np.ndarray, starts: np.ndarray) -> pa.Table:
     return pa.table({
         "change_id": np.arange(1, count + 1, dtype=np.int64),
         "class": pa.array(cols["class"] == 1, mask=cols["class"] < 0),
+        "run": pa.DictionaryArray.from_arrays(np.zeros(count, dtype=np.int32), run),
         "rv": cols["rv"], "commit_ts": pa.array(cols["commit_us"], type=stamp),
+        "node": pa.DictionaryArray.from_arrays(cols["node_id"] - 1, node),
         "node_id": cols["node_id"],
         **{name: cols[name] for name in AMOUNTS},
         **{f"truth_{name.split('_')[0]}": _running_sum(cols[name], starts) for name in AMOUNTS},

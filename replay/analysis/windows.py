@@ -131,8 +131,7 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
             _view(con, "lags", "FROM _swept_received" if lags is received
                   else f"FROM {_register(con, 'lags', lags)}")
         elif name == "inverted":  # after held, the last expression the SQL runs on the lags
-            for view in ("received", "lags"):  # nothing reads them any more: free them
-                con.execute(f"DROP VIEW {view}")
+            # nothing reads them any more: free them (the step runner drops the views)
             con.unregister("_swept_received")
             if "lags" in state and state["lags"] is not state["received"]:
                 con.unregister("_swept_lags")
