@@ -24,12 +24,14 @@ NODES = 3
 small = st.integers(0, 6)
 segment = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(0, 2), small, small,
                     small, small)  # viewer, node, resource, start, length, view, truth - view
+lone_window = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(0, 2), small, small,
+                        small, small, st.booleans())  # a segment, and whether it is stale
 pod = st.tuples(st.integers(0, 2), st.integers(1, 6), small, small)  # resource, request, start, length
 
 
 def _sweep(merged: list[tuple], lone: list[tuple]) -> Sweep:
     """A sweep whose stale segments are ``merged`` (named by their window's start, here the
-    segment's start less one) and whose stale lone windows are ``lone``."""
+    segment's start less one) and whose lone windows are ``lone`` (stale where flagged)."""
     def column(rows: list[tuple], at: int) -> np.ndarray:
         return np.array([row[at] for row in rows], dtype=np.int64)
 
@@ -42,7 +44,7 @@ def _sweep(merged: list[tuple], lone: list[tuple]) -> Sweep:
     count = len(lone)
     lone_windows = _windows_table(
         column(lone, 0), column(lone, 1), column(lone, 2).astype(np.int8), start["lone"],
-        end["lone"], np.zeros(count, dtype=bool), np.ones(count, dtype=bool),
+        end["lone"], np.zeros(count, dtype=bool), np.array([row[7] for row in lone], dtype=bool),
         truth["lone"] - view["lone"])
     lone_windows = (lone_windows.append_column("truth", pa.array(truth["lone"]))
                     .append_column("view", pa.array(view["lone"])))
@@ -55,7 +57,8 @@ def _sweep(merged: list[tuple], lone: list[tuple]) -> Sweep:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(segment, max_size=12), st.lists(segment, max_size=12), st.lists(pod, max_size=12))
+@given(st.lists(segment, max_size=12), st.lists(lone_window, max_size=12),
+       st.lists(pod, max_size=12))
 def test_wasted_is_the_sqls_on_ties(merged, lone, pods):
     sweep = _sweep(merged, lone)
     con = duckdb.connect()
@@ -78,7 +81,7 @@ def test_wasted_is_the_sqls_on_ties(merged, lone, pods):
                           window_ts, truth, view FROM _merged
                    UNION ALL
                    SELECT viewer_id, node_id, resource::VARCHAR, start_ts, end_ts, start_ts,
-                          truth, view FROM _lone""")
+                          truth, view FROM _lone WHERE stale""")
     sql = next(s.sql for s in split_steps(derived_sql("capacity_windows")) if s.name == "wasted")
     theirs = con.sql(f"SELECT * FROM ({sql}) ORDER BY ALL").fetchall()
     assert wasted(con, sweep)

@@ -36,10 +36,10 @@ def wasted(con: duckdb.DuckDBPyConnection, sweep: Sweep | None) -> bool:
     pending = None if sweep is None else _pending(con)
     if sweep is None or pending is None:
         return False
-    found = []
+    found = [{name: np.zeros(0, dtype=np.int64) for name in ("viewer", "node", "code", "window")}]
     for segments in _segments(sweep):
-        hit = _wasted_kernel(segments["code"], segments["start"], segments["end"],
-                             segments["truth"], segments["view"], *pending)
+        hit = _wasted_kernel(segments["stale"], segments["code"], segments["start"],
+                             segments["end"], segments["truth"], segments["view"], *pending)
         found.append({name: segments[name][hit] for name in ("viewer", "node", "code", "window")})
     marks = _distinct({name: np.concatenate([f[name] for f in found]) for name in found[0]})
     con.register("_swept_wasted", pa.table({
@@ -73,23 +73,25 @@ def _pending(con: duckdb.DuckDBPyConnection) -> tuple[np.ndarray, ...] | None:
 
 
 def _segments(sweep: Sweep) -> Iterator[dict[str, np.ndarray]]:
-    """The SQL's ``stale_segments`` a table at a time: the merged windows' stale segments,
-    then each part's stale lone windows (each its own segment, named by its start)."""
-    yield _arrays(sweep.stale_segments, "window_ts")
+    """The SQL's ``stale_segments`` a batch at a time, as numpy views of the sweep's Arrow
+    batches (no copy): the merged windows' stale segments, then each part's lone windows
+    (each its own segment, named by its start), whose ``stale`` says which count."""
+    for batch in sweep.stale_segments.to_batches():
+        yield _arrays(batch, "window_ts", np.ones(batch.num_rows, dtype=bool))
     for part in sweep.parts:
-        yield _arrays(part.lone_windows.filter(part.lone_windows.column("stale")), "start_ts")
+        for batch in part.lone_windows.to_batches():
+            yield _arrays(batch, "start_ts", batch.column("stale").to_numpy(zero_copy_only=False))
 
 
-def _arrays(table: pa.Table, window: str) -> dict[str, np.ndarray]:
-    column = {name: table.column(name).combine_chunks()
-              for name in ("viewer_id", "node_id", "resource", "start_ts", "end_ts", window,
-                           "truth", "view")}
-    return {"viewer": column["viewer_id"].to_numpy(), "node": column["node_id"].to_numpy(),
-            "code": column["resource"].indices.to_numpy().astype(np.int64),
-            "start": column["start_ts"].to_numpy().view(np.int64),
-            "end": column["end_ts"].to_numpy().view(np.int64),
-            "window": column[window].to_numpy().view(np.int64),
-            "truth": column["truth"].to_numpy(), "view": column["view"].to_numpy()}
+def _arrays(batch: pa.RecordBatch, window: str, stale: np.ndarray) -> dict[str, np.ndarray]:
+    def times(name: str) -> np.ndarray:
+        return batch.column(name).to_numpy().view(np.int64)
+
+    return {"viewer": batch.column("viewer_id").to_numpy(),
+            "node": batch.column("node_id").to_numpy(),
+            "code": batch.column("resource").indices.to_numpy(), "stale": stale,
+            "start": times("start_ts"), "end": times("end_ts"), "window": times(window),
+            "truth": batch.column("truth").to_numpy(), "view": batch.column("view").to_numpy()}
 
 
 def _distinct(marks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -102,14 +104,16 @@ def _distinct(marks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 @numba.njit(cache=True)
-def _wasted_kernel(code, start, end, truth, view, size_request, bounds, by_code, pod_start,
-                   reach):  # pragma: no cover - compiled
-    """Per segment: whether some request size of its resource in (view, truth] has, as its
+def _wasted_kernel(stale, code, start, end, truth, view, size_request, bounds, by_code,
+                   pod_start, reach):  # pragma: no cover - compiled
+    """Per stale segment: whether some request size of its resource in (view, truth] has, as its
     last pod started before the segment's end (pods sorted by resource, size and start;
     ``bounds``: each size's first pod, then the end; ``by_code``: each resource's first
     size), a reach after the segment's start."""
     out = np.zeros(len(code), np.bool_)
     for i in range(len(code)):
+        if not stale[i]:
+            continue
         first, last = by_code[code[i]], by_code[code[i] + 1]
         k = first + np.searchsorted(size_request[first:last], view[i], side="right")
         while k < last and size_request[k] <= truth[i]:
