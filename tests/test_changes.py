@@ -1,6 +1,6 @@
-"""The window functions of the capacity windows' ``changes`` in numpy
+"""The window functions of the capacity windows' changes (``truths``) in numpy
 (``replay.analysis.changes``) against the SQL's expression: ``test_derive.stored_is_the_whole_query``
-compares the two on the runs of every model (``changes_are_the_sqls``); these pin the changes
+compares the two on the runs of every model (``truths_are_the_sqls``); these pin the changes
 the SQL would not order one way only, which are left to it, and the derivation without the
 numpy path."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from replay.analysis import changes as changes_module
-from replay.analysis.changes import changes
+from replay.analysis.changes import truths
 from replay.analysis.derive import derive
 from replay.analysis.runs import open_runs
 from test_derive import stored_is_the_whole_query, steps_until
@@ -27,19 +27,19 @@ def test_changes_the_sql_would_not_order_one_way_are_left_to_it(tmp_path, edit):
     run_dir = replay_rows(tmp_path, WORKED, network(2))
     con = open_runs([str(run_dir)], derived=False)
     try:
-        steps_until(con, "changes")
-        assert changes(con)
-        con.execute("DROP TABLE changes")
+        steps_until(con, "truths")
+        assert truths(con)
+        con.execute("DROP VIEW truths")
         con.execute(edit)
-        assert not changes(con)
-        assert con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'changes'"
+        assert not truths(con)
+        assert con.sql("SELECT count(*) FROM duckdb_views() WHERE view_name = 'truths'"
                        ).fetchall() == [(0,)]
     finally:
         con.close()
 
 
 def test_the_sql_alone_derives_the_same_file(tmp_path, monkeypatch):
-    """Where the numpy path declines (here forced), the SQL's ``changes`` runs: the same
+    """Where the numpy path declines (here forced), the SQL's ``truths`` runs: the same
     bytes."""
     run_dir = replay_rows(tmp_path, WORKED, network(2))
     ours = (run_dir / "capacity_windows.parquet").read_bytes()
@@ -50,6 +50,6 @@ def test_the_sql_alone_derives_the_same_file(tmp_path, monkeypatch):
         declined.append(con)
         return False
 
-    monkeypatch.setattr(changes_module, "changes", decline)
+    monkeypatch.setattr(changes_module, "truths", decline)
     derive(run_dir)
     assert declined and (run_dir / "capacity_windows.parquet").read_bytes() == ours

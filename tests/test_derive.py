@@ -8,12 +8,14 @@ from pathlib import Path
 import duckdb
 import pyarrow.parquet as pq
 
-from replay.analysis.changes import changes
+from replay.analysis.changes import truths
 from replay.analysis.claims import capacity_changes
+import replay.analysis.derive as derive_module
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
 from replay.analysis import windows
 from replay.analysis.steps import _quote, run_steps, split_steps
+from replay.analysis.wasted import wasted
 from replay.engine.rundir import DERIVED_TABLES
 
 TRICKY = '''-- a comment with a ( and a WITH x AS (
@@ -59,14 +61,15 @@ def test_run_steps_answers_as_the_query_and_drops_what_is_read_no_more():
     assert left == [("last_one",), ("plain",)]  # the final query reads them
 
 
-def test_a_table_a_replacement_made_is_dropped_after_its_last_reader_a_view_is_not():
+def test_a_table_or_view_a_replacement_made_is_dropped_after_its_last_reader():
     con = duckdb.connect()
 
     def replace(name: str) -> bool:
-        kind = {"odd \"name\"": "TABLE", "plain": "VIEW"}.get(name)
+        kind, body = {"odd \"name\"": ("TABLE", "SELECT 1 AS a, ')' AS b"),
+                      "plain": ("VIEW", "SELECT 2 AS a"),
+                      "unread": ("VIEW", "SELECT 10 AS a")}.get(name, (None, ""))
         if kind is None:
             return False
-        body = {"TABLE": "SELECT 1 AS a, ')' AS b", "VIEW": "SELECT 2 AS a"}[kind]
         con.execute(f"CREATE TEMPORARY {kind} {_quote(name)} AS {body}")
         return True
 
@@ -74,7 +77,7 @@ def test_a_table_a_replacement_made_is_dropped_after_its_last_reader_a_view_is_n
     left = con.sql("SELECT table_name FROM duckdb_tables() WHERE temporary ORDER BY 1").fetchall()
     assert left == [("last_one",)]  # "odd ""name""" dropped after plain read it
     views = con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()
-    assert views == [("plain",)]
+    assert views == [("plain",)]  # the final query reads it; unread dropped after last_one
 
 
 def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
@@ -85,7 +88,8 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
     if swept:
         assert sweeps_in_numpy(run_dir)
         claims_are_the_views(run_dir)
-        changes_are_the_sqls(run_dir)
+        truths_are_the_sqls(run_dir)
+        wasted_is_the_sqls(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -114,20 +118,38 @@ def claims_are_the_views(run_dir: Path) -> None:
         con.close()
 
 
-def changes_are_the_sqls(run_dir: Path) -> None:
-    """``replay.analysis.changes`` makes the temporary table ``changes`` with the rows of the
+def truths_are_the_sqls(run_dir: Path) -> None:
+    """``replay.analysis.changes`` makes the temporary table ``truths`` with the rows of the
     SQL's expression, typed alike, numbered 1, 2, ... in another order."""
     con = open_runs([str(run_dir)], derived=False)
     try:
-        sql = steps_until(con, "changes")
-        con.execute(f"CREATE TEMPORARY TABLE sql_changes AS {sql}")
-        assert changes(con)
-        ours = con.sql("SELECT * EXCLUDE (change_id) FROM changes ORDER BY ALL")
-        theirs = con.sql("SELECT * EXCLUDE (change_id) FROM sql_changes ORDER BY ALL")
-        assert con.sql("DESCRIBE changes").fetchall() == con.sql("DESCRIBE sql_changes").fetchall()
+        sql = steps_until(con, "truths")
+        con.execute(f"CREATE TEMPORARY TABLE sql_truths AS {sql}")
+        assert truths(con)
+        ours = con.sql("SELECT * EXCLUDE (change_id) FROM truths ORDER BY ALL")
+        theirs = con.sql("SELECT * EXCLUDE (change_id) FROM sql_truths ORDER BY ALL")
+        assert con.sql("DESCRIBE truths").fetchall() == con.sql("DESCRIBE sql_truths").fetchall()
         assert ours.fetchall() == theirs.fetchall()
-        ids = con.sql("SELECT change_id FROM changes ORDER BY change_id").fetchnumpy()["change_id"]
+        ids = con.sql("SELECT change_id FROM truths ORDER BY change_id").fetchnumpy()["change_id"]
         assert ids.tolist() == list(range(1, len(ids) + 1))
+    finally:
+        con.close()
+
+
+def wasted_is_the_sqls(run_dir: Path) -> None:
+    """``replay.analysis.wasted`` makes ``wasted`` with the rows of the SQL's expression (run
+    on the same ``pending`` and the sweep's ``stale_segments``), typed alike."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        swept = derive_module._sweep_steps(con)
+        steps = split_steps(derived_sql("capacity_windows"))
+        until = [s.name for s in steps].index("wasted")
+        run_steps(con, steps[:until + 1], replace=derive_module._replace(con, swept))
+        con.execute(f"CREATE TEMPORARY TABLE sql_wasted AS {steps[until].sql}")
+        assert wasted(con, swept.swept())
+        ours = con.sql("FROM wasted ORDER BY ALL")
+        assert ours.types == con.sql("FROM sql_wasted").types
+        assert ours.fetchall() == con.sql("FROM sql_wasted ORDER BY ALL").fetchall()
     finally:
         con.close()
 
@@ -154,8 +176,6 @@ def sweeps_in_numpy(run_dir: Path) -> bool:
 
 
 def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path):
-    import replay.analysis.derive as derive_module
-
     for available, limit in ((100_000, derive_module.MEMORY_CAP_MIB), (2_000, min(1_500, derive_module.MEMORY_CAP_MIB)),
                              (800, 1_024), (None, derive_module.MEMORY_CAP_MIB)):
         monkeypatch.setattr(derive_module, "available_mib", lambda available=available: available)

@@ -45,8 +45,8 @@
 -- joined and ordered by numbers, not names.
 -- `replay derive` computes the expressions from `received` to `windows` (and `stale_segments`)
 -- in numpy instead (replay/analysis/windows.py), and `every_change`'s claims
--- (replay/analysis/claims.py), the window functions of `changes` (replay/analysis/changes.py)
--- and the final query (replay/analysis/window_rows.py) too; this
+-- (replay/analysis/claims.py), `truths`, the window functions of `changes`
+-- (replay/analysis/changes.py), and the final query (replay/analysis/window_rows.py) too; this
 -- file stays the definition, and the tests keep the stored table identical to this query run
 -- whole.
 WITH bounds AS MATERIALIZED (
@@ -76,11 +76,9 @@ WITH bounds AS MATERIALIZED (
 ), nodes AS MATERIALIZED (
     SELECT run, node, row_number() OVER (ORDER BY run, node) AS node_id
     FROM (SELECT DISTINCT run, node FROM all_changes)
-), changes AS MATERIALIZED (
+), truths AS MATERIALIZED (
     -- each change with, on its node as its class of cache counts it: the truth's free capacity
-    -- after it, the previous change and the next one's commit; for a claim, the assumption its
-    -- scheduler held: from the claim's commit (or the decision, if later) until the scheduler
-    -- forgot it
+    -- after it, the previous change and the next one's commit
     SELECT row_number() OVER () AS change_id, all_changes.class,
            all_changes.run, all_changes.rv, all_changes.commit_ts, all_changes.node, nodes.node_id,
            all_changes.cpu_milli, all_changes.memory_bytes, all_changes.gpu_milli,
@@ -89,18 +87,24 @@ WITH bounds AS MATERIALIZED (
            (sum(all_changes.gpu_milli) OVER by_node)::BIGINT AS truth_gpu,
            lag(all_changes.rv) OVER by_node AS previous_rv,
            lead(all_changes.commit_ts) OVER by_node AS next_commit_ts,
+           all_changes.attempt_id
+    FROM all_changes
+    JOIN nodes USING (run, node)
+    WINDOW by_node AS (PARTITION BY nodes.node_id, all_changes.class ORDER BY all_changes.rv)
+), changes AS MATERIALIZED (
+    -- and, for a claim, the assumption its scheduler held: from the claim's commit (or the
+    -- decision, if later) until the scheduler forgot it
+    SELECT truths.* EXCLUDE (attempt_id),
            attempts.scheduler AS assumed_by,
-           attempts.node = all_changes.node AS assumed_here,
-           greatest(attempts.decided_ts, all_changes.commit_ts) AS assumed_from,
+           attempts.node = truths.node AS assumed_here,
+           greatest(attempts.decided_ts, truths.commit_ts) AS assumed_from,
            coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until,
            attempts.forgotten_ts IS NULL AS never_forgotten,
            attempts.node AS assumed_on
-    FROM all_changes
-    JOIN nodes USING (run, node)
+    FROM truths
     JOIN bounds USING (run)
     LEFT JOIN attempts
-      ON attempts.run = all_changes.run AND attempts.attempt_id = all_changes.attempt_id
-    WINDOW by_node AS (PARTITION BY nodes.node_id, all_changes.class ORDER BY all_changes.rv)
+      ON attempts.run = truths.run AND attempts.attempt_id = truths.attempt_id
 ), received AS MATERIALIZED (
     -- each change as each viewer received it.  view_ts: when it entered the view, at its commit
     -- for the viewer's own claim if it assumed the pod from then until it applied the claim (a

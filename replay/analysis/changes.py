@@ -1,19 +1,22 @@
-"""The ``changes`` expression of ``queries/derived/capacity_windows.sql`` with its window
-functions in numpy, for ``replay derive``.
+"""The ``truths`` expression of ``queries/derived/capacity_windows.sql`` (the window
+functions of its changes) in numpy, for ``replay derive``.
 
 Why: DuckDB computes each change's truth (a running sum), previous rv and next commit with
 window functions partitioned by node and class over every change: 2.7 s of CPU for the 1M-pod
 observe run, 7 s for the what-if run, whose two classes of cache double the rows and made the
 step spill.  Here the changes are sorted once by node, class and rv (``lex_order``), and the
 sums and neighbours are a cumulative sum and shifts that restart at each node and class.  The
-joins that follow (names, the run's bounds, the attempts) stay SQL, as the file writes them.
+SQL's next expression, ``changes`` (each claim's assumption: the attempts and the run's bounds
+joined), runs as it is on this table.
 
-The SQL file stays the definition: this makes the temporary table ``changes`` with the SQL's
+The SQL file stays the definition: this makes the temporary table ``truths`` with the SQL's
 columns and types (its ``change_id``s number the changes in another order, which is arbitrary
 in the SQL too: ``row_number() OVER ()``), and the tests compare the two on runs of every
-model.  A connection of several runs, or changes that the window functions would not order
-one way only (two of a node and class with one rv, a null amount), are left to the SQL
-(``changes`` returns False).
+model.  It is a view of the Arrow table (``con.register``), which the step runner drops after
+``changes`` reads it: copied into DuckDB and then copied again by ``changes``, the what-if
+run's 4M changes made that step spill.  A connection of several runs, or changes that the
+window functions would not order one way only (two of a node and class with one rv, a null
+amount), are left to the SQL (``truths`` returns False).
 """
 
 from __future__ import annotations
@@ -29,10 +32,10 @@ CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false,
 AMOUNTS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
-def changes(con: duckdb.DuckDBPyConnection) -> bool:
-    """Make the temporary table ``changes`` from ``all_changes``, ``nodes``, ``bounds`` and
-    ``attempts`` as the SQL's expression does; False (nothing made) where the SQL must."""
-    if con.sql("SELECT count(*) FROM bounds").fetchall()[0][0] != 1:
+def truths(con: duckdb.DuckDBPyConnection) -> bool:
+    """Make the temporary view ``truths`` from ``all_changes`` and ``nodes`` as the SQL's
+    expression does; False (nothing made) where the SQL must."""
+    if con.sql("SELECT count(DISTINCT run) FROM nodes").fetchall()[0][0] > 1:
         return False
     found = con.sql(f"""
         SELECT {CLASS.format("class")} AS class, rv, epoch_us(commit_ts) AS commit_us,
@@ -55,31 +58,27 @@ def changes(con: duckdb.DuckDBPyConnection) -> bool:
     same[starts] = False
     if bool((cols["rv"][1:] == cols["rv"][:-1])[same[1:]].any()):
         return False  # two changes of a node and class at one rv: the SQL's order is not one
-    con.register("_changes", _table(cols, same, starts))
-    try:
-        con.execute("""
-            CREATE TEMPORARY TABLE changes AS
-            SELECT c.change_id, c.class, nodes.run, c.rv, c.commit_ts, nodes.node, c.node_id,
-                   c.cpu_milli, c.memory_bytes, c.gpu_milli, c.truth_cpu, c.truth_memory,
-                   c.truth_gpu, c.previous_rv, c.next_commit_ts,
-                   attempts.scheduler AS assumed_by,
-                   attempts.node = nodes.node AS assumed_here,
-                   greatest(attempts.decided_ts, c.commit_ts) AS assumed_from,
-                   coalesce(attempts.forgotten_ts, bounds.end_ts) AS assumed_until,
-                   attempts.forgotten_ts IS NULL AS never_forgotten,
-                   attempts.node AS assumed_on
-            FROM _changes AS c
-            JOIN nodes USING (node_id)
-            JOIN bounds USING (run)
-            LEFT JOIN attempts
-              ON attempts.run = nodes.run AND attempts.attempt_id = c.attempt_id""")
-    finally:
-        con.unregister("_changes")
+    names = _names(con)
+    if names is None:
+        return False
+    con.register("truths", _table(cols, same, starts, *names))
     return True
 
 
-def _table(cols: dict, same: np.ndarray, starts: np.ndarray) -> pa.Table:
-    """The numbered changes (sorted by node, class and rv) with their truths and neighbours."""
+def _names(con: duckdb.DuckDBPyConnection) -> tuple[pa.Array, pa.Array] | None:
+    """The run and each node's name, by node id; None unless the ids are 1, 2, ..."""
+    nodes = con.sql("SELECT node_id, run, node FROM nodes ORDER BY node_id").arrow()
+    nodes = nodes.read_all() if hasattr(nodes, "read_all") else nodes
+    if not np.array_equal(nodes.column("node_id").to_numpy(), np.arange(1, nodes.num_rows + 1)):
+        return None
+    return (nodes.column("run").combine_chunks().unique(),
+            nodes.column("node").combine_chunks())
+
+
+def _table(cols: dict, same: np.ndarray, starts: np.ndarray, run: pa.Array,
+           node: pa.Array) -> pa.Table:
+    """The numbered changes (sorted by node, class and rv) with their truths and neighbours;
+    the run's and the nodes' names as dictionaries (no string is copied)."""
     count = len(same)
     previous = np.zeros(count, dtype=np.int64)
     previous[1:] = cols["rv"][:-1]
@@ -91,7 +90,9 @@ def _table(cols: dict, same: np.ndarray, starts: np.ndarray) -> pa.Table:
     return pa.table({
         "change_id": np.arange(1, count + 1, dtype=np.int64),
         "class": pa.array(cols["class"] == 1, mask=cols["class"] < 0),
+        "run": pa.DictionaryArray.from_arrays(np.zeros(count, dtype=np.int32), run),
         "rv": cols["rv"], "commit_ts": pa.array(cols["commit_us"], type=stamp),
+        "node": pa.DictionaryArray.from_arrays(cols["node_id"] - 1, node),
         "node_id": cols["node_id"],
         **{name: cols[name] for name in AMOUNTS},
         **{f"truth_{name.split('_')[0]}": _running_sum(cols[name], starts) for name in AMOUNTS},

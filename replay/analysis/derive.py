@@ -10,8 +10,9 @@ compare the two), computed one common table expression at a time (``replay.analy
 which takes a third of the memory and three quarters of the time of the query run whole.  The
 capacity windows' costliest expressions are computed in numpy instead, each in a fraction of
 DuckDB's time for it: the claims of ``every_change`` (``replay.analysis.claims``), the window
-functions of ``changes`` (``replay.analysis.changes``), the sweep,
-from ``received`` to ``windows`` (``replay.analysis.windows``), and the final query, whose
+functions of the changes, ``truths`` (``replay.analysis.changes``), the sweep,
+from ``received`` to ``windows`` (``replay.analysis.windows``), ``wasted``
+(``replay.analysis.wasted``), and the final query, whose
 result is written from the sweep's order (``replay.analysis.window_rows``).
 """
 
@@ -164,14 +165,17 @@ def _sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
 def _replace(con: duckdb.DuckDBPyConnection,
              swept: SweepSteps | None) -> Callable[[str], bool]:
     """The step runner's hook for the capacity windows: their claims
-    (``replay.analysis.claims``), changes (``replay.analysis.changes``) and sweep in numpy;
-    none for another table."""
+    (``replay.analysis.claims``), truths (``replay.analysis.changes``), sweep and ``wasted``
+    (``replay.analysis.wasted``) in numpy; none for another table."""
     if swept is None:
         return lambda step: False
-    from replay.analysis.changes import changes
+    from replay.analysis.changes import truths
     from replay.analysis.claims import capacity_changes
+    from replay.analysis.wasted import wasted
     return lambda step: ((step == "every_change" and capacity_changes(con))
-                         or (step == "changes" and changes(con)) or swept.replace(step))
+                         or (step == "truths" and truths(con))
+                         or (step == "wasted" and wasted(con, swept.swept()))
+                         or swept.replace(step))
 
 
 def _final_rows(con: duckdb.DuckDBPyConnection,

@@ -112,10 +112,10 @@ def run_steps(con: duckdb.DuckDBPyConnection, steps: list[Step],
     step mentions it (``done(1)`` after each), and return the final query's relation (it runs
     when read; the tables it reads stay until the connection closes).
 
-    ``replace(name)`` may compute an expression another way: it makes a temporary table of
-    that name itself (dropped here after its last reader, as the step's own would be) or a
-    temporary view (which it owns: it is not dropped here), or decides that nothing will read
-    it, and returns True; or returns False to let its SQL run."""
+    ``replace(name)`` may compute an expression another way: it makes a temporary table or
+    view of that name itself (dropped here after its last reader, as the step's own would be:
+    a view of an object registered with ``con.register`` lets it go then), or decides that
+    nothing will read it, and returns True; or returns False to let its SQL run."""
     last_read = {step.name: max(n for n, later in enumerate(steps) if step.name in later.reads
                                 or later is step)
                  for step in steps if step.name is not None}
@@ -127,8 +127,9 @@ def run_steps(con: duckdb.DuckDBPyConnection, steps: list[Step],
         else:
             con.execute(f"CREATE TEMPORARY TABLE {_quote(step.name)} AS {step.sql}")
         for name, last in last_read.items():
-            if last == number and name not in replaced:
-                con.execute(f"DROP TABLE temp.{_quote(name)}")
+            if last == number:
+                kind = "VIEW IF EXISTS" if name in replaced else "TABLE"
+                con.execute(f"DROP {kind} temp.{_quote(name)}")
         done(1)
     return con.sql(steps[-1].sql)
 

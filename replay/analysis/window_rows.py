@@ -26,7 +26,7 @@ import numba
 import numpy as np
 import pyarrow as pa
 
-from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128
+from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128, resource_code
 
 BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for a sorted result
 UNITS = np.array([{"cpu": 1000.0, "memory": 1073741824.0, "gpu": 1000.0}[r] for r in RESOURCES])
@@ -46,8 +46,7 @@ class Marks:
     def __init__(self, con: duckdb.DuckDBPyConnection, sql: str, nodes: int):
         table = con.sql(f"""
             SELECT viewer_id * {nodes} + node_id AS pair,
-                   CASE resource {' '.join(f"WHEN '{r}' THEN {c}" for c, r in enumerate(RESOURCES))}
-                   END AS code, epoch_us(start_ts) AS start_us, count
+                   {resource_code("resource")} AS code, epoch_us(start_ts) AS start_us, count
             FROM ({sql})
             ORDER BY pair""").fetchnumpy()
         self.pair, self.code = table["pair"], table["code"]

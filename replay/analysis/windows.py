@@ -131,8 +131,7 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
             _view(con, "lags", "FROM _swept_received" if lags is received
                   else f"FROM {_register(con, 'lags', lags)}")
         elif name == "inverted":  # after held, the last expression the SQL runs on the lags
-            for view in ("received", "lags"):  # nothing reads them any more: free them
-                con.execute(f"DROP VIEW {view}")
+            # nothing reads them any more: free them (the step runner drops the views)
             con.unregister("_swept_received")
             if "lags" in state and state["lags"] is not state["received"]:
                 con.unregister("_swept_lags")
@@ -426,6 +425,12 @@ def _lone(cols: Lags, alone: np.ndarray) -> pa.Table:
         windows.append(table.append_column("truth", pa.array(truth))
                        .append_column("view", pa.array(truth - change)))
     return pa.concat_tables(windows)
+
+
+def resource_code(column: str) -> str:
+    """SQL for a resource's name in ``column`` as its code (its place in ``RESOURCES``)."""
+    cases = " ".join(f"WHEN '{r}' THEN {c}" for c, r in enumerate(RESOURCES))
+    return f"CASE {column} {cases} END"
 
 
 def _timestamps(us: np.ndarray) -> pa.Array:
