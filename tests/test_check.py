@@ -190,6 +190,12 @@ def decided_before_started(t):
     return {"attempts": at(a, 0, decided_ts=a["started_ts"][0] - US)}
 
 
+def view_lag_understated(t):
+    """An attempt's scheduler said its view was a millisecond fresher than its deliveries say."""
+    a = t["attempts"]
+    return {"attempts": at(a, 0, view_lag_ms=a["view_lag_ms"][0] - 1.0)}
+
+
 def undocumented_outcome(t):
     return {"attempts": at(t["attempts"], 0, outcome="pending")}
 
@@ -281,6 +287,7 @@ CORRUPTIONS = [
     ("kubelet_admission", "kube", admit_a_failed_pod, False),
     ("one_binding_per_incarnation", "godel", second_binding, False),
     ("attempt_times_ordered", "godel", decided_before_started, False),
+    ("view_lag_matches_deliveries", "godel", view_lag_understated, False),
     ("attempt_outcome_documented", "godel", undocumented_outcome, False),
     ("attempt_writes_match_outcome", "godel", bound_called_conflict, False),
     ("every_pod_accounted", "godel", forget_a_pod, False),
@@ -435,4 +442,35 @@ def test_a_watch_closed_while_it_hands_over_re_sent_writes_keeps_every_invariant
                      out=tmp_path / "godel").out
     terminations = pl.read_parquet(run / "watch_terminations.parquet")
     assert (terminations["watcher"] == "godel-scheduler-2").sum() >= 3
+    assert failed(check_run(run)) == []
+
+
+@pytest.mark.parametrize("queue", ["delta_fifo", "workqueue"])
+def test_writes_held_in_a_client_queue_count_in_the_view_lag(tmp_path, queue):
+    """A scheduler whose client queue (slow handler) holds writes before it handles them: its
+    view is behind by them from when they were sent (view_lag_matches_deliveries once found
+    the lag 0 at every attempt: the engine told the view of such a write only when it was
+    handled)."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    head = sample.filter(pl.col("ts") < sample["ts"].min() + dt.timedelta(seconds=5))
+    write_trace(head, tmp_path / "trace.parquet", source="test", source_args={})
+    (tmp_path / "run.toml").write_text(f"""[model]
+schedulers = 1
+[[watchers]]
+name = "godel-scheduler-0"
+role = "scheduler"
+client_queue = "{queue}"
+[watchers.stages.handler]
+service = {{ dist = "exponential", mean_ms = 2.0 }}
+[[watchers]]
+name = "godel-binder"
+role = "binder"
+[[watchers]]
+name = "godel-dispatcher"
+role = "dispatcher"
+resources = ["pods"]
+""")
+    run = run_replay(tmp_path / "trace.parquet", load_config(tmp_path / "run.toml", model="godel"),
+                     out=tmp_path / "godel").out
+    assert pl.read_parquet(run / "attempts.parquet")["view_lag_ms"].max() > 0
     assert failed(check_run(run)) == []

@@ -45,7 +45,7 @@ from replay.analysis.history import (
 from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
 from replay.arrays import stable_order
 from replay.engine.config import from_description
-from replay.engine.pipeline import Source
+from replay.engine.pipeline import Source, view_lag_us
 from replay.engine.rundir import OUTCOMES, read_manifest, verify_run
 from replay.errors import ReplayError
 
@@ -56,6 +56,9 @@ CHECKED_COMMITS = ("oracle", "godel", "peer", "omega")
 # Models whose kubelets decide admission (the others' kubelets admit every pod they are sent)
 ADMITTING = ("kube",)
 RECORDED = "observe"  # the model that keeps a trace's recorded placements
+# Models whose attempts' view lag the tool measures (a plugin's model passes its own to
+# ``new_attempt``: a difference from its deliveries is reported, not failed)
+MEASURED_VIEW_LAG = ("observe", "oracle", "kube", "omega", "godel", "peer")
 
 
 class Status(enum.Enum):
@@ -937,6 +940,38 @@ def attempt_times_ordered(run: RunTables) -> Finding:
            OR committed_ts < decided_ts OR forgotten_ts < decided_ts""", order="attempt_id")
 
 
+def view_lag_matches_deliveries(run: RunTables) -> Finding:
+    """Each attempt's ``view_lag_ms`` is the age of the oldest write sent to its scheduler and
+    not yet applied when the scheduler read its view (``started_ts``; ``decided_ts`` in observe
+    runs), computed again from the scheduler's deliveries (``view_lag_us``: the first delivery in
+    rv order applied after that time); reported for a model not in ``MEASURED_VIEW_LAG``.  A
+    what-if view keeps its own account of what it has been sent and not applied; a write its
+    client queue holds (``delta_fifo``, ``workqueue``) counts from when it was sent, not from
+    when it is handled."""
+    at = "decided_ts" if run.recorded else "started_ts"
+    attempts = run.sql(f"""
+        SELECT attempt_id, scheduler, epoch_us({at}) AS at, view_lag_ms FROM attempts
+        WHERE view_lag_ms IS NOT NULL AND {at} IS NOT NULL ORDER BY attempt_id""").fetchnumpy()
+    d = run.deliveries
+    commit, applied = d.times["commit_ts"], d.times["applied_ts"]
+    scheduler, lag = attempts["scheduler"], attempts["view_lag_ms"]
+    expected = np.full(len(lag), np.nan)
+    for name in sorted(set(scheduler.tolist())):
+        mine = scheduler == name
+        if name in d.names:
+            lo, hi = np.searchsorted(d.watcher, [d.names.index(name), d.names.index(name) + 1])
+            expected[mine] = view_lag_us(commit[lo:hi], applied[lo:hi], attempts["at"][mine]) / 1e3
+    wrong = np.flatnonzero(~(expected == lag))
+    examples = [{"attempt_id": int(attempts["attempt_id"][i]), "scheduler": str(scheduler[i]),
+                 at: iso(int(attempts["at"][i])), "view_lag_ms": float(lag[i]),
+                 "from_deliveries_ms": float(expected[i])} for i in wrong[:EXAMPLES]]
+    if run.model not in MEASURED_VIEW_LAG:
+        return _finding("view_lag_matches_deliveries", 0, [], reported=len(wrong),
+                        reported_examples=examples,
+                        note=f"{run.model}: the model sets its attempts' view lag itself")
+    return _finding("view_lag_matches_deliveries", len(wrong), examples)
+
+
 def attempt_outcome_documented(run: RunTables) -> Finding:
     """Every attempt's outcome is one of the documented values (docs/run-directory.md)."""
     documented = ", ".join(f"'{outcome}'" for outcome in OUTCOMES)
@@ -1091,6 +1126,9 @@ INVARIANTS: tuple[Invariant, ...] = (
               reads=Reads.ARRAYS),
     Invariant("attempt_times_ordered", "enqueued <= started <= decided <= committed, forgotten "
               "after decided", attempt_times_ordered),
+    Invariant("view_lag_matches_deliveries", "each attempt's view lag is the age of the oldest "
+              "write its scheduler had been sent and not yet applied", view_lag_matches_deliveries,
+              reads=Reads.ARRAYS),
     Invariant("attempt_outcome_documented", "outcomes are bound, conflict, unschedulable or error",
               attempt_outcome_documented),
     Invariant("attempt_writes_match_outcome", "a bound attempt wrote exactly one binding on its "

@@ -432,9 +432,8 @@ class _Watch:
         self.last_rv = rv
         fifo = self.fifo
         if fifo is None or source != _WATCH:
-            self.deliver((rv, payload, key, deleted, entry, sent, received, service, source,
-                          dispatched))
-            return True
+            return self.deliver((rv, payload, key, deleted, entry, sent, received, service,
+                                 source, dispatched))
         # deliver(), inlined for the common case: a live event to a fifo client queue
         if deleted:
             self.known.discard(key)
@@ -542,8 +541,10 @@ class _Watch:
         engine.wake(served, _REWATCH, self)
 
     # -- the client ---------------------------------------------------------------------------
-    def deliver(self, event: tuple[Any, ...]) -> None:
-        """An event reaches the client queue (it is safe: no termination can drop it now)."""
+    def deliver(self, event: tuple[Any, ...]) -> bool:
+        """An event reaches the client queue (it is safe: no termination can drop it now); False
+        if the queue holds it for a later pop (a ``delta_fifo`` or ``workqueue`` busy with an
+        earlier one), so that the step counts the write as sent and not yet delivered."""
         rv, payload, key, deleted, _, sent, received, service, source, _ = event
         if deleted:
             self.known.discard(key)
@@ -554,9 +555,12 @@ class _Watch:
             dequeued = max(received, fifo.last)
             fifo.last = dequeued + service
             self.report(rv, payload, sent, received, dequeued, fifo.last, source, False)
-            return
+            return True
+        out = self.engine.out
+        reported = len(out)
         self.queue.arrive(Arrival(received, key, service, deleted, [(rv, payload, sent, source)]))
         self.drain()
+        return any(delivery[1] == rv for delivery in out[reported:])
 
     def pop(self, now: int) -> None:
         self.queue.flush(now)
