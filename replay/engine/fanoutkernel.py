@@ -85,6 +85,8 @@ def _fan_out(state: Ints, ring: Ints, queue: Ints, network: Ints, handler: Ints,
 _compiled = numba.njit("UniTuple(int64, 2)(int64[:, ::1], int64[::1], int64[:, ::1], "
                        "int64[:, ::1], int64[:, ::1], int64[::1], int64, int64, int64, int64, "
                        "int64[:, ::1])", cache=True, nogil=True)(_fan_out)
-_entry = _compiled.overloads[_compiled.signatures[0]]
+# (``entry_point`` is numba's own attribute, not its documented API: the dispatcher, slower by
+# its type matching, is the fallback if a numba release drops it)
 fan_out: Callable[[Ints, Ints, Ints, Ints, Ints, Ints, int, int, int, int, Ints],
-                  tuple[int, int]] = _entry.entry_point  # type: ignore[attr-defined]
+                  tuple[int, int]] = getattr(_compiled.overloads[_compiled.signatures[0]],
+                                             "entry_point", _compiled)
