@@ -400,6 +400,15 @@ def test_observe_run_of_a_generated_audit_log_keeps_every_invariant(tmp_path):
     assert failed(check_run(run)) == []
 
 
+# Gödel's binder and dispatcher, after a config's schedulers
+BINDER_AND_DISPATCHER = """[[watchers]]
+name = "godel-binder"
+role = "binder"
+[[watchers]]
+name = "godel-dispatcher"
+role = "dispatcher"
+resources = ["pods"]
+"""
 # Gödel's third scheduler drains slowly into buffers of 2 and the dispatcher's budget hardly
 # refills: its pods watch is terminated again and again, at times while the re-watch is still
 # re-sending what the previous termination missed
@@ -418,14 +427,17 @@ name = "godel-scheduler-2"
 role = "scheduler"
 [watchers.stages.watcher_queue]
 service = { dist = "exponential", mean_ms = 5.0 }
-[[watchers]]
-name = "godel-binder"
-role = "binder"
-[[watchers]]
-name = "godel-dispatcher"
-role = "dispatcher"
-resources = ["pods"]
-"""
+""" + BINDER_AND_DISPATCHER
+
+
+def godel_run_of_the_sample(tmp_path: Path, first: dt.timedelta, config: str) -> Path:
+    """A Gödel run of the sample trace's ``first`` writes with ``config``."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    head = sample.filter(pl.col("ts") < sample["ts"].min() + first)
+    write_trace(head, tmp_path / "trace.parquet", source="test", source_args={})
+    (tmp_path / "run.toml").write_text(config)
+    return run_replay(tmp_path / "trace.parquet",
+                      load_config(tmp_path / "run.toml", model="godel"), out=tmp_path / "godel").out
 
 
 def test_a_watch_closed_while_it_hands_over_re_sent_writes_keeps_every_invariant(tmp_path):
@@ -434,12 +446,7 @@ def test_a_watch_closed_while_it_hands_over_re_sent_writes_keeps_every_invariant
     they count to that previous termination, and this one's missed writes start after its
     resume_rv (missed_writes_recovered once took them as this termination's and flagged the
     re-sends after them; the sample's first 17.5 s under this load reach that case)."""
-    sample = pl.read_parquet(SAMPLE_TRACE)
-    head = sample.filter(pl.col("ts") < sample["ts"].min() + dt.timedelta(seconds=17.5))
-    write_trace(head, tmp_path / "trace.parquet", source="test", source_args={})
-    (tmp_path / "run.toml").write_text(STRESS)
-    run = run_replay(tmp_path / "trace.parquet", load_config(tmp_path / "run.toml", model="godel"),
-                     out=tmp_path / "godel").out
+    run = godel_run_of_the_sample(tmp_path, dt.timedelta(seconds=17.5), STRESS)
     terminations = pl.read_parquet(run / "watch_terminations.parquet")
     assert (terminations["watcher"] == "godel-scheduler-2").sum() >= 3
     assert failed(check_run(run)) == []
@@ -451,10 +458,7 @@ def test_writes_held_in_a_client_queue_count_in_the_view_lag(tmp_path, queue):
     view is behind by them from when they were sent (view_lag_matches_deliveries once found
     the lag 0 at every attempt: the engine told the view of such a write only when it was
     handled)."""
-    sample = pl.read_parquet(SAMPLE_TRACE)
-    head = sample.filter(pl.col("ts") < sample["ts"].min() + dt.timedelta(seconds=5))
-    write_trace(head, tmp_path / "trace.parquet", source="test", source_args={})
-    (tmp_path / "run.toml").write_text(f"""[model]
+    run = godel_run_of_the_sample(tmp_path, dt.timedelta(seconds=5), f"""[model]
 schedulers = 1
 [[watchers]]
 name = "godel-scheduler-0"
@@ -462,15 +466,6 @@ role = "scheduler"
 client_queue = "{queue}"
 [watchers.stages.handler]
 service = {{ dist = "exponential", mean_ms = 2.0 }}
-[[watchers]]
-name = "godel-binder"
-role = "binder"
-[[watchers]]
-name = "godel-dispatcher"
-role = "dispatcher"
-resources = ["pods"]
-""")
-    run = run_replay(tmp_path / "trace.parquet", load_config(tmp_path / "run.toml", model="godel"),
-                     out=tmp_path / "godel").out
+""" + BINDER_AND_DISPATCHER)
     assert pl.read_parquet(run / "attempts.parquet")["view_lag_ms"].max() > 0
     assert failed(check_run(run)) == []

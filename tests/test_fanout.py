@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_watch_pipeline import Writes, cases, config, watcher
+from test_watch_pipeline import Writes, cases, config, costs_of, watcher
 
 from replay.engine import pipeline as engine_module
 from replay.engine.config import ClientQueue, ServerSettings
-from replay.engine.distributions import Constant, Exponential
+from replay.engine.distributions import Exponential
 from replay.engine.pipeline import Pipeline
 from replay.engine.streamstate import CONNECTED, FRONT, ROW
 
@@ -74,12 +74,7 @@ def test_the_compiled_fan_out_is_the_python_path(case):
     cases): blocked dispatchers, held events, terminations, re-watches and re-lists, each
     target by the compiled fan-out or by ``_Watch``, give what ``_Watch`` alone gives; and every
     stream's state, handed from one path to the other after every write, is the same."""
-    server = ServerSettings(buffer=case["buffer"], capacity=case["capacity"],
-                            timeout_budget_ms=case["budget"],
-                            budget_refill_ms_per_s=case["refill"],
-                            list_per_object=Constant(0.05))
-    costs = config(case["seed"], server, network__latency=case["network"],
-                   handler__service=case["handler"], cacher_queue__service=case["cacher"])
+    costs = costs_of(case)
     watchers = [watcher(f"w{i}", ("pods",), case["queues"][i],
                         watcher_queue__service=case["slow"][i])
                 for i in range(case["watchers"])]

@@ -361,17 +361,22 @@ cases = st.fixed_dictionaries({
 })
 
 
+def costs_of(case: dict) -> RunConfig:
+    """The run config of one of ``cases``: its server settings and stage costs."""
+    server = ServerSettings(buffer=case["buffer"], capacity=case["capacity"],
+                            timeout_budget_ms=case["budget"],
+                            budget_refill_ms_per_s=case["refill"],
+                            list_per_object=Constant(0.05))
+    return config(case["seed"], server, network__latency=case["network"],
+                  handler__service=case["handler"], cacher_queue__service=case["cacher"])
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases)
 def test_scan_equals_step_under_load(case):
     """Random loads, buffers, budgets, windows and client queues, with a second resource: the
     vectorised scan (and where it would block, its fallback) gives exactly ``step``'s tables."""
-    server = ServerSettings(buffer=case["buffer"], capacity=case["capacity"],
-                            timeout_budget_ms=case["budget"],
-                            budget_refill_ms_per_s=case["refill"],
-                            list_per_object=Constant(0.05))
-    costs = config(case["seed"], server, network__latency=case["network"],
-                   handler__service=case["handler"], cacher_queue__service=case["cacher"])
+    costs = costs_of(case)
     resources = ("pods", "nodes") if case["nodes"] else ("pods",)
     watchers = [watcher(f"w{i}", resources, case["queues"][i],
                         watcher_queue__service=case["slow"][i])
