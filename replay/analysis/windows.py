@@ -194,9 +194,10 @@ def _numpy(rel: duckdb.DuckDBPyRelation) -> Columns:
 
 def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | None:
     """The SQL's ``received``: each change as each viewer received it, by looking each
-    delivery's rv up in the changes sorted by rv and class.  None (left to the SQL) unless the
-    run is one run whose changes have one row per rv and class and whose viewers received each
-    change once: the SQL's joins would multiply rows otherwise."""
+    delivery's rv and its viewer's class up in a table of the changes by rv and class.  None
+    (left to the SQL) unless the run is one run whose changes have one row per rv and class
+    and whose viewers received each change once: the SQL's joins would multiply rows
+    otherwise."""
     if con.sql("SELECT count(DISTINCT run) FROM viewers").fetchall()[0][0] > 1:
         return None
     viewers = _numpy(con.sql(f"""
@@ -232,7 +233,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     if (len(viewers["viewer_id"]) + 1) * nodes * rvs >= 1 << 62 or deliveries["missed"].any():
         return None  # keys too large for int64; or a delivery never applied
     if len(changes["rv"]) and changes["rv"].min() < 0:
-        return None
+        return None  # an rv that cannot index _change_of's table
     change_of = _change_of(changes["rv"] * 3 + changes["class"] + 1, rvs)
     if change_of is None:
         return None  # a write that changes two nodes' capacity (none does so far)
@@ -263,8 +264,8 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
 
 def _change_of(change_key: np.ndarray, rvs: int) -> np.ndarray | None:
     """Each change's row at its key (rv * 3 + class + 1, below ``3 * rvs``), -1 where no change
-    has that key: one read a delivery instead of a binary search.  None if two changes share a
-    key."""
+    has that key: one read a delivery instead of a binary search (the rvs number the run's
+    writes, so the table is three int32 a write).  None if two changes share a key."""
     change_of = np.full(3 * rvs, -1, dtype=np.int32)
     rows = np.arange(len(change_key), dtype=np.int32)
     change_of[change_key] = rows
