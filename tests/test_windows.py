@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay.analysis import windows
 from replay.analysis.derive import derive
@@ -53,3 +55,65 @@ def test_a_run_the_arrays_cannot_hold_is_left_to_the_sql(tmp_path, monkeypatch):
     monkeypatch.setattr(windows, "_received", lambda con, nodes, rvs: None)
     derive(run_dir)
     stored_is_the_whole_query(run_dir, swept=False)
+
+
+def received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, change_key,
+                       change_node, change_rv, nodes, rvs):
+    """What ``_receive_kernel`` replaced: a binary search of each delivery's key in the
+    changes sorted by key, then the kubelets' filter and the lag key, in numpy."""
+    if not len(change_key):  # no change: nothing received
+        viewer_id, rv = viewer_id[:0], rv[:0]
+    by_key = np.argsort(change_key)
+    sorted_key = change_key[by_key]
+    viewer = viewer_id - 1
+    wanted = rv * 3 + viewer_class[viewer] + 1
+    at = np.minimum(np.searchsorted(sorted_key, wanted), max(len(sorted_key) - 1, 0))
+    hit = sorted_key[at] == wanted
+    change = by_key[at]
+    hit &= ~only_one[viewer] | (change_node[change] == only_node_id[viewer])
+    rows = np.flatnonzero(hit)
+    change = change[rows]
+    return rows, change, windows._lag_key(viewer_id[rows], change_node[change],
+                                          change_rv[change], nodes, rvs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), viewers=st.integers(1, 4), nodes=st.integers(1, 3),
+       max_rv=st.integers(0, 8))
+def test_each_delivery_finds_the_change_a_binary_search_finds(data, viewers, nodes, max_rv):
+    """The kernel's lookup through ``_change_of`` against the binary search it replaced, on
+    small runs where deliveries repeat rvs, rvs have changes of several classes or none, and
+    kubelets filter by node; deliveries of rvs beyond the changes' find none."""
+    keys = data.draw(st.lists(st.tuples(st.integers(0, max_rv), st.integers(-1, 1)),
+                              unique=True, max_size=12))
+    change_rv = np.array([rv for rv, _ in keys], dtype=np.int64)
+    change_class = np.array([cls for _, cls in keys], dtype=np.int64)
+    change_node = np.array(data.draw(st.lists(st.integers(0, nodes - 1), min_size=len(keys),
+                                              max_size=len(keys))), dtype=np.int64)
+    viewer_class = np.array(data.draw(st.lists(st.integers(-1, 1), min_size=viewers,
+                                               max_size=viewers)), dtype=np.int64)
+    only_one = np.array(data.draw(st.lists(st.booleans(), min_size=viewers, max_size=viewers)))
+    only_node_id = np.where(only_one, data.draw(st.lists(
+        st.integers(0, nodes - 1), min_size=viewers, max_size=viewers)), -1).astype(np.int64)
+    delivered = data.draw(st.lists(st.tuples(st.integers(1, viewers), st.integers(1, max_rv + 3)),
+                                   max_size=30))
+    viewer_id = np.array([v for v, _ in delivered], dtype=np.int64)
+    rv = np.array([r for _, r in delivered], dtype=np.int64)
+    rvs = (int(change_rv.max()) if len(keys) else 0) + 2
+    change_key = change_rv * 3 + change_class + 1
+    change_of = windows._change_of(change_key, rvs)
+    assert change_of is not None
+    got = windows._receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id,
+                                  change_of, change_node, change_rv, nodes, rvs)
+    want = received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, change_key,
+                              change_node, change_rv, nodes, rvs)
+    for g, w in zip(got, want):
+        assert g.tolist() == w.tolist()
+
+
+def test_two_changes_of_one_key_are_refused():
+    """A write that changed two nodes' capacity has two changes of one rv and class: the
+    arrays decline the run."""
+    assert windows._change_of(np.array([4, 7, 4]), 3) is None
+    assert windows._change_of(np.array([4, 7, 5]), 3).tolist() == [-1, -1, -1, -1, 0, 2, -1,
+                                                                    1, -1]

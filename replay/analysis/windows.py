@@ -194,9 +194,10 @@ def _numpy(rel: duckdb.DuckDBPyRelation) -> Columns:
 
 def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | None:
     """The SQL's ``received``: each change as each viewer received it, by looking each
-    delivery's rv up in the changes sorted by rv and class.  None (left to the SQL) unless the
-    run is one run whose changes have one row per rv and class and whose viewers received each
-    change once: the SQL's joins would multiply rows otherwise."""
+    delivery's rv and its viewer's class up in a table of the changes by rv and class.  None
+    (left to the SQL) unless the run is one run whose changes have one row per rv and class
+    and whose viewers received each change once: the SQL's joins would multiply rows
+    otherwise."""
     if con.sql("SELECT count(DISTINCT run) FROM viewers").fetchall()[0][0] > 1:
         return None
     viewers = _numpy(con.sql(f"""
@@ -231,33 +232,23 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
         JOIN viewers ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher"""))
     if (len(viewers["viewer_id"]) + 1) * nodes * rvs >= 1 << 62 or deliveries["missed"].any():
         return None  # keys too large for int64; or a delivery never applied
-    change_key = changes["rv"] * 3 + changes["class"] + 1
-    by_key = np.argsort(change_key)
-    change_key = change_key[by_key]
-    if len(change_key) and (changes["rv"].min() < 0
-                            or bool((change_key[1:] == change_key[:-1]).any())):
+    if len(changes["rv"]) and changes["rv"].min() < 0:
+        return None  # an rv that cannot index _change_of's table
+    change_of = _change_of(changes["rv"] * 3 + changes["class"] + 1, rvs)
+    if change_of is None:
         return None  # a write that changes two nodes' capacity (none does so far)
-    if not len(change_key):  # no write changed any capacity: nothing was received
-        deliveries = {name: column[:0] for name, column in deliveries.items()}
-    viewer = deliveries["viewer_id"] - 1
-    wanted = deliveries["rv"] * 3 + viewers["class"][viewer] + 1
-    at = np.minimum(np.searchsorted(change_key, wanted), max(len(change_key) - 1, 0))
-    hit = change_key[at] == wanted
-    change = by_key[at]
-    if viewers["only_one"].any():  # a kubelet receives its node's changes only
-        hit &= (~viewers["only_one"][viewer]
-                | (changes["node_id"][change] == viewers["only_node_id"][viewer]))
-    rows = np.flatnonzero(hit)
-    viewer, change = viewer[rows], change[rows]
+    rows, change, key = _receive_kernel(
+        deliveries["viewer_id"], deliveries["rv"], viewers["class"], viewers["only_one"],
+        viewers["only_node_id"], change_of, changes["node_id"], changes["rv"], nodes, rvs)
     # in the sweep's order, by viewer, node and rv: a change received twice shows as a repeat
-    key = _lag_key(viewer + 1, changes["node_id"][change], changes["rv"][change], nodes, rvs)
     order = np.argsort(key)
     key = key[order]
     if len(key) > 1 and bool((key[1:] == key[:-1]).any()):
         return None
     del key
-    rows, viewer, change = rows[order], viewer[order], change[order]
+    rows, change = rows[order], change[order]
     del order
+    viewer = deliveries["viewer_id"][rows] - 1
     applied = deliveries["applied_us"][rows]  # every delivery was applied (checked above)
     del deliveries, rows
     watcher = viewers["watcher_code"][viewer]
@@ -269,6 +260,41 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
         "view_us": np.where(folds, changes["commit_us"][change], applied),
         "own": changes["assumed_code"][change] == watcher,
         "from_missed": np.zeros(len(viewer), dtype=bool)})
+
+
+def _change_of(change_key: np.ndarray, rvs: int) -> np.ndarray | None:
+    """Each change's row at its key (rv * 3 + class + 1, below ``3 * rvs``), -1 where no change
+    has that key: one read a delivery instead of a binary search (the rvs number the run's
+    writes, so the table is three int32 a write).  None if two changes share a key."""
+    change_of = np.full(3 * rvs, -1, dtype=np.int32)
+    rows = np.arange(len(change_key), dtype=np.int32)
+    change_of[change_key] = rows
+    return change_of if np.array_equal(change_of[change_key], rows) else None
+
+
+@numba.njit(cache=True)
+def _receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id, change_of,
+                    change_node, change_rv, nodes, rvs):  # pragma: no cover - compiled
+    """Per delivery, in one pass: the change its viewer received (the change of the
+    delivery's rv in the viewer's class; for a kubelet, only one of its node), returned as the
+    delivery's row, the change's row and the lag key (``_lag_key``) of each delivery that
+    received one, in the deliveries' order."""
+    rows = np.empty(len(viewer_id), np.int64)
+    change = np.empty(len(viewer_id), np.int32)
+    key = np.empty(len(viewer_id), np.int64)
+    count = 0
+    for i in range(len(viewer_id)):
+        viewer = viewer_id[i] - 1
+        wanted = rv[i] * 3 + viewer_class[viewer] + 1
+        if wanted < 0 or wanted >= len(change_of) or change_of[wanted] < 0:
+            continue
+        c = change_of[wanted]
+        if only_one[viewer] and change_node[c] != only_node_id[viewer]:
+            continue
+        rows[count], change[count] = i, c
+        key[count] = (viewer_id[i] * nodes + change_node[c]) * rvs + change_rv[c]
+        count += 1
+    return rows[:count], change[:count], key[:count]
 
 
 def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, rvs: int
