@@ -20,14 +20,13 @@ import time
 
 from common import cpu_seconds, emit, peak_rss_mib
 from replay.analysis.catalog import load_query, shipped
-from replay.analysis.runs import open_runs, query_settings, run_query
+from replay.analysis.runs import open_runs, run_query
 
 
 def time_query(run_dirs: list[str], name: str,
                threads: int | None) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (every DuckDB thread) and rows of one run of the query."""
-    settings = query_settings() | ({"threads": str(threads)} if threads else {})
-    con = open_runs(run_dirs, settings=settings)
+    con = open_runs(run_dirs, settings={"threads": str(threads)} if threads else None)
     started, cpu_started = time.perf_counter(), cpu_seconds()
     rows = run_query(con, load_query(name), {}).to_arrow_table().num_rows
     return time.perf_counter() - started, cpu_seconds() - cpu_started, rows
@@ -37,7 +36,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--threads", type=int, help="DuckDB threads (default: as replay query, query_settings())")
+    parser.add_argument("--threads", type=int, help="DuckDB threads (default: all cores)")
     parser.add_argument("--only", nargs="*", default=shipped(), metavar="QUERY")
     args = parser.parse_args()
     print(f"{'query':<30} {'seconds':>8} {'range':>12} {'cpu s':>7} {'rows':>10}  load average")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -13,8 +12,6 @@ import polars as pl
 import pytest
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
-import replay.cli.query
-import replay.report.data
 from replay.analysis.catalog import HEADLINE, queries_dir, shipped
 from replay.analysis.output import render_table, write_result
 
@@ -52,27 +49,6 @@ def test_headline(cli, runs):
     for name in HEADLINE:
         assert f"{name}:\n" in result.out
     assert "kube-scheduler" in result.out and "end_to_end" in result.out
-
-
-def test_queries_run_on_at_least_four_threads(cli, runs, tmp_path, monkeypatch):
-    """``replay query`` and ``replay report`` open DuckDB with at least four threads on two cores
-    (runs.query_settings: per_component_delay's few groups then finish on both cores)."""
-    threads = []
-
-    def spy(open_runs):
-        def opened(*args, **kwargs):
-            con = open_runs(*args, **kwargs)
-            threads.append(con.sql("SELECT current_setting('threads')").fetchall()[0][0])
-            return con
-        return opened
-
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
-    for module in (replay.cli.query, replay.report.data):
-        monkeypatch.setattr(module, "open_runs", spy(module.open_runs))
-    assert cli("query", runs[0]).code == 0
-    assert cli("query", runs[0], "per_component_delay").code == 0
-    assert cli("report", runs[0], "--out", tmp_path / "r.html").code == 0
-    assert threads == [4, 4, 4]
 
 
 def test_tables_round_floats_other_formats_do_not(tmp_path):

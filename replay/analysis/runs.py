@@ -98,18 +98,6 @@ def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False
     return con
 
 
-def query_settings() -> dict[str, str]:
-    """The DuckDB settings of a connection that runs the shipped queries (``replay query``,
-    ``replay report``): at least four threads, even on fewer cores.  DuckDB finishes a hash
-    aggregate one radix partition per task, and makes more partitions for more threads: with
-    two, the few groups of per_component_delay (a run's watcher roles, each with millions of
-    delays kept for its exact percentiles) fell into few partitions, and one thread finished
-    them while the other idled (on the two 1M-pod runs, 7.1 CPU s on one thread against 4.3-5.2
-    on the other; with four threads at most 4.0).  Every shipped query's answer is the same bit
-    for bit, its peak memory within a few percent (benchmarks/README.md)."""
-    return {"threads": str(max(4, os.cpu_count() or 1))}
-
-
 def sandbox(con: duckdb.DuckDBPyConnection, run_dirs: list[str]) -> None:
     """From now on ``con`` reads files only inside ``run_dirs``, and its settings are final."""
     allowed = sorted({os.path.join(os.path.abspath(form), "") for path in run_dirs

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
-from replay.analysis.runs import duckdb_errors, open_runs, query_settings, run_query
+from replay.analysis.runs import duckdb_errors, open_runs, run_query
 from replay.errors import ReplayError
 from replay.times import time_argument
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         print_headline(runs, variables, verify=args.verify)
         return 0
     query = load_query(name)
-    con = open_runs(runs, verify=args.verify, settings=query_settings())
+    con = open_runs(runs, verify=args.verify)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
         write_result(run_query(con, query, variables), args.format, args.out, inputs)
@@ -86,7 +86,7 @@ def print_headline(runs: list[str], variables: dict[str, Any] | None = None,
                    verify: bool = False) -> None:
     """The headline answers about ``runs``, one table each (``verify``: every table's checksum
     first, as ``replay check`` does)."""
-    con = open_runs(runs, verify=verify, settings=query_settings())
+    con = open_runs(runs, verify=verify)
     for query in [load_query(q) for q in HEADLINE]:
         with duckdb_errors(query.name):
             print(f"{query.name}:\n{render_table(run_query(con, query, variables or {}))}")

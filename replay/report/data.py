@@ -15,7 +15,7 @@ from typing import Any
 import polars as pl
 
 from replay.analysis.catalog import load_query
-from replay.analysis.runs import PARAMETERS, duckdb_errors, open_runs, query_settings, run_query
+from replay.analysis.runs import PARAMETERS, duckdb_errors, open_runs, run_query
 from replay.progress import progress
 
 # The queries a report reads, in the order its sections read them.
@@ -60,7 +60,7 @@ def load(run_dirs: Sequence[str], variables: Mapping[str, Any] | None = None,
     """Run ``queries`` (shipped names) over ``run_dirs`` with ``variables`` (``from_ts``,
     ``to_ts``; unset ones are null)."""
     given = {name: None for name in PARAMETERS} | dict(variables or {})
-    con = open_runs(list(run_dirs), settings=query_settings())
+    con = open_runs(list(run_dirs))
     answers = {}
     with progress(len(queries), "report", unit="query") as bar:
         for name in queries:
