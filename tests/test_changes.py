@@ -38,18 +38,23 @@ def test_changes_the_sql_would_not_order_one_way_are_left_to_it(tmp_path, edit):
         con.close()
 
 
-def test_the_sql_alone_derives_the_same_file(tmp_path, monkeypatch):
-    """Where the numpy path declines (here forced), the SQL's ``truths`` runs: the same
-    bytes."""
+def the_sql_alone_derives_the_same_file(tmp_path, monkeypatch, module, name: str) -> None:
+    """Where a numpy step (``module.name``) declines (here forced), the SQL's expression runs
+    instead: the derivation writes the same bytes."""
     run_dir = replay_rows(tmp_path, WORKED, network(2))
     ours = (run_dir / "capacity_windows.parquet").read_bytes()
     stored_is_the_whole_query(run_dir)
     declined = []
 
-    def decline(con) -> bool:
-        declined.append(con)
+    def decline(*args) -> bool:
+        declined.append(args)
         return False
 
-    monkeypatch.setattr(changes_module, "truths", decline)
+    monkeypatch.setattr(module, name, decline)
     derive(run_dir)
     assert declined and (run_dir / "capacity_windows.parquet").read_bytes() == ours
+
+
+def test_the_sql_alone_derives_the_same_file(tmp_path, monkeypatch):
+    """Where the numpy path declines, the SQL's ``truths`` runs: the same bytes."""
+    the_sql_alone_derives_the_same_file(tmp_path, monkeypatch, changes_module, "truths")

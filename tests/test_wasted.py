@@ -13,12 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.analysis import wasted as wasted_module
-from replay.analysis.derive import derive, derived_sql
+from replay.analysis.derive import derived_sql
 from replay.analysis.steps import split_steps
 from replay.analysis.wasted import wasted
 from replay.analysis.windows import Part, Sweep, _stale_table, _windows_table
-from test_derive import stored_is_the_whole_query
-from test_queries import WORKED, network, replay_rows
+from test_changes import the_sql_alone_derives_the_same_file
 
 NODES = 3
 small = st.integers(0, 6)
@@ -100,17 +99,5 @@ def test_a_null_in_pending_is_left_to_the_sql(tmp_path):
 
 
 def test_the_sql_alone_derives_the_same_file(tmp_path, monkeypatch):
-    """Where the numpy path declines (here forced), the SQL's ``wasted`` runs: the same
-    bytes."""
-    run_dir = replay_rows(tmp_path, WORKED, network(2))
-    ours = (run_dir / "capacity_windows.parquet").read_bytes()
-    stored_is_the_whole_query(run_dir)
-    declined = []
-
-    def decline(con, sweep) -> bool:
-        declined.append(sweep)
-        return False
-
-    monkeypatch.setattr(wasted_module, "wasted", decline)
-    derive(run_dir)
-    assert declined and (run_dir / "capacity_windows.parquet").read_bytes() == ours
+    """Where the numpy path declines, the SQL's ``wasted`` runs: the same bytes."""
+    the_sql_alone_derives_the_same_file(tmp_path, monkeypatch, wasted_module, "wasted")
