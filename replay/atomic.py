@@ -20,7 +20,7 @@ import os
 import secrets
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from replay.errors import ReplayError
@@ -83,21 +83,14 @@ def atomic_file(dest: str | os.PathLike) -> Iterator[Path]:
     make_folder(dest.parent)
     sweep(dest.parent)
     tmp = dest.parent / temporary_name(dest.name)
-    try:
-        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(dest.parent)) from None
-    try:
-        yield tmp
-        fsync(tmp)
-        os.replace(tmp, dest)
-        fsync(dest.parent)
-    except OSError as err:
-        _remove(tmp)
-        raise _naming(err, tmp, dest) from None
-    except BaseException:
-        _remove(tmp)
-        raise
+    with _temporary(tmp, _new_file):
+        try:
+            yield tmp
+            fsync(tmp)
+            os.replace(tmp, dest)
+            fsync(dest.parent)
+        except OSError as err:
+            raise _naming(err, tmp, dest) from None
 
 
 @contextlib.contextmanager
@@ -112,30 +105,23 @@ def atomic_dir(dest: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
     make_folder(dest.parent)
     sweep(dest.parent)
     tmp = dest.parent / temporary_name(dest.name)
-    try:
-        os.mkdir(tmp, 0o777)
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(dest.parent)) from None
-    try:
-        yield tmp
-        fsync_tree(tmp)
-        if replace and dest.exists():
-            _replace_dir(tmp, dest)
-        else:
-            try:
-                os.rename(tmp, dest)
-            except OSError as err:
-                if err.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
-                    raise ReplayError(f"{dest}: another process wrote it meanwhile; this result "
-                                      f"was not kept") from None
-                raise
-        fsync(dest.parent)
-    except OSError as err:
-        _remove(tmp)
-        raise _naming(err, tmp, dest) from None
-    except BaseException:
-        _remove(tmp)
-        raise
+    with _temporary(tmp, lambda path: os.mkdir(path, 0o777)):
+        try:
+            yield tmp
+            fsync_tree(tmp)
+            if replace and dest.exists():
+                _replace_dir(tmp, dest)
+            else:
+                try:
+                    os.rename(tmp, dest)
+                except OSError as err:
+                    if err.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
+                        raise ReplayError(f"{dest}: another process wrote it meanwhile; this "
+                                          f"result was not kept") from None
+                    raise
+            fsync(dest.parent)
+        except OSError as err:
+            raise _naming(err, tmp, dest) from None
 
 
 @contextlib.contextmanager
@@ -145,17 +131,33 @@ def temporary_dir(folder: str | os.PathLike, label: str) -> Iterator[Path]:
     folder = Path(folder)
     sweep(folder)
     path = folder / temporary_name(label)
-    ours = True  # made inside the try: a Ctrl-C just after the mkdir must not leave it behind
+    with _temporary(path, lambda path: os.mkdir(path, 0o700)):
+        yield path
+
+
+@contextlib.contextmanager
+def _temporary(path: Path, make: Callable[[Path], object]) -> Iterator[None]:
+    """Make the temporary ``path`` with ``make`` and remove it when the block ends, if it is
+    still there (an atomic write renames it into place first).
+
+    It is made inside the ``try``: a Ctrl-C that lands as ``make`` returns (Python raises it
+    there, before any next statement) must not leave it behind.  A CI run saw this once in
+    ``replay run``'s run directory.  An error of ``make`` names the folder."""
+    ours = True
     try:
         try:
-            os.mkdir(path, 0o700)
+            make(path)
         except OSError as err:
             ours = False  # not made (or another's): not ours to remove
-            raise OSError(err.errno, err.strerror, str(folder)) from None
-        yield path
+            raise OSError(err.errno, err.strerror, str(path.parent)) from None
+        yield
     finally:
         if ours:
             _remove(path)
+
+
+def _new_file(path: Path) -> None:
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
 
 
 def fsync(path: str | os.PathLike) -> None:
