@@ -19,7 +19,7 @@ import threading
 import weakref
 from collections.abc import Iterator
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 Connection = TypeVar("Connection")
 
@@ -63,17 +63,40 @@ def deferred() -> Iterator[None]:
     waiting lets the process unwind, free memory and exit under threads still writing (seen:
     a segmentation fault, a run's Parquet columns of different lengths).  Outside the main
     thread, which Python never interrupts, this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    held: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum))
+    hold()
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if held:
-            signal.raise_signal(signal.SIGINT)  # to the handler the block found
+        release()
+
+
+_holding = 0  # how many ``hold``s (of the main thread) are not yet released
+_held: list[int] = []  # the SIGINTs that arrived meanwhile
+_handler_before: Any = None  # the handler the outermost ``hold`` found
+
+
+def hold() -> None:
+    """Hold Ctrl-C until the matching ``release`` (holds nest); ``deferred`` as two calls, for a
+    library's start and end callbacks (``replay.jit``).  Main thread only, like ``deferred``."""
+    global _holding, _handler_before
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if _holding == 0:
+        _handler_before = signal.signal(signal.SIGINT, lambda signum, frame: _held.append(signum))
+    _holding += 1
+
+
+def release() -> None:
+    """End a ``hold``; the last one delivers a Ctrl-C that arrived meanwhile."""
+    global _holding
+    if threading.current_thread() is not threading.main_thread() or _holding == 0:
+        return
+    _holding -= 1
+    if _holding == 0:
+        signal.signal(signal.SIGINT, _handler_before)
+        if _held:
+            _held.clear()
+            signal.raise_signal(signal.SIGINT)  # to the handler the hold found
 
 
 def interruptible(connection: Connection) -> Connection:

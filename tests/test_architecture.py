@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "replay"
 LAYERS = (
     ("base", ("replay", "replay.errors", "replay.rng", "replay.arrays", "replay.atomic",
               "replay.outputs", "replay.limits", "replay.workers", "replay.interrupts",
-              "replay.progress", "replay.quantity", "replay.times")),
+              "replay.progress", "replay.quantity", "replay.times", "replay.jit")),
     ("trace", ("replay.trace",)),
     ("engine", ("replay.engine",)),
     ("models", ("replay.models",)),

@@ -22,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import duckdb
-import numba
 import numpy as np
 import pyarrow as pa
 
 from replay.analysis.windows import RESOURCES, Sweep, _resources, _timestamps, resource_code
 from replay.arrays import lex_order
+from replay.jit import njit
 
 
 def wasted(con: duckdb.DuckDBPyConnection, sweep: Sweep | None) -> bool:
@@ -103,7 +103,7 @@ def _distinct(marks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: column[~repeat] for name, column in marks.items()}
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _wasted_kernel(stale, code, start, end, truth, view, size_request, bounds, by_code,
                    pod_start, reach):  # pragma: no cover - compiled
     """Per stale segment: whether some request size of its resource in (view, truth] has, as its

@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import duckdb
-import numba
 import numpy as np
 import pyarrow as pa
 
 from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128, resource_code
+from replay.jit import njit
 
 BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for a sorted result
 UNITS = np.array([{"cpu": 1000.0, "memory": 1073741824.0, "gpu": 1000.0}[r] for r in RESOURCES])
@@ -180,7 +180,7 @@ def _one_chunk(table: pa.Table) -> pa.Table:
     return table.combine_chunks()
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _to_double(hi, lo):  # pragma: no cover - compiled
     """``hi * 2**64 + lo`` (non-negative) rounded to the nearest double, ties to even, as
     DuckDB 2 casts a HUGEINT: the top 64 bits with every lower bit folded into the last, so

@@ -30,12 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
-import numba
 import numpy as np
 import pyarrow as pa
 
 from replay.analysis.changes import CLASS
 from replay.arrays import lex_order
+from replay.jit import njit
 
 # the expressions this module computes: from the lags to the windows
 SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_windows", "points",
@@ -272,7 +272,7 @@ def _change_of(change_key: np.ndarray, rvs: int) -> np.ndarray | None:
     return change_of if np.array_equal(change_of[change_key], rows) else None
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id, change_of,
                     change_node, change_rv, nodes, rvs):  # pragma: no cover - compiled
     """Per delivery, in one pass: the change its viewer received (the change of the
@@ -522,7 +522,7 @@ def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
     return windows, stale
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
     """``hi * 2**64 + lo += a[i] * b[i]`` for non-negative int64 ``a`` and ``b``, exactly."""
     mask = np.uint64(0xFFFFFFFF)
@@ -543,7 +543,7 @@ def mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
         hi[i] += np.int64(product_hi + carry)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _sweep_kernel(pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - compiled
     """The SQL's ``instants``, ``stepped``, ``merged_segments`` and their windows over points
     sorted by pair and time: one pass that sums each instant's points, then one over the

@@ -15,9 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 import numpy.typing as npt
+
+from replay.jit import njit
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -101,7 +102,7 @@ def _first_fit(free: Ints, present: Bools, order: Ints, cpu: int, memory: int,
     return -1
 
 
-_compile: Callable[[Any], Any] = numba.njit(cache=True, nogil=True)
+_compile: Callable[[Any], Any] = njit(cache=True, nogil=True)
 _fit: Callable[[int, int, int, int], tuple[int, float]] = _compile(_fit_resource)
 _score: Callable[[Ints, Ints, int, int, int, int, int], int] = _compile(_score_node)
 walk_and_score: Callable[[Ints, Ints, Bools, Ints, int, int, int, int, int, int, int, Ints],

@@ -1,0 +1,40 @@
+"""numba's ``njit`` for this project's kernels, with Ctrl-C held while numba compiles.
+
+A Ctrl-C that lands while numba compiles a kernel, or loads one from its cache, raises the
+``KeyboardInterrupt`` inside llvmlite's ctypes callbacks or half-way through numba's records of
+what it has compiled.  Python prints and drops an exception raised in a ctypes callback, so the
+command went on and finished (exit 0, a traceback on stderr), or failed a moment later with
+numba's ``RuntimeError: no compiled object yet`` and a traceback.  This happened in 8 of 30
+Ctrl-Cs of ``replay run`` on a machine whose numba cache was empty, which CI's fresh clone always
+is.
+
+So every kernel module takes ``njit`` from here, and importing this module registers a listener
+with numba's event API (``numba.core.event``) that holds Ctrl-C from the moment numba asks for
+its compiler lock until it gives it back (``replay.interrupts.hold``).  numba holds that lock
+for every compilation and every load from its cache, and for nothing else, so Ctrl-C is late
+by one compilation at most (seconds, the first time on a machine) and a call of a compiled
+kernel costs nothing more.  A compiled kernel does not see Ctrl-C anyway: Python delivers it
+when the call returns.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+from numba.core import event
+
+from replay import interrupts
+
+__all__ = ["njit"]
+
+
+class _HoldCtrlC(event.Listener):
+    """Ctrl-C held while numba holds its compiler lock (the lock nests; so do the holds)."""
+
+    def on_start(self, _: event.Event) -> None:
+        interrupts.hold()
+
+    def on_end(self, _: event.Event) -> None:
+        interrupts.release()
+
+
+event.register("numba:compiler_lock", _HoldCtrlC())
