@@ -629,6 +629,19 @@ def medium(tmp_path_factory) -> Path:
     return root / "m.parquet"
 
 
+# Injected into a command whose Ctrl-C is tested: it waits for the signal before it renames its
+# first temporary into place.  A small run renames its run directory 0.6 s after making it; a
+# loaded CI machine once let the test signal it only after that, and the command exited 0.
+WAITS_FOR_THE_SIGNAL = ("import os, time\n"
+                        "def waiting(rename):\n"
+                        "    def renaming(source, dest, *args, **kwargs):\n"
+                        "        if str(source).endswith('.replay-tmp'):\n"
+                        "            time.sleep(60)  # the signal lands here at the latest\n"
+                        "        return rename(source, dest, *args, **kwargs)\n"
+                        "    return renaming\n"
+                        "os.rename, os.replace = waiting(os.rename), waiting(os.replace)")
+
+
 def interrupted(process: subprocess.Popen, folder: Path, how: int, later: float = 0) -> str:
     """Signal ``process`` (the whole group, for SIGINT) once it has a temporary in ``folder``
     (and ``later`` seconds more); its stderr."""
@@ -642,10 +655,13 @@ def interrupted(process: subprocess.Popen, folder: Path, how: int, later: float 
     return process.stderr.read().decode()
 
 
-def test_ctrl_c_of_run(medium, tmp_path):
+@pytest.mark.parametrize("later", [0, 0.4])
+def test_ctrl_c_of_run(medium, tmp_path, later):
+    """Ctrl-C as soon as the run directory is in the making, or during its derivation."""
     (tmp_path / "runs").mkdir()
-    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path)
-    err = interrupted(process, tmp_path / "runs", signal.SIGINT)
+    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path,
+                     inject=WAITS_FOR_THE_SIGNAL)
+    err = interrupted(process, tmp_path / "runs", signal.SIGINT, later)
     assert process.returncode == 130 and err == "replay: interrupted\n", err
     assert list((tmp_path / "runs").iterdir()) == []
 
@@ -734,7 +750,8 @@ def test_a_ctrl_c_as_a_temporary_is_made_leaves_nothing(making, tmp_path, monkey
 
 def test_kill_9_of_run_then_a_rerun(medium, tmp_path):
     (tmp_path / "runs").mkdir()
-    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path)
+    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path,
+                     inject=WAITS_FOR_THE_SIGNAL)
     interrupted(process, tmp_path / "runs", signal.SIGKILL)
     assert process.returncode == -signal.SIGKILL
     assert not (tmp_path / "runs" / "m").exists() and temporaries(tmp_path / "runs")
@@ -762,7 +779,7 @@ def test_ctrl_c_of_derive_keeps_the_run(medium_run, tmp_path, phase):
     before = snapshot(run)
     slow = f"import replay.analysis.derive as d\nd.derived_sql = lambda name: {SLOW_SQL!r}"
     process = replay("derive", "m", folder=tmp_path,
-                     inject=slow if phase == "in DuckDB" else None)
+                     inject=slow if phase == "in DuckDB" else WAITS_FOR_THE_SIGNAL)
     err = interrupted(process, run, signal.SIGINT, later=1.0 if phase == "in DuckDB" else 0)
     assert process.returncode == 130 and err == "replay: interrupted\n", err
     assert snapshot(run) == before
