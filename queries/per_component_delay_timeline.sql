@@ -19,7 +19,7 @@
 -- watchers by name.
 WITH per_minute AS (
     -- grouped by the minute as an integer (views.sql: minute_us), made a timestamp per group
-    -- below: converting every delivery's minute took a seventh of this query's time
+    -- below: converting every delivery's minute took an eighth of this query's time
     SELECT run, minute_us(commit_ts) AS minute_us, watcher_role, count(*) AS events,
            [delay_stats(storage_to_cache), delay_stats(cacher_queue), delay_stats(watcher_queue),
             delay_stats(network), delay_stats(client_queue), delay_stats(handler),
