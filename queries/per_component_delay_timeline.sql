@@ -18,15 +18,18 @@
 -- Parameters: from_ts, to_ts select deliveries by their write's commit_ts; watcher selects
 -- watchers by name.
 WITH per_minute AS (
-    SELECT run, minute_of(commit_ts) AS minute, watcher_role, count(*) AS events,
+    -- grouped by the minute as an integer (views.sql: minute_us), made a timestamp per group
+    -- below: converting every delivery's minute took an eighth of this query's time
+    SELECT run, minute_us(commit_ts) AS minute_us, watcher_role, count(*) AS events,
            [delay_stats(storage_to_cache), delay_stats(cacher_queue), delay_stats(watcher_queue),
             delay_stats(network), delay_stats(client_queue), delay_stats(handler),
             delay_stats(end_to_end)] AS stats
     FROM delivery_delays_us
     WHERE in_time_window(commit_ts) AND watcher_selected(watcher)
-    GROUP BY run, minute, watcher_role
+    GROUP BY run, minute_us, watcher_role
 ), per_component AS (
-    SELECT run, minute, watcher_role, events, stats[7].mean_ms AS end_to_end_mean_ms,
+    SELECT run, make_timestamptz(minute_us) AS minute, watcher_role, events,
+           stats[7].mean_ms AS end_to_end_mean_ms,
            unnest(['storage_to_cache', 'cacher_queue', 'watcher_queue', 'network',
                    'client_queue', 'handler', 'end_to_end']) AS component,
            unnest(range(1, 8)) AS position,

@@ -578,17 +578,23 @@ def test_godel_caches_under_load_match_the_reference(tmp_path):
 @settings(max_examples=budget(15), deadline=None)
 @given(st.lists(st.integers(-2**50, 2**50), min_size=1, max_size=200))
 def test_minute_of_is_date_trunc_in_utc(micros):
-    """minute_of() (views.sql), which the minute-by-minute queries group by, is
-    date_trunc('minute', ts) in UTC, before 1970 too (a floor, not a truncation towards 0)."""
+    """minute_of() and minute_us() (views.sql), which the minute-by-minute queries group by, are
+    date_trunc('minute', ts) in UTC, as a timestamp and as its epoch_us, before 1970 too (a
+    floor, not a truncation towards 0)."""
     import duckdb
 
     from replay.analysis.catalog import views_sql
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
-    macro, = [s.query for s in duckdb.extract_statements(views_sql()) if "minute_of(" in s.query]
-    con.execute(macro)
+    macros = [s.query for s in duckdb.extract_statements(views_sql())
+              if "MACRO minute_" in s.query]
+    assert len(macros) == 2
+    for macro in macros:
+        con.execute(macro)
     differ = con.execute(
-        "SELECT count(*) FILTER (minute_of(ts) IS DISTINCT FROM date_trunc('minute', ts)) "
+        "SELECT count(*) FILTER (minute_of(ts) IS DISTINCT FROM date_trunc('minute', ts)"
+        "                        OR minute_us(ts) IS DISTINCT FROM"
+        "                           epoch_us(date_trunc('minute', ts))) "
         "FROM (SELECT make_timestamp(unnest(?::BIGINT[]))::TIMESTAMPTZ AS ts)",
         [micros + [m - m % 60_000_000 for m in micros]]).fetchone()[0]
     assert differ == 0
