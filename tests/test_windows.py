@@ -111,6 +111,53 @@ def test_each_delivery_finds_the_change_a_binary_search_finds(data, viewers, nod
         assert g.tolist() == w.tolist()
 
 
+def ints(data, low: int, high: int, size: int) -> np.ndarray:
+    return np.array(data.draw(st.lists(st.integers(low, high), min_size=size, max_size=size)),
+                    dtype=np.int64)
+
+
+def lags_by_gathers(order, key, rows, change, viewer_id, applied_us, watcher_code,
+                    assumed_code, folds_code, assumed_until_us, commit_us):
+    """What ``_lag_kernel`` replaced: the sorted keys checked for a repeat, then a gather of
+    each column by the sorted order, in numpy."""
+    key = key[order]
+    repeated = len(key) > 1 and bool((key[1:] == key[:-1]).any())
+    rows, change = rows[order], change[order]
+    viewer = viewer_id[rows] - 1
+    applied = applied_us[rows]
+    watcher = watcher_code[viewer]
+    folds = (folds_code[change] == watcher) & (assumed_until_us[change] >= applied)
+    return repeated, ((viewer + 1).astype(np.int32), change.astype(np.int32), applied,
+                      np.where(folds, commit_us[change], applied),
+                      assumed_code[change] == watcher)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), viewers=st.integers(1, 3), changes=st.integers(1, 5),
+       count=st.integers(0, 12))
+def test_the_lags_are_gathered_as_numpy_gathers_them(data, viewers, changes, count):
+    """The lags' columns in one compiled pass against the gathers they replaced, on small
+    random lags: watchers that own or fold in some changes' assumptions, assumptions that
+    end before, at or after a delivery's application, and keys that repeat (a change
+    received twice: the run is declined, so only the flag must agree)."""
+    key = ints(data, 0, 6, count)
+    rows = ints(data, 0, 9, count)
+    change = ints(data, 0, changes - 1, count).astype(np.int32)
+    viewer_id = ints(data, 1, viewers, 10)
+    applied_us = ints(data, 0, 5, 10)
+    watcher_code = ints(data, 1, 3, viewers)
+    changed = [ints(data, low, high, changes) for low, high in ((-1, 3), (-1, 3), (0, 5), (0, 5))]
+    order = np.argsort(key)
+    args = (order, key, rows, change, viewer_id, applied_us, watcher_code, *changed)
+    repeated, *got = windows._lag_kernel(*args)
+    want_repeated, want = lags_by_gathers(*args)
+    assert repeated == want_repeated
+    if not repeated:
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            assert g.tolist() == w.tolist()
+
+
 def test_two_changes_of_one_key_are_refused():
     """A write that changed two nodes' capacity has two changes of one rv and class: the
     arrays decline the run."""
