@@ -158,6 +158,34 @@ def test_the_lags_are_gathered_as_numpy_gathers_them(data, viewers, changes, cou
             assert g.tolist() == w.tolist()
 
 
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), count=st.integers(0, 16))
+def test_the_sweep_reads_its_points_through_the_order_as_if_gathered_by_it(data, count):
+    """The sweep kernel reads the points through their order by pair and time: the same
+    windows and stale segments as of the points gathered in that order first (what it did
+    before), on random points of a few pairs with instants of several points, ties of rv,
+    points without a change and steps that end at the run's end; each pair's steps sum to
+    zero, as every lag's and held assumption's do."""
+    pair, ts = ints(data, 0, 2, count), ints(data, 0, 3, count)
+    rv, at_end = ints(data, -1, 4, count), ints(data, 0, 1, count).astype(bool)
+    gaps = np.stack([ints(data, -2, 2, count) for _ in windows.RESOURCES])
+    truths = np.stack([ints(data, 0, 9, count) for _ in windows.RESOURCES])
+    for p in np.unique(pair):  # a last point at the pair's end that undoes its steps
+        pair, ts, rv = np.append(pair, p), np.append(ts, 4), np.append(rv, -1)
+        at_end = np.append(at_end, False)
+        gaps = np.column_stack([gaps, -gaps[:, pair[:-1] == p].sum(axis=1)])
+        truths = np.column_stack([truths, np.zeros(3, dtype=np.int64)])
+    shuffled = np.array(data.draw(st.permutations(range(len(pair)))), dtype=np.int64)
+    pair, ts, rv, at_end = pair[shuffled], ts[shuffled], rv[shuffled], at_end[shuffled]
+    gaps, truths = gaps[:, shuffled], truths[:, shuffled]
+    order = np.lexsort((ts, pair))
+    got = windows._sweep_kernel(order, pair, ts, rv, gaps, truths, at_end)
+    want = windows._sweep_kernel(np.arange(len(order)), pair[order], ts[order], rv[order],
+                                 gaps[:, order], truths[:, order], at_end[order])
+    for g, w in zip(got, want):
+        assert g.tolist() == w.tolist()
+
+
 def test_two_changes_of_one_key_are_refused():
     """A write that changed two nodes' capacity has two changes of one rv and class: the
     arrays decline the run."""
