@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from replay.analysis import windows
 from replay.analysis.derive import derive
-from test_derive import stored_is_the_whole_query
+from test_derive import stored_is_the_whole_query, sweeps_in_numpy
 from test_queries import FAILED_D, WORKED, edited_run, learn_of_conflicts_late, network, \
     replay_rows
 
@@ -54,6 +54,16 @@ def test_a_run_the_arrays_cannot_hold_is_left_to_the_sql(tmp_path, monkeypatch):
     run_dir = replay_rows(tmp_path, WORKED, network(2))
     monkeypatch.setattr(windows, "_received", lambda con, nodes, rvs: None)
     derive(run_dir)
+    stored_is_the_whole_query(run_dir, swept=False)
+
+
+def test_a_change_received_twice_is_left_to_the_sql(tmp_path):
+    """Every delivery twice: each viewer received each change twice, which the SQL's joins
+    count twice; the lags' sorted keys repeat, the arrays decline the run, and the SQL
+    computes the table."""
+    run_dir = edited_run(tmp_path, lambda tables: {
+        "deliveries": pl.concat([tables["deliveries"], tables["deliveries"]])})
+    assert not sweeps_in_numpy(run_dir)
     stored_is_the_whole_query(run_dir, swept=False)
 
 
@@ -120,7 +130,6 @@ def lags_by_gathers(order, key, rows, change, viewer_id, applied_us, watcher_cod
                     assumed_code, folds_code, assumed_until_us, commit_us):
     """What ``_lag_kernel`` replaced: the sorted keys checked for a repeat, then a gather of
     each column by the sorted order, in numpy."""
-    key = key[order]
     repeated = len(key) > 1 and bool((key[1:] == key[:-1]).any())
     rows, change = rows[order], change[order]
     viewer = viewer_id[rows] - 1
@@ -148,7 +157,7 @@ def test_the_lags_are_gathered_as_numpy_gathers_them(data, viewers, changes, cou
     watcher_code = ints(data, 1, 3, viewers)
     changed = [ints(data, low, high, changes) for low, high in ((-1, 3), (-1, 3), (0, 5), (0, 5))]
     order = np.argsort(key)
-    args = (order, key, rows, change, viewer_id, applied_us, watcher_code, *changed)
+    args = (order, key[order], rows, change, viewer_id, applied_us, watcher_code, *changed)
     repeated, *got = windows._lag_kernel(*args)
     want_repeated, want = lags_by_gathers(*args)
     assert repeated == want_repeated
