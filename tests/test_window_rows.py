@@ -9,6 +9,8 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay.analysis import window_rows
 
@@ -29,6 +31,17 @@ def test_integrals_past_64_bits_round_as_duckdb_casts_them():
     ours = window_rows._to_double(hi, lo)
     assert ours.tobytes() == duck.tobytes()
     assert ours.tolist() == [float(int(h) * 2**64 + int(x)) for h, x in zip(hi, lo)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(pairs=st.sets(st.integers(0, 6), max_size=7),
+       runs=st.lists(st.lists(st.integers(-1, 7), min_size=1, max_size=4), max_size=5))
+def test_the_ranks_walk_finds_what_a_binary_search_finds(pairs, runs):
+    """The walk over a part's pairs against ``np.searchsorted``, for needles in sorted runs
+    (as a part's windows come) that go back between runs, pairs absent or beyond the ends."""
+    pairs = np.array(sorted(pairs), dtype=np.int64)
+    pair = np.array([p for run in runs for p in sorted(run)], dtype=np.int64)
+    assert window_rows._ranks(pairs, pair).tolist() == np.searchsorted(pairs, pair).tolist()
 
 
 def test_batches_are_whole_row_groups_of_one_chunk(monkeypatch):

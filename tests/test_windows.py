@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from replay.analysis import windows
 from replay.analysis.derive import derive
-from test_derive import stored_is_the_whole_query
+from test_derive import stored_is_the_whole_query, sweeps_in_numpy
 from test_queries import FAILED_D, WORKED, edited_run, learn_of_conflicts_late, network, \
     replay_rows
 
@@ -54,6 +54,16 @@ def test_a_run_the_arrays_cannot_hold_is_left_to_the_sql(tmp_path, monkeypatch):
     run_dir = replay_rows(tmp_path, WORKED, network(2))
     monkeypatch.setattr(windows, "_received", lambda con, nodes, rvs: None)
     derive(run_dir)
+    stored_is_the_whole_query(run_dir, swept=False)
+
+
+def test_a_change_received_twice_is_left_to_the_sql(tmp_path):
+    """Every delivery twice: each viewer received each change twice, which the SQL's joins
+    count twice; the lags' sorted keys repeat, the arrays decline the run, and the SQL
+    computes the table."""
+    run_dir = edited_run(tmp_path, lambda tables: {
+        "deliveries": pl.concat([tables["deliveries"], tables["deliveries"]])})
+    assert not sweeps_in_numpy(run_dir)
     stored_is_the_whole_query(run_dir, swept=False)
 
 
@@ -107,6 +117,80 @@ def test_each_delivery_finds_the_change_a_binary_search_finds(data, viewers, nod
                                   change_of, change_node, change_rv, nodes, rvs)
     want = received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, change_key,
                               change_node, change_rv, nodes, rvs)
+    for g, w in zip(got, want):
+        assert g.tolist() == w.tolist()
+
+
+def ints(data, low: int, high: int, size: int) -> np.ndarray:
+    return np.array(data.draw(st.lists(st.integers(low, high), min_size=size, max_size=size)),
+                    dtype=np.int64)
+
+
+def lags_by_gathers(order, key, rows, change, viewer_id, applied_us, watcher_code,
+                    assumed_code, folds_code, assumed_until_us, commit_us):
+    """What ``_lag_kernel`` replaced: the sorted keys checked for a repeat, then a gather of
+    each column by the sorted order, in numpy."""
+    repeated = len(key) > 1 and bool((key[1:] == key[:-1]).any())
+    rows, change = rows[order], change[order]
+    viewer = viewer_id[rows] - 1
+    applied = applied_us[rows]
+    watcher = watcher_code[viewer]
+    folds = (folds_code[change] == watcher) & (assumed_until_us[change] >= applied)
+    return repeated, ((viewer + 1).astype(np.int32), change.astype(np.int32), applied,
+                      np.where(folds, commit_us[change], applied),
+                      assumed_code[change] == watcher)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), viewers=st.integers(1, 3), changes=st.integers(1, 5),
+       count=st.integers(0, 12))
+def test_the_lags_are_gathered_as_numpy_gathers_them(data, viewers, changes, count):
+    """The lags' columns in one compiled pass against the gathers they replaced, on small
+    random lags: watchers that own or fold in some changes' assumptions, assumptions that
+    end before, at or after a delivery's application, and keys that repeat (a change
+    received twice: the run is declined, so only the flag must agree)."""
+    key = ints(data, 0, 6, count)
+    rows = ints(data, 0, 9, count)
+    change = ints(data, 0, changes - 1, count).astype(np.int32)
+    viewer_id = ints(data, 1, viewers, 10)
+    applied_us = ints(data, 0, 5, 10)
+    watcher_code = ints(data, 1, 3, viewers)
+    changed = [ints(data, low, high, changes) for low, high in ((-1, 3), (-1, 3), (0, 5), (0, 5))]
+    order = np.argsort(key)
+    args = (order, key[order], rows, change, viewer_id, applied_us, watcher_code, *changed)
+    repeated, *got = windows._lag_kernel(*args)
+    want_repeated, want = lags_by_gathers(*args)
+    assert repeated == want_repeated
+    if not repeated:
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype
+            assert g.tolist() == w.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), count=st.integers(0, 16))
+def test_the_sweep_reads_its_points_through_the_order_as_if_gathered_by_it(data, count):
+    """The sweep kernel reads the points through their order by pair and time: the same
+    windows and stale segments as of the points gathered in that order first (what it did
+    before), on random points of a few pairs with instants of several points, ties of rv,
+    points without a change and steps that end at the run's end; each pair's steps sum to
+    zero, as every lag's and held assumption's do."""
+    pair, ts = ints(data, 0, 2, count), ints(data, 0, 3, count)
+    rv, at_end = ints(data, -1, 4, count), ints(data, 0, 1, count).astype(bool)
+    gaps = np.stack([ints(data, -2, 2, count) for _ in windows.RESOURCES])
+    truths = np.stack([ints(data, 0, 9, count) for _ in windows.RESOURCES])
+    for p in np.unique(pair):  # a last point at the pair's end that undoes its steps
+        pair, ts, rv = np.append(pair, p), np.append(ts, 4), np.append(rv, -1)
+        at_end = np.append(at_end, False)
+        gaps = np.column_stack([gaps, -gaps[:, pair[:-1] == p].sum(axis=1)])
+        truths = np.column_stack([truths, np.zeros(3, dtype=np.int64)])
+    shuffled = np.array(data.draw(st.permutations(range(len(pair)))), dtype=np.int64)
+    pair, ts, rv, at_end = pair[shuffled], ts[shuffled], rv[shuffled], at_end[shuffled]
+    gaps, truths = gaps[:, shuffled], truths[:, shuffled]
+    order = np.lexsort((ts, pair))
+    got = windows._sweep_kernel(order, pair, ts, rv, gaps, truths, at_end)
+    want = windows._sweep_kernel(np.arange(len(order)), pair[order], ts[order], rv[order],
+                                 gaps[:, order], truths[:, order], at_end[order])
     for g, w in zip(got, want):
         assert g.tolist() == w.tolist()
 

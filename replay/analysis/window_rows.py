@@ -138,7 +138,7 @@ def _keys(pairs: np.ndarray, pair: np.ndarray, code: np.ndarray, start: np.ndarr
           first: int, shift: int) -> np.ndarray:
     """The integer that sorts windows as the query does within a part: the pair's rank among
     the part's, the resource's name, the start (``rows`` checked that it fits)."""
-    group = np.searchsorted(pairs, pair) * len(RESOURCES) + NAME_RANK[code]
+    group = _ranks(pairs, pair) * len(RESOURCES) + NAME_RANK[code]
     return (group << shift) + (start - first)
 
 
@@ -178,6 +178,23 @@ def _one_chunk(table: pa.Table) -> pa.Table:
     if all(column.num_chunks == 1 for column in table.columns):
         return table
     return table.combine_chunks()
+
+
+@njit(cache=True)
+def _ranks(pairs, pair):  # pragma: no cover - compiled
+    """``np.searchsorted(pairs, pair)`` (``pairs`` sorted) for ``pair`` in a few sorted runs (a
+    part's lone windows, one run per resource, then its merged windows), several times
+    faster than its binary searches: a walk on from the previous one's place, restarted by a
+    binary search where ``pair`` goes back."""
+    ranks = np.empty(len(pair), np.int64)
+    at = 0
+    for i in range(len(pair)):
+        if i > 0 and pair[i] < pair[i - 1]:
+            at = np.searchsorted(pairs[:at], pair[i])
+        while at < len(pairs) and pairs[at] < pair[i]:
+            at += 1
+        ranks[i] = at
+    return ranks
 
 
 @njit(cache=True)

@@ -241,25 +241,20 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
         deliveries["viewer_id"], deliveries["rv"], viewers["class"], viewers["only_one"],
         viewers["only_node_id"], change_of, changes["node_id"], changes["rv"], nodes, rvs)
     # in the sweep's order, by viewer, node and rv: a change received twice shows as a repeat
+    # (stable_sort took 0.2 s instead of 0.6 for observe's 10M lags, but falls back and took
+    # 1.3-2.2 s instead of 0.8-1.2 for the what-if run's 27M)
     order = np.argsort(key)
     key = key[order]
-    if len(key) > 1 and bool((key[1:] == key[:-1]).any()):
+    repeated, viewer_id, change, applied, view, own = _lag_kernel(
+        order, key, rows, change, deliveries["viewer_id"], deliveries["applied_us"],
+        viewers["watcher_code"], changes["assumed_code"], changes["folds_code"],
+        changes["assumed_until_us"], changes["commit_us"])
+    if repeated:
         return None
-    del key
-    rows, change = rows[order], change[order]
-    del order
-    viewer = deliveries["viewer_id"][rows] - 1
-    applied = deliveries["applied_us"][rows]  # every delivery was applied (checked above)
-    del deliveries, rows
-    watcher = viewers["watcher_code"][viewer]
-    folds = ((changes["folds_code"][change] == watcher)
-             & (changes["assumed_until_us"][change] >= applied))
     return Lags(changes, {
-        "viewer_id": (viewer + 1).astype(np.int32), "change": change.astype(np.int32),
-        "applied_us": applied, "missed": np.zeros(len(viewer), dtype=bool),
-        "view_us": np.where(folds, changes["commit_us"][change], applied),
-        "own": changes["assumed_code"][change] == watcher,
-        "from_missed": np.zeros(len(viewer), dtype=bool)})
+        "viewer_id": viewer_id, "change": change, "applied_us": applied,
+        "missed": np.zeros(len(change), dtype=bool), "view_us": view, "own": own,
+        "from_missed": np.zeros(len(change), dtype=bool)})
 
 
 def _change_of(change_key: np.ndarray, rvs: int) -> np.ndarray | None:
@@ -295,6 +290,35 @@ def _receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id, change_
         key[count] = (viewer_id[i] * nodes + change_node[c]) * rvs + change_rv[c]
         count += 1
     return rows[:count], change[:count], key[:count]
+
+
+@njit(cache=True)
+def _lag_kernel(order, key, rows, change, viewer_id, applied_us, watcher_code, assumed_code,
+                folds_code, assumed_until_us, commit_us):  # pragma: no cover - compiled
+    """The received lags' own columns in the sweep's order (``order``; ``key``: their keys in
+    that order), from ``_receive_kernel``'s delivery and change rows, in one pass instead of a
+    dozen gathers of the 10M-27M lags of a 1M-pod run: the viewer, the change, when the
+    delivery was applied (every one was: ``_received`` checked), when the change entered the
+    view (its commit, where the viewer's own assumption had folded it in before), whether the
+    viewer assumed it; first, whether two lags have one key (a change received twice: the
+    columns are then incomplete)."""
+    n = len(order)
+    lag_viewer = np.empty(n, np.int32)
+    lag_change = np.empty(n, np.int32)
+    applied = np.empty(n, np.int64)
+    view = np.empty(n, np.int64)
+    own = np.empty(n, np.bool_)
+    for i in range(n):
+        o = order[i]
+        if i > 0 and key[i] == key[i - 1]:
+            return True, lag_viewer, lag_change, applied, view, own
+        r, c = rows[o], change[o]
+        watcher = watcher_code[viewer_id[r] - 1]
+        lag_viewer[i], lag_change[i], applied[i] = viewer_id[r], c, applied_us[r]
+        folds = folds_code[c] == watcher and assumed_until_us[c] >= applied[i]
+        view[i] = commit_us[c] if folds else applied[i]
+        own[i] = assumed_code[c] == watcher
+    return False, lag_viewer, lag_change, applied, view, own
 
 
 def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, rvs: int
@@ -498,21 +522,20 @@ def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
     entered = rows[lagging]
     held_cols = {name: held.column(name).to_numpy() for name in held.column_names}
     held_pair = _pairs(held, nodes)
-    gaps = [np.concatenate([np.where(lagging, -cols.at(r, rows), 0), cols.at(r, entered),
-                            held_cols[r], -held_cols[r]]) for r in RESOURCES]
+    gaps = np.stack([np.concatenate([np.where(lagging, -cols.at(r, rows), 0),
+                                     cols.at(r, entered), held_cols[r], -held_cols[r]])
+                     for r in RESOURCES])
     point_pair = np.concatenate([pair[rows], pair[entered], held_pair, held_pair])
     ts = np.concatenate([cols.at("commit_us", rows), cols.at("view_us", entered),
                          held_cols["start_us"], held_cols["end_us"]])
     none = np.full(len(entered) + 2 * len(held_pair), -1, dtype=np.int64)
     rv = np.concatenate([cols.at("rv", rows), none])  # -1: no change commits at this point
-    truths = [np.concatenate([cols.at(f"truth_{r}", rows), none * 0]) for r in RESOURCES]
+    truths = np.stack([np.concatenate([cols.at(f"truth_{r}", rows), none * 0])
+                       for r in RESOURCES])
     at_end = np.concatenate([np.zeros(len(rows), dtype=bool), cols.at("missed", entered),
                              np.zeros(len(held_pair), dtype=bool),
                              held_cols["at_end"].astype(bool)])
-    order = lex_order((ts, point_pair))
-    out = _sweep_kernel(point_pair[order], ts[order], rv[order],
-                        np.stack([g[order] for g in gaps]), np.stack([t[order] for t in truths]),
-                        at_end[order])
+    out = _sweep_kernel(lex_order((ts, point_pair)), point_pair, ts, rv, gaps, truths, at_end)
     (w_pair, w_res, w_start, w_end, w_open, w_stale, w_max, w_hi, w_lo,
      s_pair, s_res, s_start, s_end, s_window, s_truth, s_view) = out
     windows = _windows_table(w_pair // nodes, w_pair % nodes, w_res, w_start, w_end, w_open,
@@ -544,11 +567,13 @@ def mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
 
 
 @njit(cache=True)
-def _sweep_kernel(pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - compiled
+def _sweep_kernel(order, pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - compiled
     """The SQL's ``instants``, ``stepped``, ``merged_segments`` and their windows over points
-    sorted by pair and time: one pass that sums each instant's points, then one over the
-    instants that carries each resource's difference and its open window."""
-    n = len(pair)
+    taken in ``order`` (by pair and time; read through it rather than gathered by it: nine
+    gathers took most of the time of this pass): one pass that sums each instant's points,
+    then one over the instants that carries each resource's difference and its open
+    window."""
+    n = len(order)
     # instants: (pair, ts) groups
     i_pair = np.empty(n, np.int64)
     i_ts = np.empty(n, np.int64)
@@ -556,24 +581,27 @@ def _sweep_kernel(pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - com
     i_ends = np.zeros((3, n), np.bool_)
     i_truth = np.zeros((3, n), np.int64)
     i_has_truth = np.zeros(n, np.bool_)
+    ended = np.zeros(3, np.int64)
     count = 0
     k = 0
     while k < n:
+        first = order[k]
         j = k
         best_rv = -1
-        ended = np.zeros(3, np.int64)
-        while j < n and pair[j] == pair[k] and ts[j] == ts[k]:
+        ended[:] = 0
+        while j < n and pair[order[j]] == pair[first] and ts[order[j]] == ts[first]:
+            p = order[j]
             for r in range(3):
-                i_step[r, count] += gaps[r, j]
-                if at_end[j]:
-                    ended[r] += gaps[r, j]
-            if rv[j] >= 0 and rv[j] > best_rv:
-                best_rv = rv[j]
+                i_step[r, count] += gaps[r, p]
+                if at_end[p]:
+                    ended[r] += gaps[r, p]
+            if rv[p] >= 0 and rv[p] > best_rv:
+                best_rv = rv[p]
                 for r in range(3):
-                    i_truth[r, count] = truths[r, j]
+                    i_truth[r, count] = truths[r, p]
             j += 1
-        i_pair[count] = pair[k]
-        i_ts[count] = ts[k]
+        i_pair[count] = pair[first]
+        i_ts[count] = ts[first]
         i_has_truth[count] = best_rv >= 0
         for r in range(3):
             i_ends[r, count] = ended[r] != 0
