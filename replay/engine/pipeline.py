@@ -973,8 +973,9 @@ class Pipeline(Generic[Payload]):
         object ``key`` (default: its own rv), to the watchers ``targets``.
 
         Returns ``(rv, cached, dispatched, deliveries)``: the deliveries made by now, of this
-        write or of earlier ones (the same numbers ``scan`` gives; plain tuples: this runs once
-        per delivery of a what-if replay).  ``pending`` then lists the targets this write is not
+        write or of earlier ones (the same numbers ``scan`` gives; plain tuples, which the
+        what-if engine makes only for writes out of the compiled fan-out's common case:
+        ``step_fanned``).  ``pending`` then lists the targets this write is not
         delivered to yet (their watch is held up or closed): ``advance`` and ``finish`` deliver
         it later.
         """
