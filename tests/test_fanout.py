@@ -1,9 +1,12 @@
 """The what-if engine's compiled fan-out (``fanoutkernel``) against ``_Watch``'s Python path: the
 same writes give the same deliveries, in the same order, the same incidents, and the same state
-of every stream, whichever path each write (or each target) takes."""
+of every stream, whichever path each write (or each target) takes.  And the replay's hand-over of
+a write the fan-out delivered to every target, from its arrays (``Pipeline.step_fanned``), against
+the hand-over of the same deliveries as tuples: the same tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -11,15 +14,21 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from strategies import synth_specs
 from test_watch_pipeline import Writes, cases, config, costs_of, watcher
 
+from replay import models
 from replay.engine import pipeline as engine_module
-from replay.engine.config import ClientQueue, ServerSettings
+from replay.engine import simulation
+from replay.engine.config import ClientQueue, ServerSettings, load_config
 from replay.engine.distributions import Exponential
 from replay.engine.pipeline import Pipeline
 from replay.engine.streamstate import CONNECTED, FRONT, ROW
+from replay.trace.synth import SynthSpec, synthesize
+from replay.trace.validate import read_trace
 
 MS = 1000
 
@@ -131,3 +140,68 @@ assert "numba" not in sys.modules
     subprocess.run([sys.executable, "-c", script], check=True,
                    env={**os.environ, "PYTHONPATH": os.pathsep.join(
                        [str(Path(__file__).parent), *sys.path])})
+
+
+def replayed(trace_path: Path, model: str, seed: int, stressed: bool, by_tuples: bool,
+             monkeypatch) -> list[tuple[str, pa.Table]]:
+    """A what-if replay's tables; ``stressed``: the second watcher with the smallest buffer and
+    a slow watcher queue, the last behind a DeltaFIFO (so that some writes leave the compiled
+    fan-out's common case, and others not); ``by_tuples``: every write's deliveries handed
+    over as tuples."""
+    with monkeypatch.context() as patch:
+        if by_tuples:
+            patch.setattr(Pipeline, "step_fanned", _step_by_tuples)
+        trace = read_trace(trace_path)
+        config = load_config(model=model, seed=seed)
+        replaying = models.load(model)(config.model_params)
+        watchers = replaying.default_watchers(trace)
+        if stressed:
+            watchers[1] = dataclasses.replace(
+                watchers[1], buffer=1, stages={"watcher_queue": {"service": Exponential(2.0)}})
+            watchers[-1] = dataclasses.replace(watchers[-1], client_queue=ClientQueue.DELTA_FIFO)
+        return [(name, table.to_arrow() if not isinstance(table, pa.Table) else table)
+                for name, table in replaying.tables(trace, config, watchers)]
+
+
+_step_fanned = Pipeline.step_fanned
+
+
+def _step_by_tuples(self, commit, watches, resource=0, key=None, deleted=False, payload=None):
+    """``step_fanned`` that hands every delivery back as a tuple (``step_to``'s)."""
+    rv, cached, dispatched, out, fanned = _step_fanned(self, commit, watches, resource, key,
+                                                       deleted, payload)
+    if fanned:
+        out += watches.deliveries(rv, payload)
+    return rv, cached, dispatched, out, False
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(spec=synth_specs(), model=st.sampled_from(["godel", "peer", "kube", "omega"]),
+       seed=st.integers(0, 3), stressed=st.booleans())
+def test_the_fanned_hand_over_is_the_tuples(tmp_path_factory, monkeypatch, spec, model, seed,
+                                            stressed):
+    """Random workloads through the models, with and without watches that leave the compiled
+    fan-out's common case: the tables are the same whether a write the fan-out delivered to
+    every target is handed to the log, the views and the reactions from its arrays or as
+    tuples."""
+    path = tmp_path_factory.mktemp("fanned") / "trace.parquet"
+    synthesize(spec, path)
+    fanned = replayed(path, model, seed, stressed, False, monkeypatch)
+    assert fanned == replayed(path, model, seed, stressed, True, monkeypatch)
+
+
+def test_both_hand_overs_are_taken(tmp_path, monkeypatch):
+    """A Gödel replay with watches that leave the common case: writes go both ways, by arrays
+    and by tuples (the check that the test above compares two paths)."""
+    path = tmp_path / "trace.parquet"
+    synthesize(SynthSpec(nodes=3, pods=60, arrival_rate=200.0, seed=1), path)
+    calls: Counter[str] = Counter()
+    for name in ("_hand_over", "_hand_over_fanned"):
+        method = getattr(simulation.Simulation, name)
+        monkeypatch.setattr(simulation.Simulation, name,
+                            lambda self, a, b, *c, _m=method, _n=name: (
+                                calls.update([_n] if _n == "_hand_over_fanned" or a else []),
+                                _m(self, a, b, *c))[1])
+    replayed(path, "godel", 0, True, False, monkeypatch)
+    assert calls["_hand_over"] and calls["_hand_over_fanned"], calls

@@ -32,8 +32,9 @@ def _fan_out(state: Ints, ring: Ints, queue: Ints, network: Ints, handler: Ints,
     """Write ``rv``, its dispatcher free from ``start``, to the watches ``streams``: returns
     when it is dispatched and how many targets it was delivered to here (their sent, received,
     dequeued and applied times in ``out``'s first four rows, ``out[4]`` 1 for them, 0 for those
-    left to Python); or BLOCKS (a target is full: nothing changed, ``_blocking_step``), or
-    REFILL (a target's row of draws is used up: nothing changed, refill it and call again)."""
+    left to Python, ``out[5]`` the rv: the rows are the delivery log's columns); or BLOCKS (a
+    target is full: nothing changed, ``_blocking_step``), or REFILL (a target's row of draws is
+    used up: nothing changed, refill it and call again)."""
     live, front, refill = 0, EARLIEST, False
     for s in streams:
         if state[s, CONNECTED]:
@@ -73,8 +74,8 @@ def _fan_out(state: Ints, ring: Ints, queue: Ints, network: Ints, handler: Ints,
         row[LAST_RV] = rv
         dequeued = max(received, row[FIFO_LAST])
         row[FIFO_LAST] = applied = dequeued + handler[streams[j], cursor]
-        out[0, j], out[1, j], out[2, j], out[3, j], out[4, j] = (sent, received, dequeued,
-                                                                 applied, 1)
+        out[0, j], out[1, j], out[2, j], out[3, j], out[4, j], out[5, j] = (
+            sent, received, dequeued, applied, 1, rv)
         done += 1
     return dispatched, done
 

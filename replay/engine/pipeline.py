@@ -596,7 +596,7 @@ class _Targets(list[_Watch]):
     """A write's target watches (``Pipeline.watches``), with what the compiled fan-out needs of
     them (unless ``compiled`` is False: observe's evaluation by event makes one per write)."""
 
-    __slots__ = ("streams", "watchers", "times")
+    __slots__ = ("streams", "watchers", "times", "columns")
 
     def __init__(self, watches: list[_Watch], compiled: bool = True):
         super().__init__(watches)
@@ -604,8 +604,19 @@ class _Targets(list[_Watch]):
             self.streams = np.array([w.index for w in watches], dtype=np.int64)
             self.watchers = [w.watcher for w in watches]
             # the fan-out's answer: per target its sent, received, dequeued and applied times,
-            # and 1 if it delivered there
-            self.times = np.zeros((5, len(watches)), dtype=np.int64)
+            # 1 if it delivered there, and the rv
+            self.times = np.zeros((6, len(watches)), dtype=np.int64)
+            # a write's deliveries to every target as the delivery log's columns (rv, sent,
+            # received, dequeued, applied; bytes a caller appends to its arrays as they are,
+            # no Python int per delivery): views of ``times``, current after each call
+            self.columns = tuple(memoryview(self.times[row]).cast("B") for row in (5, 0, 1, 2, 3))
+
+    def deliveries(self, rv: int, payload: Any) -> list[Delivery]:
+        """The deliveries of write ``rv`` that the compiled fan-out made to every target, as
+        tuples (``Pipeline.step_fanned``'s ``fanned``)."""
+        sent, received, dequeued, applied = self.times[:4].tolist()
+        return list(zip(self.watchers, repeat(rv), repeat(payload), sent, received, dequeued,
+                        applied, _WATCHES, _FALSES))
 
 
 class _Engine:
@@ -646,6 +657,7 @@ class _Engine:
         for watch in self.watches:
             self.watch_of[watch.resource.code][watch.watcher] = watch
         self.out: list[tuple[Any, ...]] = []
+        self.fanned = False  # the last step's deliveries are its targets' ``times``, not in out
         self.pending: list[int] = []  # watchers the last step's write is not yet delivered to
         self.terminations: list[list[Any]] = []  # watcher, resource, ts, rv, recovery, recovered
         self.relists: list[list[Any]] = []  # watcher, resource, start, end, objects, rv
@@ -739,8 +751,7 @@ class _Engine:
         else:
             resource.released = dispatched
             if targets and done == len(targets):
-                self._delivered(rv, key, deleted, targets, payload)
-                self.pending = []
+                self._delivered(key, deleted, targets)
             else:
                 self._fall_back(rv, key, deleted, targets, payload, dispatched, done)
         if deleted:
@@ -770,13 +781,11 @@ class _Engine:
                 watch.event_draws.refill()
                 state[watch.index, CURSOR] = 0
 
-    def _delivered(self, rv: int, key: int, deleted: bool, targets: _Targets,
-                   payload: Any) -> None:
-        """The deliveries the compiled fan-out made to every target (their times in
-        ``times``), logged; the targets' stores updated."""
-        sent, received, dequeued, applied, _ = targets.times.tolist()
-        self.out.extend(zip(targets.watchers, repeat(rv), repeat(payload), sent, received,
-                            dequeued, applied, _WATCHES, _FALSES))
+    def _delivered(self, key: int, deleted: bool, targets: _Targets) -> None:
+        """The compiled fan-out delivered the write to every target (its deliveries in
+        ``targets.times``, left there for ``Pipeline.step_fanned``); the targets' stores
+        updated."""
+        self.fanned, self.pending = True, []
         if deleted:
             for watch in targets:
                 watch.known.discard(key)
@@ -964,8 +973,9 @@ class Pipeline(Generic[Payload]):
         object ``key`` (default: its own rv), to the watchers ``targets``.
 
         Returns ``(rv, cached, dispatched, deliveries)``: the deliveries made by now, of this
-        write or of earlier ones (the same numbers ``scan`` gives; plain tuples: this runs once
-        per delivery of a what-if replay).  ``pending`` then lists the targets this write is not
+        write or of earlier ones (the same numbers ``scan`` gives; plain tuples, which the
+        what-if engine makes only for writes out of the compiled fan-out's common case:
+        ``step_fanned``).  ``pending`` then lists the targets this write is not
         delivered to yet (their watch is held up or closed): ``advance`` and ``finish`` deliver
         it later.
         """
@@ -986,6 +996,22 @@ class Pipeline(Generic[Payload]):
                 deleted: bool = False, payload: Payload | None = None
                 ) -> tuple[int, int, int, list[Delivery]]:
         """``step`` to the ``watches(resource, targets)``."""
+        rv, cached, dispatched, out, fanned = self.step_fanned(commit, watches, resource, key,
+                                                               deleted, payload)
+        if fanned:
+            out += watches.deliveries(rv, payload)
+        return rv, cached, dispatched, out
+
+    def step_fanned(self, commit: int, watches: Watches, resource: int = 0,
+                    key: int | None = None, deleted: bool = False, payload: Payload | None = None
+                    ) -> tuple[int, int, int, list[Delivery], bool]:
+        """``step_to``, and whether the compiled fan-out delivered the write to every one of
+        ``watches``: then its deliveries are not among those returned (which are earlier
+        writes') but in ``watches.columns``, the delivery log's columns (rv, sent, received,
+        dequeued, applied; a row per target, in their order, from the source ``WATCH``, none
+        coalesced), for a caller that takes them as arrays (``Watches.deliveries`` makes them
+        tuples).  (A Gödel pod's write goes to about 5 watches: tuples of 9 fields for each,
+        made and read back, cost about what the compiled call does.)"""
         engine = self._engine
         assert engine is not None
         if engine.wakeups and engine.wakeups[0][0] <= commit:
@@ -993,10 +1019,11 @@ class Pipeline(Generic[Payload]):
         self._rv += 1
         rv = self._rv
         self._commits.append(commit)
+        engine.fanned = False
         cached, dispatched = engine.step(rv, commit, engine.resources[resource],
                                          rv if key is None else key, deleted, watches, payload)
         out, engine.out = engine.out, []
-        return rv, cached, dispatched, out
+        return rv, cached, dispatched, out, engine.fanned
 
     @property
     def pending(self) -> list[int]:

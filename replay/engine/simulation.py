@@ -59,8 +59,37 @@ Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
 # What the engine does with a watcher's deliveries: its view's ``_deliver`` (None: it has no
 # view), the kinds of write it reacts to (None: none) and which of them it wants
-_Sink = tuple[Callable[[int, Write, bool], None] | None, frozenset[WriteKind] | None,
-              Wants | None]
+_Deliver = Callable[[int, Write, bool], None]
+_Sink = tuple[_Deliver | None, frozenset[WriteKind] | None, Wants | None]
+# a piped target's sink in a ``_Fan``: its place among the fan's watches, its number, its sink
+_FanSink = tuple[int, int, _Deliver | None, frozenset[WriteKind] | None, Wants | None]
+
+
+class _Fan:
+    """The watchers whose filter matches writes of one resource on one node: all of them
+    (``targets``), the pipeline's ``watches`` of the piped ones, and what ``_hand_over_fanned``
+    does with a write the compiled fan-out delivered to every one of those watches."""
+
+    __slots__ = ("targets", "watches", "watchers", "zeros", "_piped", "sinks", "made_for")
+
+    def __init__(self, targets: list[int], piped: list[int], watches: Watches):
+        """``piped``: the targets that have a watch (numbered as the run's watchers)."""
+        self.targets, self.watches = targets, watches
+        # such a write's watcher, source (WATCH) and coalesced (no) columns of the delivery log
+        self.watchers = np.array(piped, dtype=np.int32).tobytes()
+        self.zeros = bytes(len(piped))
+        self._piped = piped
+        # the piped targets with a view or a reaction
+        self.sinks: list[_FanSink] = []
+        self.made_for: list[_Sink] | None = None  # the engine's sinks ``sinks`` come from
+
+    def sinks_of(self, sinks: list[_Sink]) -> list[_FanSink]:
+        """``sinks``' entries for the piped targets, remade when the engine's have changed."""
+        if self.made_for is not sinks:
+            self.sinks = [(j, watcher, *sinks[watcher]) for j, watcher in enumerate(self._piped)
+                          if sinks[watcher] != (None, None, None)]
+            self.made_for = sinks
+        return self.sinks
 
 
 class Simulation:
@@ -93,7 +122,7 @@ class Simulation:
         self._views: dict[int, View] = {}
         self._reactions: dict[int, tuple[frozenset[WriteKind], Wants | None, Handler]] = {}
         self._sinks: list[_Sink] | None = None
-        self._targets: dict[tuple[str, int], tuple[list[int], Watches]] = {}
+        self._targets: dict[tuple[str, int], _Fan] = {}
         self._pods: list[Pod] = []
         self._requests: dict[Request, Request] = {}
         # the incarnations the workload deletes at their recorded time, created and not yet
@@ -426,10 +455,9 @@ class Simulation:
         found = self._targets.get((resource, node))
         if found is None:
             found = self._targets[resource, node] = self._targets_of(resource, node, code)
-        targets, watches = found
         pipeline = self._pipeline
-        _, cached, dispatched, deliveries = pipeline.step_to(write.commit, watches, code, key,
-                                                             deleted, write)
+        _, cached, dispatched, deliveries, fanned = pipeline.step_fanned(
+            write.commit, found.watches, code, key, deleted, write)
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
@@ -440,21 +468,24 @@ class Simulation:
                 if view is not None:
                     view._expect(write)
         self._hand_over(deliveries, write.rv)
+        if fanned:
+            self._hand_over_fanned(found, write)
         if not self._all_piped:
             now = write.commit
             self._hand_over([(t, write.rv, write, now, now, now, now, Source.WATCH, False)
-                             for t in targets if self._instant[t]], write.rv, piped=False)
+                             for t in found.targets if self._instant[t]], write.rv, piped=False)
         if pipeline.next_wakeup is not None:
             self._arm()
 
-    def _targets_of(self, resource: str, node: int, code: int) -> tuple[list[int], Watches]:
+    def _targets_of(self, resource: str, node: int, code: int) -> _Fan:
         """The watchers whose filter matches a write of ``resource`` on ``node``, and the
         pipeline's watches of them (the instant watchers have none)."""
         targets = self._by_resource.get(resource, [])
         if node >= 0:
             targets = targets + self._by_node.get((node, resource), [])
-        piped = [self._piped_index[t] for t in targets if not self._instant[t]]
-        return targets, self._pipeline.watches(code, piped)
+        piped = [t for t in targets if not self._instant[t]]
+        return _Fan(targets, piped, self._pipeline.watches(
+            code, [self._piped_index[t] for t in piped]))
 
     def _hand_over(self, deliveries: list[Delivery], current: int, piped: bool = True) -> None:
         """Log each delivery, hand it to its watcher's view and set its reaction; a delivery of
@@ -473,6 +504,20 @@ class Simulation:
                 deliver(applied, write, rv != current)
             if kinds is not None and write.kind in kinds and (wants is None or wants(write)):
                 call_at(applied, react, watcher, write)
+
+    def _hand_over_fanned(self, fan: _Fan, write: Write) -> None:
+        """``_hand_over`` of ``write``'s deliveries to every watch of ``fan``, made by the
+        compiled fan-out: logged from its arrays as they are, handed to the views and
+        reactions with no tuple per delivery."""
+        sinks = self._sinks if self._sinks is not None else self._make_sinks()
+        self._log.fanned(fan.watches.columns, fan.watchers, fan.zeros)
+        applied = fan.watches.times[3].tolist()
+        call_at, react, kind = self._env.call_at, self._react, write.kind
+        for j, watcher, deliver, kinds, wants in fan.sinks_of(sinks):
+            if deliver is not None:
+                deliver(applied[j], write, False)
+            if kinds is not None and kind in kinds and (wants is None or wants(write)):
+                call_at(applied[j], react, watcher, write)
 
     def _make_sinks(self) -> list[_Sink]:
         """Per watcher, what ``_hand_over`` does with its deliveries: its view's ``_deliver``
@@ -709,6 +754,7 @@ class _Log:
         self.delivery_fields = (array("q"), array("i"), *(array("q") for _ in range(4)),
                                 array("b"), array("b"))
         self._append = tuple(field.append for field in self.delivery_fields)
+        self._from_bytes = tuple(field.frombytes for field in self.delivery_fields)
         self.parts: list[pa.Table] = []  # deliveries made into table parts, not yet taken
         self.made_parts = 0
         self.names = [w.name for w in watchers]
@@ -731,6 +777,27 @@ class _Log:
             applied(delivery[6])
             source(delivery[7])
             coalesced(delivery[8])
+        self._make_parts()
+
+    def fanned(self, columns: tuple[memoryview, ...], watchers: bytes, zeros: bytes) -> None:
+        """Log one write's deliveries given as bytes: ``columns`` (rv, sent, received,
+        dequeued, applied: ``int64``), ``watchers`` (``int32``); source WATCH, none coalesced
+        (``zeros``: a byte per delivery).  (About 0.1 µs a column, against 90 ns a value
+        appended one by one.)"""
+        rv, sent, received, dequeued, applied = columns
+        put = self._from_bytes
+        put[0](rv)
+        put[1](watchers)
+        put[2](sent)
+        put[3](received)
+        put[4](dequeued)
+        put[5](applied)
+        put[6](zeros)
+        put[7](zeros)
+        self._make_parts()
+
+    def _make_parts(self) -> None:
+        """Every DELIVERY_PART deliveries logged make a part."""
         while len(self.delivery_fields[0]) >= DELIVERY_PART:
             self.parts.append(self._part(DELIVERY_PART))
 
