@@ -53,17 +53,35 @@ def worker_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
 
 
 def _start(pool: ProcessPoolExecutor, workers: int) -> None:
-    """Start every worker now, with SIGINT ignored, which they inherit from their start on:
-    a Ctrl-C while one is still starting must not reach it as a KeyboardInterrupt."""
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if in_main_thread else None
-    try:
+    """Start every worker now, with Ctrl-C held from them (``ctrl_c_held_from_children``)."""
+    with ctrl_c_held_from_children():
         started = [pool.submit(os.getpid) for _ in range(workers)]
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGINT, previous)
     for future in started:
         future.result()
+
+
+@contextlib.contextmanager
+def ctrl_c_held_from_children() -> Iterator[None]:
+    """Processes started in the block begin with SIGINT blocked until they ``ignore_ctrl_c``:
+    a Ctrl-C while one is still starting must not reach it as a KeyboardInterrupt (a traceback
+    printed by a worker, a broken pool).
+
+    The block blocks SIGINT in this thread, and a child inherits the mask, even across
+    ``exec``.  This process still gets that Ctrl-C: the kernel hands it to another of its
+    threads, or keeps it until the mask is restored.  Ignoring SIGINT here instead, as this
+    did before, dropped it: a Ctrl-C as ``replay ingest`` started its workers was lost."""
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+
+
+def ignore_ctrl_c() -> None:
+    """First thing in a child started in ``ctrl_c_held_from_children``: ignore Ctrl-C from now
+    on (one that arrived while it started, held by its mask, is dropped with it)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:
@@ -84,7 +102,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
 
 def _become_worker(parent: int) -> None:
     """Run first in each worker: ignore Ctrl-C, and die with ``parent``."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_ctrl_c()
     _kill_me_when_parent_dies()
     if os.getppid() != parent:  # it died before the line above could take effect
         os._exit(1)

@@ -39,6 +39,7 @@ from replay.api import run_replay
 from replay.engine.rundir import TABLES, TableFile, write_run
 from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
+from replay.workers import worker_pool
 
 from audit_events import event, write_log
 
@@ -653,6 +654,20 @@ def interrupted(process: subprocess.Popen, folder: Path, how: int, later: float 
         os.kill(process.pid, how)
     process.wait(TIMEOUT)
     return process.stderr.read().decode()
+
+
+def test_a_ctrl_c_while_the_workers_start_is_not_lost(monkeypatch):
+    """The workers start with Ctrl-C held from them; it used to be ignored by the whole
+    process meanwhile, so a Ctrl-C then was lost and ``replay ingest`` went on to its end."""
+    submit = concurrent.futures.ProcessPoolExecutor.submit
+
+    def interrupting_submit(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)
+        return submit(self, *args, **kwargs)
+
+    monkeypatch.setattr(concurrent.futures.ProcessPoolExecutor, "submit", interrupting_submit)
+    with pytest.raises(KeyboardInterrupt), worker_pool(2):
+        pass
 
 
 @pytest.mark.parametrize("later", [0, 0.4])

@@ -26,6 +26,7 @@ from typing import cast
 
 from replay.sweep.index import Outcome, Status
 from replay.sweep.point import Task, remove_partial, run_point
+from replay.workers import ctrl_c_held_from_children, ignore_ctrl_c
 
 STOP_SECONDS = 30  # how long a stopped child may take to clean up before it is killed
 PR_SET_PDEATHSIG = 1  # prctl(2)
@@ -77,17 +78,15 @@ class LocalExecutor:
 def _start(context, task: Task, sender: Connection) -> BaseProcess:
     process = context.Process(target=_child, args=(task, sender, os.getpid()),
                               name=f"replay-sweep {task.name}")
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)  # inherited by the child
-    try:
+    with ctrl_c_held_from_children():
         process.start()
-    finally:
-        signal.signal(signal.SIGINT, before)
     return process
 
 
 def _child(task: Task, sender: Connection, parent: int) -> None:
     """A child process: run the point, send its outcome; on SIGTERM, stop cleanly.  What it
     would print (DuckDB draws progress bars itself) is not for the sweep's terminal."""
+    ignore_ctrl_c()
     signal.signal(signal.SIGTERM, _interrupt)
     quiet = os.open(os.devnull, os.O_WRONLY)
     os.dup2(quiet, 1)
