@@ -1,5 +1,5 @@
 """``python -m replay`` runs the command line."""
 
-from replay.cli.main import main
+from replay.cli.entry import main
 
 raise SystemExit(main())

@@ -26,7 +26,9 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
 
+from replay import interrupts
 from replay.errors import ReplayError
 
 WATCHDOG_SECONDS = 1.0
@@ -62,19 +64,22 @@ def _start(pool: ProcessPoolExecutor, workers: int) -> None:
 
 @contextlib.contextmanager
 def ctrl_c_held_from_children() -> Iterator[None]:
-    """Processes started in the block begin with SIGINT blocked until they ``ignore_ctrl_c``:
-    a Ctrl-C while one is still starting must not reach it as a KeyboardInterrupt (a traceback
-    printed by a worker, a broken pool).
+    """Processes started in the block begin with SIGINT blocked until they ``ignore_ctrl_c``,
+    and this process holds a Ctrl-C until the block ends (``interrupts.deferred``).
 
-    The block blocks SIGINT in this thread, and a child inherits the mask, even across
-    ``exec``.  This process still gets that Ctrl-C: the kernel hands it to another of its
-    threads, or keeps it until the mask is restored.  Ignoring SIGINT here instead, as this
-    did before, dropped it: a Ctrl-C as ``replay ingest`` started its workers was lost."""
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    A child must not get a Ctrl-C while it starts as a KeyboardInterrupt (a traceback printed
+    by a worker, a broken pool): the block blocks SIGINT in this thread, and a child inherits
+    the mask, even across ``exec``.  Ignoring SIGINT here instead, as this did before, dropped
+    a Ctrl-C of this process too: one pressed as ``replay ingest`` started its workers was
+    lost, and the command went on to its end.  And this process must not raise it half-way
+    through starting one: a KeyboardInterrupt between a worker's start and the pool's record
+    of it left a worker the pool did not know, which it then waited for at exit, for ever."""
+    with interrupts.deferred():
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
 
 def ignore_ctrl_c() -> None:
@@ -86,7 +91,10 @@ def ignore_ctrl_c() -> None:
 
 def _stop(pool: ProcessPoolExecutor) -> None:
     """Cancel what is queued and end the workers now, without waiting for their tasks."""
+    # the pool's private parts that ``shutdown`` forgets: its workers, and the pipe that brings
+    # their results
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    results = getattr(getattr(pool, "_result_queue", None), "_writer", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         with contextlib.suppress(Exception):
@@ -98,6 +106,18 @@ def _stop(pool: ProcessPoolExecutor) -> None:
             if process.is_alive():
                 process.kill()
                 process.join(1)
+    if results is not None:
+        _close_for_writing(results)
+
+
+def _close_for_writing(results: Connection) -> None:
+    """Close this process's end for writing of the pipe that brings the workers' results, once
+    they are ended.  One ended while it wrote a result leaves part of it there, and the pool's
+    thread waits for the rest for ever; the process then hung as it exited (``concurrent.
+    futures`` joins that thread): once in 60 Ctrl-Cs of ``replay ingest``.  With no writer
+    left, the thread reads the pipe's end instead, and the pool ends as broken."""
+    with contextlib.suppress(OSError):
+        results.close()
 
 
 def _become_worker(parent: int) -> None:

@@ -656,6 +656,47 @@ def interrupted(process: subprocess.Popen, folder: Path, how: int, later: float 
     return process.stderr.read().decode()
 
 
+# A Ctrl-C that stops ``replay.cli.main``'s import (its modules take a second or so to load)
+# inside an ``exec`` of a string, as one that lands in a namedtuple's or a dataclass's making
+# does.  It used to print the traceback of the import; caught, it still ended ``python -m``
+# with SIGINT instead of 130.  Seen in half the Ctrl-Cs of ``replay ingest`` at random moments
+# of its first 1.5 s.
+INTERRUPTED_IMPORT = """import importlib.abc, sys
+class Interrupted(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "replay.cli.main":
+            exec("raise KeyboardInterrupt")
+sys.meta_path.insert(0, Interrupted())
+"""
+
+
+def test_a_ctrl_c_while_the_command_line_loads_exits_130(tmp_path):
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPTED_IMPORT)
+    done = subprocess.run([PYTHON, "-m", "replay", "--help"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(tmp_path)}, timeout=TIMEOUT)
+    assert (done.returncode, done.stderr) == (130, "replay: interrupted\n")
+
+
+HALF_A_RESULT = """import os, struct
+from replay.workers import worker_pool
+try:
+    with worker_pool(2) as pool:
+        # what a worker ended while it wrote a result leaves: a length, a tenth of the bytes
+        os.write(pool._result_queue._writer.fileno(), struct.pack("!i", 1000) + bytes(100))
+        raise RuntimeError("the block fails")
+except RuntimeError:
+    pass
+"""
+
+
+def test_a_worker_ended_while_it_wrote_a_result_does_not_hang_the_exit():
+    """The pool's thread waited for the rest of the result for ever, and the process with it
+    as it exited (``concurrent.futures`` joins that thread)."""
+    done = subprocess.run([PYTHON, "-c", HALF_A_RESULT], capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
 def test_a_ctrl_c_while_the_workers_start_is_not_lost(monkeypatch):
     """The workers start with Ctrl-C held from them; it used to be ignored by the whole
     process meanwhile, so a Ctrl-C then was lost and ``replay ingest`` went on to its end."""

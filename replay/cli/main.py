@@ -55,10 +55,10 @@ def is_trace_shortcut(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser()
-    _load_numpy_interfaces()
-    interrupts.install()
     try:
+        parser = build_parser()
+        _load_numpy_interfaces()
+        interrupts.install()
         if is_trace_shortcut(parser, argv):
             return default.main(argv)
         args = parser.parse_args(argv)
