@@ -23,6 +23,7 @@ import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from replay import interrupts
 from replay.errors import ReplayError
 
 TEMPORARY_SUFFIX = ".replay-tmp"
@@ -86,6 +87,7 @@ def atomic_file(dest: str | os.PathLike) -> Iterator[Path]:
     with _temporary(tmp, _new_file):
         try:
             yield tmp
+            interrupts.checkpoint()  # a Ctrl-C that a library swallowed stops it still
             fsync(tmp)
             os.replace(tmp, dest)
             fsync(dest.parent)
@@ -108,6 +110,7 @@ def atomic_dir(dest: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
     with _temporary(tmp, lambda path: os.mkdir(path, 0o777)):
         try:
             yield tmp
+            interrupts.checkpoint()
             fsync_tree(tmp)
             if replace and dest.exists():
                 _replace_dir(tmp, dest)

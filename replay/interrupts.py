@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import socket
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -53,6 +54,23 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
     signal.default_int_handler(signum, frame)
 
 
+def checkpoint() -> None:
+    """Raise again the ``KeyboardInterrupt`` of a Ctrl-C that arrived since ``install`` and
+    that nothing is acting on.
+
+    Python raises it wherever the main thread is, and a library that runs Python code may drop
+    it: pyarrow's ``pa.array`` of a Python list tries to import ``dateutil`` on every call and
+    discards the import's error, so a ``KeyboardInterrupt`` raised while that import searched
+    ``sys.path`` vanished (one Ctrl-C of ``replay run`` in about a hundred: the run went on and
+    exited 0).  So the places that begin a step or publish a result call this: ``hold`` (every
+    table part handed to its writer, every numba compilation) and ``replay.atomic`` before it
+    renames a result into place.  Only in the main thread's normal flow: while an exception is
+    handled, one is on its way out already, and the cleanup it runs must not be cut short."""
+    if (_received.is_set() and sys.exc_info()[1] is None
+            and threading.current_thread() is threading.main_thread()):
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
     """Hold Ctrl-C until the block ends, then deliver it as it would have been.
@@ -81,6 +99,7 @@ def hold() -> None:
     global _holding, _handler_before
     if threading.current_thread() is not threading.main_thread():
         return
+    checkpoint()
     if _holding == 0:
         _handler_before = signal.signal(signal.SIGINT, lambda signum, frame: _held.append(signum))
     _holding += 1

@@ -126,10 +126,10 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
             for part in _final_rows(con, swept) or _batches(result):
                 file.add(part)
                 rows += part.num_rows
+            file.close()
         except BaseException:
             file.abandon()  # its thread ends before the file is removed
             raise
-        file.close()
         bar.update(1)
     return rows, file.digest
 

@@ -282,11 +282,11 @@ def write_run(dest: str | os.PathLike[str],
                     rows[name] = 0
                     files[name] = TableFile(tmp / f"{name}.parquet")
                     files[name].add(TABLES[name].empty_table())
+            _close_all(files.values())
         except BaseException:
             for file in files.values():  # no thread may outlive the run it writes
                 file.abandon()
             raise
-        _close_all(files.values())
         digests = {name: file.digest for name, file in files.items()}
         write_manifest(tmp, {**manifest, "tables": rows, "files": digests,
                              "replay_version": __version__})
