@@ -95,7 +95,8 @@ _handler_before: Any = None  # the handler the outermost ``hold`` found
 
 def hold() -> None:
     """Hold Ctrl-C until the matching ``release`` (holds nest); ``deferred`` as two calls, for a
-    library's start and end callbacks (``replay.jit``).  Main thread only, like ``deferred``."""
+    library's start and end callbacks (``replay.jit``).  Main thread only, like ``deferred``.
+    A Ctrl-C that came before and was swallowed is raised first (``checkpoint``)."""
     global _holding, _handler_before
     if threading.current_thread() is not threading.main_thread():
         return
