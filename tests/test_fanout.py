@@ -205,3 +205,44 @@ def test_both_hand_overs_are_taken(tmp_path, monkeypatch):
                                 _m(self, a, b, *c))[1])
     replayed(path, "godel", 0, True, False, monkeypatch)
     assert calls["_hand_over"] and calls["_hand_over_fanned"], calls
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.data())
+def test_the_stores_are_a_set_per_watch(data):
+    """What each watch's client store holds (``_Watch.known``: a bit in its resource's
+    ``holders``, or a node's watch's ``own`` set), changed by one event at a time
+    (``_Watch.store``), by a write the compiled fan-out delivered to every target at once
+    (``_Engine._delivered``: one mask, the node watches' sets; the targets made before re-lists
+    and kept, as a replay keeps them) and by re-lists (``relisted``): a plain set per watch."""
+    watchers = [dataclasses.replace(watcher(f"w{i}"), node=f"n{i}" if i % 3 == 2 else None)
+                for i in range(6)]
+    pipeline = Pipeline(config(), watchers)
+    code = pipeline.resource_code("pods")
+    everyone = range(len(watchers))
+    watches = list(pipeline.watches(code, everyone))
+    engine = pipeline._engine
+    assert sorted(bool(w.bit) for w in watches) == [False] * 2 + [True] * 4
+    subsets = [pipeline.watches(code, data.draw(st.permutations(everyone))[:k])
+               for k in range(len(watchers) + 1)]
+    plain: list[set[int]] = [set() for _ in watches]
+    for _ in range(data.draw(st.integers(0, 80))):
+        key, deleted = data.draw(st.integers(0, 7)), data.draw(st.booleans())
+        what = data.draw(st.sampled_from(["event", "fanned", "relist"]))
+        if what == "event":
+            j = data.draw(st.sampled_from(everyone))
+            watches[j].store(key, deleted)
+            changed = [j]
+        elif what == "fanned":
+            targets = data.draw(st.sampled_from(subsets))
+            engine._delivered(engine.resources[code], key, deleted, targets)
+            changed = [watches.index(w) for w in targets]
+        else:
+            j = data.draw(st.sampled_from(everyone))
+            listed = sorted(data.draw(st.sets(st.integers(0, 7))))
+            watches[j].relisted(listed, sorted(watches[j].known.difference(listed)))
+            plain[j] = set(listed)
+            changed = []
+        for j in changed:
+            (plain[j].discard if deleted else plain[j].add)(key)
+        assert [w.known for w in watches] == plain

@@ -271,7 +271,8 @@ class _Resource:
     """One resource's watch cache: its two queues, its dispatcher's budget, its window."""
 
     __slots__ = ("code", "name", "capacity", "costs", "cached", "released", "budget",
-                 "budget_at", "max_budget", "refill", "window_cached", "window_rv", "objects")
+                 "budget_at", "max_budget", "refill", "window_cached", "window_rv", "objects",
+                 "holders")
 
     def __init__(self, code: int, name: str, capacity: int, costs: tuple[_Cost, ...],
                  max_budget_us: int, refill_us_per_s: int):
@@ -285,6 +286,21 @@ class _Resource:
         # each object that exists: key -> its watches (a deleted one is dropped: a list no
         # longer holds it, and a large replay deletes millions)
         self.objects: dict[int, list[_Watch]] = {}
+        # each object in the store of a watch of every node's objects: key -> those watches'
+        # ``bit``s (a write delivered to all its targets costs one dict operation, not a set
+        # operation per target: 5 sets, most of them large, missed the cache at 3 us a write)
+        self.holders: dict[int, int] = {}
+
+    def store(self, key: int, deleted: bool, mask: int) -> None:
+        """The watches of ``mask`` (their ``bit``s) hold ``key`` in their store, or not if
+        ``deleted``."""
+        holders = self.holders
+        if deleted:
+            left = holders.pop(key, 0) & ~mask
+            if left:
+                holders[key] = left
+        elif mask:
+            holders[key] = holders.get(key, 0) | mask
 
     def keeps(self, rv: int, at: int) -> bool:
         """Whether a watch from ``rv`` can start at ``at``: the window (the last ``capacity``
@@ -357,7 +373,11 @@ class _Watch:
         # the first one's recovery)
         self.missed_by: dict[int, int] = {}
         self.resume_rv = 0  # the version a new watch starts from
-        self.known: set[int] = set()  # the keys in its store
+        # the keys in its store (``known``): a watch of one node's objects, which sees few,
+        # keeps them in ``own``; the others are ``bit`` in their resource's ``holders``
+        # (``_Engine`` numbers them)
+        self.bit = 0
+        self.own: set[int] = set()
         self.incident = -1  # its latest termination
         self.safe_token = self.pop_token = 0
         self.kernel = False  # the compiled fan-out's turn (``to_kernel``)
@@ -435,10 +455,7 @@ class _Watch:
             return self.deliver((rv, payload, key, deleted, entry, sent, received, service,
                                  source, dispatched))
         # deliver(), inlined for the common case: a live event to a fifo client queue
-        if deleted:
-            self.known.discard(key)
-        else:
-            self.known.add(key)
+        self.store(key, deleted)
         dequeued = received if received > fifo.last else fifo.last
         fifo.last = applied = dequeued + service
         self.engine.out.append((self.watcher, rv, payload, sent, received, dequeued, applied,
@@ -535,21 +552,46 @@ class _Watch:
                 self.report(rv, payload, served, served, served, served, Source.RELIST, False)
         for arrival in arrivals:
             self.queue.arrive(arrival)
-        self.known = set(listed)
+        self.relisted(listed, gone)
         self.resume_rv = version
         self.drain()
         engine.wake(served, _REWATCH, self)
 
     # -- the client ---------------------------------------------------------------------------
+    @property
+    def known(self) -> set[int]:
+        """The keys in its client's store: each object whose last event to reach it (or its
+        last re-list) did not delete it."""
+        if not self.bit:
+            return self.own
+        return {key for key, mask in self.resource.holders.items() if mask & self.bit}
+
+    def store(self, key: int, deleted: bool) -> None:
+        """An event of ``key`` reaches the client: its store holds the object, or not."""
+        if self.bit:
+            self.resource.store(key, deleted, self.bit)
+        elif deleted:
+            self.own.discard(key)
+        else:
+            self.own.add(key)
+
+    def relisted(self, listed: list[int], gone: list[int]) -> None:
+        """A re-list replaced the store with ``listed``; ``gone`` were in it and are not."""
+        if not self.bit:  # (in place: the targets' ``own`` hold it)
+            self.own.clear()
+            self.own.update(listed)
+            return
+        for key in gone:
+            self.resource.store(key, True, self.bit)
+        for key in listed:
+            self.resource.store(key, False, self.bit)
+
     def deliver(self, event: tuple[Any, ...]) -> bool:
         """An event reaches the client queue (it is safe: no termination can drop it now); False
         if the queue holds it for a later pop (a ``delta_fifo`` or ``workqueue`` busy with an
         earlier one), so that the step counts the write as sent and not yet delivered."""
         rv, payload, key, deleted, _, sent, received, service, source, _ = event
-        if deleted:
-            self.known.discard(key)
-        else:
-            self.known.add(key)
+        self.store(key, deleted)
         fifo = self.fifo
         if fifo is not None:
             dequeued = max(received, fifo.last)
@@ -596,7 +638,7 @@ class _Targets(list[_Watch]):
     """A write's target watches (``Pipeline.watches``), with what the compiled fan-out needs of
     them (unless ``compiled`` is False: observe's evaluation by event makes one per write)."""
 
-    __slots__ = ("streams", "watchers", "times", "columns")
+    __slots__ = ("streams", "watchers", "times", "columns", "mask", "own")
 
     def __init__(self, watches: list[_Watch], compiled: bool = True):
         super().__init__(watches)
@@ -610,6 +652,11 @@ class _Targets(list[_Watch]):
             # received, dequeued, applied; bytes a caller appends to its arrays as they are,
             # no Python int per delivery): views of ``times``, current after each call
             self.columns = tuple(memoryview(self.times[row]).cast("B") for row in (5, 0, 1, 2, 3))
+            # their stores (``_Watch.known``): the ``bit``s of some, the ``own`` sets of the others
+            self.mask = 0
+            for w in watches:
+                self.mask |= w.bit
+            self.own = [w.own for w in watches if not w.bit]
 
     def deliveries(self, rv: int, payload: Any) -> list[Delivery]:
         """The deliveries of write ``rv`` that the compiled fan-out made to every target, as
@@ -651,6 +698,7 @@ class _Engine:
                         for s, r in enumerate(pipeline.streams.resource)]
         for watch in self.watches:
             watch.to_kernel()
+        self._number_holders(pipeline.watchers)
         # per resource, each watcher's watch of it (None if it does not watch it)
         self.watch_of: list[list[_Watch | None]] = [
             [None] * len(pipeline.watchers) for _ in self.resources]
@@ -670,6 +718,18 @@ class _Engine:
         self.same_costs = [("costs", min(c for c, r in enumerate(self.resources)
                                          if r.costs == resource.costs))
                            for resource in self.resources]
+
+    def _number_holders(self, watchers: list[WatcherSpec]) -> None:
+        """Each watch of every node's objects gets a ``bit`` of its resource's ``holders``, in
+        the order of the streams (a watch of one node's objects keeps its ``own`` set: with
+        a bit each, a resource watched by 20,000 kubelets would make every key's mask 20,000
+        bits)."""
+        numbers = [0] * len(self.resources)
+        for watch in self.watches:
+            if watchers[watch.watcher].node is None:
+                code = watch.resource.code
+                watch.bit = 1 << numbers[code]
+                numbers[code] += 1
 
     def wake(self, at: int, kind: int, watch: _Watch, token: int = 0) -> None:
         self.sequence += 1
@@ -751,7 +811,7 @@ class _Engine:
         else:
             resource.released = dispatched
             if targets and done == len(targets):
-                self._delivered(key, deleted, targets)
+                self._delivered(resource, key, deleted, targets)
             else:
                 self._fall_back(rv, key, deleted, targets, payload, dispatched, done)
         if deleted:
@@ -781,17 +841,19 @@ class _Engine:
                 watch.event_draws.refill()
                 state[watch.index, CURSOR] = 0
 
-    def _delivered(self, key: int, deleted: bool, targets: _Targets) -> None:
+    def _delivered(self, resource: _Resource, key: int, deleted: bool,
+                   targets: _Targets) -> None:
         """The compiled fan-out delivered the write to every target (its deliveries in
         ``targets.times``, left there for ``Pipeline.step_fanned``); the targets' stores
-        updated."""
+        updated: those with a ``bit`` at once, the others one by one."""
         self.fanned, self.pending = True, []
+        resource.store(key, deleted, targets.mask)
         if deleted:
-            for watch in targets:
-                watch.known.discard(key)
+            for own in targets.own:
+                own.discard(key)
         else:
-            for watch in targets:
-                watch.known.add(key)
+            for own in targets.own:
+                own.add(key)
 
     def _fall_back(self, rv: int, key: int, deleted: bool, targets: _Targets, payload: Any,
                    dispatched: int, done: int) -> None:
@@ -801,7 +863,7 @@ class _Engine:
         out, pending = self.out, []
         for j, watch in enumerate(targets):
             if times is not None and times[j][4]:
-                (watch.known.discard if deleted else watch.known.add)(key)
+                watch.store(key, deleted)
                 out.append((watch.watcher, rv, payload, *times[j][:4], _WATCH, False))
             elif not watch.connected:
                 watch.miss(rv, payload, key, deleted, dispatched)

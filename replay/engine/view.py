@@ -69,6 +69,7 @@ class View:
                       memoryview(self._free[2]))
         self._present = np.zeros(node_count, dtype=bool)
         self._version = np.zeros(node_count, dtype=np.int64)
+        self._versions = self._version.data  # (as ``_rows``: read and written per apply)
         self._placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
         self._assumed: dict[Pod, int] = {}  # pods this watcher placed itself, not yet confirmed
         # per informer (nodes, pods, other resources): (applied_us, write), not yet applied
@@ -103,18 +104,23 @@ class View:
         now = self._clock()
         if now < self._due:
             return
-        unapplied = self._unapplied
+        unapplied, apply = self._unapplied, self._apply
         for inbox in self._inboxes:
             while inbox and inbox[0][0] <= now:
                 applied, write = inbox.popleft()
-                self._apply(write, applied)
+                apply(write, applied)
                 if unapplied and unapplied[0] is write:  # in the order it was sent
                     unapplied.popleft()
                     if self._applied_early:
                         self._forget_applied_early()
                 else:
                     self._applied_early.add(write.rv)
-        self._due = min([inbox[0][0] for inbox in self._inboxes if inbox], default=_NOTHING_DUE)
+        # the earliest applied time left (a loop: ``min`` over a comprehension cost 0.5 µs)
+        due = _NOTHING_DUE
+        for inbox in self._inboxes:
+            if inbox and inbox[0][0] < due:
+                due = inbox[0][0]
+        self._due = due
 
     def _forget_applied_early(self) -> None:
         unapplied, early = self._unapplied, self._applied_early
@@ -141,8 +147,8 @@ class View:
 
     def _apply(self, write: Write, now: int) -> None:
         kind, pod, version = write.kind, write.pod, write.node_version
-        if version and version > self._version[write.node]:
-            self._version[write.node] = version
+        if version and version > self._versions[write.node]:
+            self._versions[write.node] = version
         if kind in self._places:
             assert pod is not None
             self._place(pod, write.node, now)
