@@ -5,9 +5,12 @@ the trace, and names with a '/', which are left to the SQL."""
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from replay.analysis.claims import capacity_changes
+from replay.analysis.claims import capacity_changes, pod_order
 from replay.analysis.derive import derive
 from replay.analysis.runs import open_runs
 from strategies import bind, delete, node, pod
@@ -53,3 +56,20 @@ def test_names_that_make_one_pod_are_left_to_the_sql(tmp_path):
         con.close()
     derive(run_dir)
     stored_is_the_whole_query(run_dir, swept=False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), pods=st.integers(1, 6), count=st.integers(0, 40))
+def test_the_writes_are_ordered_as_lexsort_orders_them(data, pods, count):
+    """``pod_order`` (a stable sort by rv, then one counted by pod) against ``np.lexsort``,
+    on rvs in order but for a few swapped batches, as DuckDB hands them over, or in any order,
+    with repeats (which keep the writes' order)."""
+    pod = np.array(data.draw(st.lists(st.integers(0, pods - 1), min_size=count,
+                                      max_size=count)), dtype=np.int32)
+    rv = np.array(data.draw(st.lists(st.integers(0, 10), min_size=count, max_size=count)),
+                  dtype=np.int64)
+    if data.draw(st.booleans()):
+        rv = np.sort(rv)
+        cut = data.draw(st.integers(0, count))
+        rv = np.concatenate([rv[cut:], rv[:cut]])  # two batches swapped
+    assert np.array_equal(pod_order(pod, rv, pods), np.lexsort((rv, pod)))

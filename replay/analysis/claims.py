@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.arrays import lex_order
+from replay.jit import njit
 
 STEPS = ("binding", "delete", "assumed", "rejected", "failed")  # a step's change, by its code
 
@@ -46,12 +47,14 @@ def capacity_changes(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
-def _pod_writes(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray] | None:
+def _pod_writes(con: duckdb.DuckDBPyConnection) -> dict | None:
     """The pod writes that ``claims`` reads (``pod_writes``), sorted by pod and rv, with the
-    pods and nodes as codes into ``pods`` and ``nodes``.  None if a namespace or a name holds
-    a '/' (Kubernetes allows none): a life is counted per namespace and name, a pod is their
-    text, and ``a/b`` of namespace ``x`` and ``b`` of ``x/a`` would make one pod, ``x/a/b``;
-    without a '/' the text has one namespace and name."""
+    pods and nodes as codes into ``pods`` and ``nodes``; the columns ``_claims`` reads at a
+    few writes only (the requests at each life's first, the commit and attempt at each claim)
+    are gathered there by ``at``, not whole.  None if a namespace or a name holds a '/'
+    (Kubernetes allows none): a life is counted per namespace and name, a pod is their text,
+    and ``a/b`` of namespace ``x`` and ``b`` of ``x/a`` would make one pod, ``x/a/b``; without a
+    '/' the text has one namespace and name."""
     table = con.sql("""
         SELECT rv, epoch_us(commit_ts) AS commit_us, concat_ws('/', namespace, name) AS pod,
                coalesce(contains(namespace, '/') OR contains(name, '/'), false) AS slashed,
@@ -67,20 +70,49 @@ def _pod_writes(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray] | None:
     if pc.any(table.column("slashed")).as_py():
         return None
     pods = pc.dictionary_encode(table.column("pod")).combine_chunks()
-    pod = pods.indices.to_numpy().astype(np.int64)
-    rv = table.column("rv").to_numpy()
-    order = np.lexsort((rv, pod))
     nodes = pc.dictionary_encode(table.column("node")).combine_chunks()
-    cols = {"pod": pod, "node": nodes.indices.fill_null(-1).to_numpy().astype(np.int64)}
-    cols.update({name: table.column(name).to_numpy(zero_copy_only=False)
-                 for name in ("rv", "commit_us", "creates", "binds", "deletes", "state")})
-    for name in ("attempt_id", "cpu_milli", "memory_bytes", "gpu_milli"):
-        column = table.column(name).combine_chunks()
-        cols[name] = column.fill_null(0).to_numpy()
-        cols[f"{name}_null"] = column.is_null().to_numpy(zero_copy_only=False)
+    cols = {"pod": pods.indices.to_numpy(),
+            "node": nodes.indices.fill_null(-1).to_numpy()}
+    cols.update({name: table.column(name).to_numpy()
+                 for name in ("rv", "creates", "binds", "deletes", "state")})
+    order = pod_order(cols["pod"], cols["rv"], len(pods.dictionary))
     writes = {name: column[order] for name, column in cols.items()}
     writes["pods"], writes["nodes"] = pods.dictionary, nodes.dictionary
+    few = table.select(["commit_us", "attempt_id", "cpu_milli", "memory_bytes", "gpu_milli"])
+    writes["at"] = lambda name, rows: _gathered(few.column(name), order[rows])
     return writes
+
+
+def pod_order(pod: np.ndarray, rv: np.ndarray, pods: int) -> np.ndarray:
+    """``np.lexsort((rv, pod))`` for pod codes in ``[0, pods)``, as two stable sorts, each fast
+    on these writes: by rv (DuckDB hands them over in rv order but for a few batches, which
+    timsort merges as runs), then by pod, counted (``_counting_order``): 0.1 s instead of
+    0.25-0.45 for the 5M pod writes of a 1M-pod run."""
+    by_rv = np.argsort(rv, kind="stable")
+    return by_rv[_counting_order(pod[by_rv], pods)]
+
+
+@njit(cache=True)
+def _counting_order(codes, bound):  # pragma: no cover - compiled
+    """``np.argsort(codes, kind="stable")`` for codes in ``[0, bound)``: each code's first
+    place from a count of the codes below it, then each index put at its code's next place."""
+    place = np.zeros(bound + 1, np.int64)
+    for code in codes:
+        place[code + 1] += 1
+    for code in range(bound):
+        place[code + 1] += place[code]
+    order = np.empty(len(codes), np.int64)
+    for i in range(len(codes)):
+        order[place[codes[i]]] = i
+        place[codes[i]] += 1
+    return order
+
+
+def _gathered(column: pa.ChunkedArray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``column``'s values at ``rows`` (nulls as 0), and where it is null there."""
+    values = column.take(pa.array(rows))
+    return (values.fill_null(0).to_numpy(),
+            values.is_null().to_numpy(zero_copy_only=False))
 
 
 def _claims(w: dict) -> pa.Table:
@@ -93,8 +125,10 @@ def _claims(w: dict) -> pa.Table:
     life = np.cumsum(life_starts) - 1
     starts = np.flatnonzero(life_starts)
     created = w["creates"][starts]
-    requests = {name: np.where(created & ~w[f"{name}_null"][starts], w[name][starts], 0)[life]
-                for name in ("cpu_milli", "memory_bytes", "gpu_milli")}
+    requests = {}  # per life
+    for name in ("cpu_milli", "memory_bytes", "gpu_milli"):
+        values, null = w["at"](name, starts)
+        requests[name] = np.where(created & ~null, values, 0)
     binding = _is_per_life(np.minimum, w["binds"], w["rv"], starts, life)
     delete = _is_per_life(np.maximum, w["deletes"], w["rv"], starts, life)
     state = w["state"]
@@ -109,31 +143,34 @@ def _claims(w: dict) -> pa.Table:
     takes = np.concatenate([p[2] for p in parts])
     counts_assumed = np.concatenate([p[3] for p in parts])
     # a move both kinds of cache see is one row, for every cache (the SQL's GROUP BY ALL)
-    order = lex_order((counts_assumed, takes, node, w["rv"][rows]))
-    rows, node, takes, counts_assumed = (rows[order], node[order], takes[order],
-                                         counts_assumed[order])
+    rv = w["rv"][rows]
+    order = lex_order((counts_assumed, takes, node, rv))
+    rows, node, takes, counts_assumed, rv = (rows[order], node[order], takes[order],
+                                             counts_assumed[order], rv[order])
     same = np.zeros(len(rows), dtype=bool)
-    same[1:] = ((w["rv"][rows][1:] == w["rv"][rows][:-1]) & (node[1:] == node[:-1])
-                & (takes[1:] == takes[:-1]))
+    same[1:] = (rv[1:] == rv[:-1]) & (node[1:] == node[:-1]) & (takes[1:] == takes[:-1])
     both = np.zeros(len(rows), dtype=bool)
     both[:-1] = same[1:]
     keep = ~same
-    rows, node, takes, both = rows[keep], node[keep], takes[keep], both[keep]
+    rows, node, takes, both, rv = rows[keep], node[keep], takes[keep], both[keep], rv[keep]
     counts_assumed = counts_assumed[keep]
     sign = np.where(takes, -1, 1)
-    amounts = {name: requests[name][rows] for name in requests}
+    claim_life = life[rows]
+    amounts = {name: requests[name][claim_life] for name in requests}
     changes = (amounts["cpu_milli"] != 0) | (amounts["memory_bytes"] != 0) | (
         amounts["gpu_milli"] != 0)
-    rows, node, takes, both, counts_assumed, sign = (
+    rows, node, takes, both, counts_assumed, sign, rv = (
         rows[changes], node[changes], takes[changes], both[changes], counts_assumed[changes],
-        sign[changes])
-    attempt_null = ~takes | w["attempt_id_null"][rows]
+        sign[changes], rv[changes])
+    amounts = {name: amount[changes] for name, amount in amounts.items()}
+    attempt_id, attempt_null = w["at"]("attempt_id", rows)
+    commit_us, commit_null = w["at"]("commit_us", rows)
     return pa.table({
-        "rv": w["rv"][rows],
-        "commit_ts": pa.array(w["commit_us"][rows], type=pa.timestamp("us", tz="UTC")),
+        "rv": rv,
+        "commit_ts": pa.array(commit_us, mask=commit_null, type=pa.timestamp("us", tz="UTC")),
         "node": w["nodes"].take(pa.array(node)),
-        **{name: sign * requests[name][rows] for name in requests},
-        "attempt_id": pa.array(w["attempt_id"][rows], mask=attempt_null),
+        **{name: sign * amount for name, amount in amounts.items()},
+        "attempt_id": pa.array(attempt_id, mask=~takes | attempt_null),
         "pod": w["pods"].take(pa.array(w["pod"][rows])),
         "change": pa.array(STEPS).take(pa.array(change[rows])),
         "counts_assumed": pa.array(counts_assumed, mask=both)})
@@ -157,11 +194,9 @@ def _moves(steps: np.ndarray, life: np.ndarray, holds: np.ndarray, counts_assume
     """``counted`` and ``moves`` for one kind of cache: each step's node held before it (the
     previous step's of the same life), a release of it and a take of the new one where they
     differ; returns the rows (writes), nodes, takes and the kind."""
+    step_life, now = life[steps], holds[steps]
     held = np.full(len(steps), -1, dtype=holds.dtype)
-    same_life = np.zeros(len(steps), dtype=bool)
-    same_life[1:] = life[steps][1:] == life[steps][:-1]
-    held[1:] = np.where(same_life[1:], holds[steps][:-1], -1)
-    now = holds[steps]
+    held[1:] = np.where(step_life[1:] == step_life[:-1], now[:-1], -1)
     released = (held >= 0) & (now != held)
     taken = (now >= 0) & (now != held)
     rows = np.concatenate([steps[released], steps[taken]])

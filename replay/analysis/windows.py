@@ -198,7 +198,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
     (left to the SQL) unless the run is one run whose changes have one row per rv and class
     and whose viewers received each change once: the SQL's joins would multiply rows
     otherwise."""
-    if con.sql("SELECT count(DISTINCT run) FROM viewers").fetchall()[0][0] > 1:
+    if con.sql("SELECT count(*) FROM manifests").fetchall()[0][0] != 1:
         return None
     viewers = _numpy(con.sql(f"""
         SELECT viewer_id, dense_rank() OVER (ORDER BY watcher) AS watcher_code,
@@ -229,7 +229,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
                coalesce(epoch_us(deliveries.applied_ts), {_NEVER}) AS applied_us,
                deliveries.applied_ts IS NULL AS missed
         FROM deliveries
-        JOIN viewers ON viewers.run = deliveries.run AND viewers.watcher = deliveries.watcher"""))
+        JOIN viewers USING (watcher)"""))  # one run: its name, parsed per delivery, is the same
     if (len(viewers["viewer_id"]) + 1) * nodes * rvs >= 1 << 62 or deliveries["missed"].any():
         return None  # keys too large for int64; or a delivery never applied
     if len(changes["rv"]) and changes["rv"].min() < 0:
