@@ -46,9 +46,9 @@ def the_sql_alone_derives_the_same_file(tmp_path, monkeypatch, module, name: str
     stored_is_the_whole_query(run_dir)
     declined = []
 
-    def decline(*args) -> bool:
+    def decline(*args) -> None:  # falsy, as a hook's False; what ``pending`` returns to decline
         declined.append(args)
-        return False
+        return None
 
     monkeypatch.setattr(module, name, decline)
     derive(run_dir)

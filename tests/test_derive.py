@@ -15,6 +15,8 @@ from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
 from replay.analysis import windows
 from replay.analysis.steps import _quote, run_steps, split_steps
+from replay.analysis import wasted as wasted_module
+from replay.analysis.pending import pending
 from replay.analysis.wasted import wasted
 from replay.engine.rundir import DERIVED_TABLES
 
@@ -89,6 +91,7 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
         assert sweeps_in_numpy(run_dir)
         claims_are_the_views(run_dir)
         truths_are_the_sqls(run_dir)
+        pending_is_the_sqls(run_dir)
         wasted_is_the_sqls(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
@@ -134,6 +137,35 @@ def truths_are_the_sqls(run_dir: Path) -> None:
         assert ids.tolist() == list(range(1, len(ids) + 1))
     finally:
         con.close()
+
+
+def pending_is_the_sqls(run_dir: Path) -> None:
+    """``replay.analysis.pending`` makes ``pending`` with the rows of the SQL's expression."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        assert pending_matches_the_sql(con, steps_until(con, "pending"))
+    finally:
+        con.close()
+
+
+def pending_matches_the_sql(con: duckdb.DuckDBPyConnection, sql: str) -> bool:
+    """Whether ``pending`` made its view, and then with the rows and types of ``sql`` (the
+    SQL's expression, on the connection's ``pods`` and ``bounds``) and, sorted for
+    ``wasted``'s kernel, its arrays as read from the SQL's table."""
+    con.execute(f"CREATE TEMPORARY TABLE pending AS {sql}")
+    types = con.sql("DESCRIBE pending").fetchall()
+    rows = con.sql("FROM pending ORDER BY ALL").fetchall()
+    sizes = wasted_module._pending(con)
+    con.execute("DROP TABLE pending")
+    ours = pending(con)
+    if ours is None:
+        return False
+    assert con.sql("DESCRIBE pending").fetchall() == types
+    assert con.sql("FROM pending ORDER BY ALL").fetchall() == rows
+    assert sizes is not None and len(ours) == len(sizes)
+    for mine, theirs in zip(ours, sizes):
+        assert mine.tolist() == theirs.tolist()
+    return True
 
 
 def wasted_is_the_sqls(run_dir: Path) -> None:

@@ -11,8 +11,8 @@ which takes a third of the memory and three quarters of the time of the query ru
 capacity windows' costliest expressions are computed in numpy instead, each in a fraction of
 DuckDB's time for it: the claims of ``every_change`` (``replay.analysis.claims``), the window
 functions of the changes, ``truths`` (``replay.analysis.changes``), the sweep,
-from ``received`` to ``windows`` (``replay.analysis.windows``), ``wasted``
-(``replay.analysis.wasted``), and the final query, whose
+from ``received`` to ``windows`` (``replay.analysis.windows``), ``pending``
+(``replay.analysis.pending``), ``wasted`` (``replay.analysis.wasted``), and the final query, whose
 result is written from the sweep's order (``replay.analysis.window_rows``).
 """
 
@@ -41,6 +41,7 @@ from replay.engine.rundir import (
 from replay.progress import progress
 
 if TYPE_CHECKING:
+    from replay.analysis.pending import Sizes
     from replay.analysis.windows import SweepSteps
 
 BATCH_ROWS = 1 << 20
@@ -165,17 +166,26 @@ def _sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
 def _replace(con: duckdb.DuckDBPyConnection,
              swept: SweepSteps | None) -> Callable[[str], bool]:
     """The step runner's hook for the capacity windows: their claims
-    (``replay.analysis.claims``), truths (``replay.analysis.changes``), sweep and ``wasted``
-    (``replay.analysis.wasted``) in numpy; none for another table."""
+    (``replay.analysis.claims``), truths (``replay.analysis.changes``), sweep, ``pending``
+    (``replay.analysis.pending``) and ``wasted`` (``replay.analysis.wasted``, from the pending
+    pods as ``pending`` sorted them) in numpy; none for another table."""
     if swept is None:
         return lambda step: False
     from replay.analysis.changes import truths
     from replay.analysis.claims import capacity_changes
+    from replay.analysis.pending import pending
     from replay.analysis.wasted import wasted
-    return lambda step: ((step == "every_change" and capacity_changes(con))
-                         or (step == "truths" and truths(con))
-                         or (step == "wasted" and wasted(con, swept.swept()))
-                         or swept.replace(step))
+    made: dict[str, Sizes | None] = {}
+
+    def replace(step: str) -> bool:
+        if step == "pending":
+            made[step] = pending(con)
+            return made[step] is not None
+        return ((step == "every_change" and capacity_changes(con))
+                or (step == "truths" and truths(con))
+                or (step == "wasted" and wasted(con, swept.swept(), made.get("pending")))
+                or swept.replace(step))
+    return replace
 
 
 def _final_rows(con: duckdb.DuckDBPyConnection,

@@ -5,16 +5,17 @@ the truth's free capacity but not the view's.
 Why: the SQL joins every stale segment (10M at 1M pods) with every request size of its resource
 between its view and its truth, then an ASOF join with the pending pods of that size: 2.5-5.5 s
 of CPU for a 1M-pod run, the largest DuckDB step left in the derivation.  Here the segments come
-from the sweep's arrays (``replay.analysis.windows``), the SQL's ``pending`` (each size's pods
-by start, with the latest end among those started by then, ``reach_ts``) is sorted once by
-resource, size and start, and a kernel takes each segment's sizes in turn: a binary search finds
+from the sweep's arrays (``replay.analysis.windows``), ``pending`` (each size's pods by start,
+with the latest end among those started by then, ``reach_ts``) comes sorted by resource, size
+and start from ``replay.analysis.pending``, and a kernel takes each segment's sizes in turn: a binary search finds
 the last pod of that size started before the segment ends (the ASOF join's row), and the first
 size whose ``reach_ts`` is after the segment's start marks its window, so the others are not
 looked at.
 
-The SQL file stays the definition: ``pending`` is its own expression, run as it is, and the
-tests compare this step with the SQL's on runs of every model.  Left to the SQL (``wasted``
-returns False) where the sweep was (several runs) or where ``pending`` has a null.
+The SQL file stays the definition: the tests compare this step with the SQL's on runs of every
+model.  Where ``pending`` was left to the SQL, its table is read and sorted here.  Left to the
+SQL (``wasted`` returns False) where the sweep was (several runs) or where ``pending`` has a
+null.
 """
 
 from __future__ import annotations
@@ -25,15 +26,19 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from replay.analysis.windows import RESOURCES, Sweep, _resources, _timestamps, resource_code
+from replay.analysis.pending import Sizes, by_size
+from replay.analysis.windows import Sweep, _resources, _timestamps, resource_code
 from replay.arrays import lex_order
 from replay.jit import njit
 
 
-def wasted(con: duckdb.DuckDBPyConnection, sweep: Sweep | None) -> bool:
-    """Make the temporary view ``wasted`` from ``sweep``'s stale segments and the connection's
-    ``pending`` as the SQL's expression does; False (nothing made) where the SQL must."""
-    pending = None if sweep is None else _pending(con)
+def wasted(con: duckdb.DuckDBPyConnection, sweep: Sweep | None,
+           pending: Sizes | None = None) -> bool:
+    """Make the temporary view ``wasted`` from ``sweep``'s stale segments and ``pending`` (as
+    ``replay.analysis.pending`` made it; read from the connection's if None) as the SQL's
+    expression does; False (nothing made) where the SQL must."""
+    if pending is None and sweep is not None:
+        pending = _pending(con)
     if sweep is None or pending is None:
         return False
     found = [{name: np.zeros(0, dtype=np.int64) for name in ("viewer", "node", "code", "window")}]
@@ -52,10 +57,9 @@ def wasted(con: duckdb.DuckDBPyConnection, sweep: Sweep | None) -> bool:
     return True
 
 
-def _pending(con: duckdb.DuckDBPyConnection) -> tuple[np.ndarray, ...] | None:
-    """The SQL's ``pending`` sorted by resource, request and start, as the kernel takes it:
-    each size's request, where each size's pods begin (then their end), where each resource's
-    sizes begin (then their end), the pods' starts and reaches; None if a value is null."""
+def _pending(con: duckdb.DuckDBPyConnection) -> Sizes | None:
+    """The SQL's ``pending`` as the kernel takes it (``replay.analysis.pending.by_size``);
+    None if a value is null."""
     pending = con.sql(f"""
         SELECT {resource_code("resource")} AS code, request::BIGINT AS request,
                epoch_us(start_ts) AS start_us, epoch_us(reach_ts) AS reach_us
@@ -64,12 +68,7 @@ def _pending(con: duckdb.DuckDBPyConnection) -> tuple[np.ndarray, ...] | None:
         return None
     cols = {name: np.asarray(column, dtype=np.int64) for name, column in pending.items()}
     order = lex_order((cols["start_us"], cols["request"], cols["code"]))
-    code, request = cols["code"][order], cols["request"][order]
-    changed = (code[1:] != code[:-1]) | (request[1:] != request[:-1])
-    sizes = np.flatnonzero(np.r_[len(order) > 0, changed])  # each size's first pod
-    return (request[sizes], np.append(sizes, len(order)),
-            np.searchsorted(code[sizes], np.arange(len(RESOURCES) + 1)),
-            cols["start_us"][order], cols["reach_us"][order])
+    return by_size(*(cols[name][order] for name in ("code", "request", "start_us", "reach_us")))
 
 
 def _segments(sweep: Sweep) -> Iterator[dict[str, np.ndarray]]:
