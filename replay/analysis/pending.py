@@ -10,7 +10,8 @@ that ``least`` skips nulls as DuckDB's does), sorted by resource, request and st
 reach is a running maximum restarting at each size, taken at the last of each start's peers
 (the window's frame ends at the current row's last peer).
 
-The SQL file stays the definition: this makes the temporary view ``pending`` with the SQL's
+The SQL file stays the definition: this makes the temporary view ``pending`` (of an Arrow
+table, ``con.register``, which the step runner drops after ``wasted`` reads it) with the SQL's
 rows and types (in another order, which is arbitrary in the SQL too), and the tests compare
 the two.  It also returns the rows as ``wasted``'s kernel takes them, sorted already.  A
 connection of several runs (or none) is left to the SQL (``pending`` returns None).
@@ -46,16 +47,12 @@ def pending(con: duckdb.DuckDBPyConnection) -> Sizes | None:
               WHERE created_ts IS NOT NULL)
         WHERE end_ts > start_ts""").fetchnumpy()
     rows = _rows({name: np.asarray(column, dtype=np.int64) for name, column in pods.items()})
-    con.register("_numpy_pending", pa.table({
+    con.register("pending", pa.table({
         "run": pa.DictionaryArray.from_arrays(np.zeros(len(rows["code"]), dtype=np.int32),
                                               pa.array([runs[0][0]])),
         "resource": _resources(rows["code"].astype(np.int8)),
         "request": rows["request"], "start_ts": _timestamps(rows["start"]),
         "reach_ts": _timestamps(rows["reach"])}))
-    con.execute("""CREATE TEMPORARY VIEW pending AS
-                   SELECT run::VARCHAR AS run, resource::VARCHAR AS resource, request, start_ts,
-                          reach_ts
-                   FROM _numpy_pending""")
     return by_size(rows["code"], rows["request"], rows["start"], rows["reach"])
 
 
