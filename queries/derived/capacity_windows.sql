@@ -46,7 +46,8 @@
 -- `replay derive` computes the expressions from `received` to `windows` (and `stale_segments`)
 -- in numpy instead (replay/analysis/windows.py), and `every_change`'s claims
 -- (replay/analysis/claims.py), `truths`, the window functions of `changes`
--- (replay/analysis/changes.py), and the final query (replay/analysis/window_rows.py) too; this
+-- (replay/analysis/changes.py), `pending` (replay/analysis/pending.py), `wasted`
+-- (replay/analysis/wasted.py), and the final query (replay/analysis/window_rows.py) too; this
 -- file stays the definition, and the tests keep the stored table identical to this query run
 -- whole.
 WITH bounds AS MATERIALIZED (
