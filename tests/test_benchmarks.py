@@ -1,4 +1,5 @@
-"""benchmarks/run_all.py's measurement of a child process, and its results file's sections.
+"""benchmarks/run_all.py's measurement of a child process, and its results file's sections;
+benchmarks/timeline.py's phases.
 
 The figures are only as good as the measurement: a child whose two workers hold 300 MiB each at
 once must show their sum as its peak memory (no one process's peak is that large), and its CPU
@@ -8,6 +9,7 @@ time; a section written again replaces itself.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 
 from conftest import REPO
@@ -54,3 +56,20 @@ def test_a_section_is_replaced_and_the_rest_kept(tmp_path):
     text = path.read_text()
     assert "Written by hand." in text and "second" in text and "third" in text
     assert "first" not in text and text.index("## a") < text.index("## b")
+
+
+def test_the_timeline_marks_each_phase_of_a_run_in_order(tmp_path):
+    """benchmarks/timeline.py runs ``replay run`` and prints a line per phase, in the order
+    the run goes through them, then the total; the run directory is complete."""
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "timeline.py"),
+         str(REPO / "traces" / "sample.parquet"), "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, check=True)
+    phases = [line[:36].strip() for line in done.stdout.splitlines()]
+    expected = ["imports", "trace read", "table deliveries computed", "last table handed over",
+                "writers' tail (close)", "manifest", "derive: views opened",
+                "derive step every_change", "derive step received", "derive step inverted",
+                "derive: final rows written", "derive: manifest", "rename, summary", "total"]
+    places = [phases.index(phase) for phase in expected]
+    assert places == sorted(places)
+    assert (tmp_path / "run" / "capacity_windows.parquet").is_file()

@@ -93,6 +93,7 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
         truths_are_the_sqls(run_dir)
         pending_is_the_sqls(run_dir)
         wasted_is_the_sqls(run_dir)
+        deliveries_are_the_sqls(run_dir)
     con = open_runs([str(run_dir)], derived=False)
     try:
         for name in DERIVED_TABLES:
@@ -182,6 +183,26 @@ def wasted_is_the_sqls(run_dir: Path) -> None:
         ours = con.sql("FROM wasted ORDER BY ALL")
         assert ours.types == con.sql("FROM sql_wasted").types
         assert ours.fetchall() == con.sql("FROM sql_wasted ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+
+
+def deliveries_are_the_sqls(run_dir: Path) -> None:
+    """``replay.analysis.windows`` reads the deliveries from the run's file (the read does not
+    decline), with the rows and types of the SQL's join with the viewers."""
+    con = open_runs([str(run_dir)], derived=False)
+    try:
+        steps_until(con, "received")
+        viewers = con.sql("SELECT watcher, viewer_id FROM viewers").fetchall()
+        ours = windows._delivered(pq.ParquetFile(Path(run_dir) / "deliveries.parquet",
+                                                 read_dictionary=["watcher"]), viewers)
+        theirs = windows._deliveries_by_sql(con)
+        assert ours is not None
+        assert {name: column.dtype for name, column in ours.items()} == \
+            {name: column.dtype for name, column in theirs.items()}
+        by = ("viewer_id", "rv", "applied_us", "missed")
+        assert sorted(zip(*(ours[n].tolist() for n in by))) == \
+            sorted(zip(*(theirs[n].tolist() for n in by)))
     finally:
         con.close()
 

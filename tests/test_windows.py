@@ -8,8 +8,13 @@ to the SQL."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import duckdb
 import numpy as np
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -201,3 +206,71 @@ def test_two_changes_of_one_key_are_refused():
     assert windows._change_of(np.array([4, 7, 4]), 3) is None
     assert windows._change_of(np.array([4, 7, 5]), 3).tolist() == [-1, -1, -1, -1, 0, 2, -1,
                                                                     1, -1]
+
+
+WATCHERS = ("a", "b", "c", "kubelet/n1")
+
+
+def deliveries_file(path, rows, group_rows, dictionary=True):
+    """A deliveries file of ``rows`` (watcher, rv, applied_us; None for a null) in row groups
+    of ``group_rows``: each group's dictionary holds the watchers it has, in their order."""
+    table = pa.table({
+        "watcher": pa.array([w for w, _, _ in rows], pa.string()),
+        "rv": pa.array([rv for _, rv, _ in rows], pa.int64()),
+        "applied_ts": pa.array([us for _, _, us in rows], pa.timestamp("us", tz="UTC"))})
+    pq.write_table(table, path, row_group_size=group_rows, use_dictionary=dictionary)
+    return pq.ParquetFile(path, read_dictionary=["watcher"])
+
+
+def joined_by_sql(path, viewers):
+    """``windows._deliveries_by_sql`` on the deliveries of the file at ``path``."""
+    con = duckdb.connect()
+    con.execute("CREATE TABLE viewers (watcher VARCHAR, viewer_id BIGINT)")
+    con.executemany("INSERT INTO viewers VALUES (?, ?)", viewers)
+    con.execute(f"CREATE VIEW deliveries AS FROM read_parquet('{path}')")
+    return windows._deliveries_by_sql(con)
+
+
+def rows_of(columns):
+    return sorted(zip(*(columns[name].tolist()
+                        for name in ("viewer_id", "rv", "applied_us", "missed"))))
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), group_rows=st.integers(1, 4), dictionary=st.booleans())
+def test_the_deliveries_read_from_their_file_are_the_sqls_join(tmp_path_factory, data,
+                                                               group_rows, dictionary):
+    """``_delivered`` reads the deliveries' file a row group at a time, its watchers as
+    dictionary codes looked up among the viewers: the rows (and types) of the SQL's join, on
+    row groups whose dictionaries differ, watchers that are no viewer's (dropped), deliveries
+    never applied, and files written with or without dictionaries; it declines (None) a
+    watcher of two viewers and a null watcher or rv, which the SQL's join treats otherwise."""
+    rows = data.draw(st.lists(st.tuples(st.sampled_from(WATCHERS + (None,)),
+                                        st.one_of(st.none(), st.integers(0, 9)),
+                                        st.one_of(st.none(), st.integers(0, 99))),
+                              max_size=12))
+    names = data.draw(st.lists(st.sampled_from(WATCHERS), min_size=1, max_size=5))
+    viewers = [(name, number + 1) for number, name in enumerate(names)]
+    path = tmp_path_factory.mktemp("deliveries") / "deliveries.parquet"
+    got = windows._delivered(deliveries_file(path, rows, group_rows, dictionary), viewers)
+    declines = (len(set(names)) < len(names)
+                or any(w is None or rv is None for w, rv, _ in rows))
+    assert (got is None) == declines
+    if got is not None:
+        want = joined_by_sql(path, viewers)
+        assert {name: column.dtype for name, column in got.items()} == \
+            {name: column.dtype for name, column in want.items()}
+        assert rows_of(got) == rows_of(want)
+
+
+def test_a_run_whose_deliveries_the_file_read_declines_derives_the_same_bytes(tmp_path,
+                                                                              monkeypatch):
+    """With ``_delivered`` declining, ``_received`` reads the deliveries by SQL: the same
+    file, byte for byte, and the sweep still in numpy."""
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    table = Path(run_dir) / "capacity_windows.parquet"
+    read_from_file = table.read_bytes()
+    monkeypatch.setattr(windows, "_delivered", lambda file, viewers: None)
+    assert sweeps_in_numpy(run_dir)
+    derive(run_dir)
+    assert table.read_bytes() == read_from_file

@@ -28,12 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from replay.analysis.changes import CLASS
+from replay.analysis.runs import RUNS_VARIABLE
 from replay.arrays import lex_order
 from replay.jit import njit
 
@@ -224,12 +227,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
                coalesce(epoch_us(assumed_until), 0) AS assumed_until_us
         FROM changes
         LEFT JOIN names ON names.watcher = changes.assumed_by"""))
-    deliveries = _numpy(con.sql(f"""
-        SELECT viewers.viewer_id, deliveries.rv,
-               coalesce(epoch_us(deliveries.applied_ts), {_NEVER}) AS applied_us,
-               deliveries.applied_ts IS NULL AS missed
-        FROM deliveries
-        JOIN viewers USING (watcher)"""))  # one run: its name, parsed per delivery, is the same
+    deliveries = _deliveries(con)
     if (len(viewers["viewer_id"]) + 1) * nodes * rvs >= 1 << 62 or deliveries["missed"].any():
         return None  # keys too large for int64; or a delivery never applied
     if len(changes["rv"]) and changes["rv"].min() < 0:
@@ -255,6 +253,68 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int) -> Lags | No
         "viewer_id": viewer_id, "change": change, "applied_us": applied,
         "missed": np.zeros(len(change), dtype=bool), "view_us": view, "own": own,
         "from_missed": np.zeros(len(change), dtype=bool)})
+
+
+def _deliveries(con: duckdb.DuckDBPyConnection) -> Columns:
+    """Each delivery of the connection's one run as ``deliveries JOIN viewers USING
+    (watcher)`` gives it: its viewer, rv, applied time (``_NEVER`` where null) and whether it
+    was never applied (``missed``), in no particular order (``_received`` sorts the lags).
+
+    Read from the run's file a row group at a time into the columns, with the watchers as
+    Parquet's dictionary codes, each dictionary's names looked up among the viewers once
+    (``_delivered``), rather than by DuckDB, which parses each row's run from its file name
+    (``views.sql``'s ``run_table``), hashes each row's watcher name for the join and hands
+    the result over in buffers of its own before they are copied into the columns.  By SQL
+    where that read declines."""
+    viewers = con.sql("SELECT watcher, viewer_id FROM viewers").fetchall()
+    path = Path(con.sql(f"SELECT getvariable('{RUNS_VARIABLE}')[1]").fetchall()[0][0])
+    delivered = _delivered(pq.ParquetFile(path / "deliveries.parquet",
+                                          read_dictionary=["watcher"]), viewers)
+    return delivered if delivered is not None else _deliveries_by_sql(con)
+
+
+def _deliveries_by_sql(con: duckdb.DuckDBPyConnection) -> Columns:
+    """``_deliveries`` by DuckDB, from the ``deliveries`` and ``viewers`` of ``con``."""
+    return _numpy(con.sql(f"""
+        SELECT viewers.viewer_id, deliveries.rv,
+               coalesce(epoch_us(deliveries.applied_ts), {_NEVER}) AS applied_us,
+               deliveries.applied_ts IS NULL AS missed
+        FROM deliveries
+        JOIN viewers USING (watcher)"""))  # one run: its name, parsed per delivery, is the same
+
+
+def _delivered(file: pq.ParquetFile, viewers: list[tuple[str, int]]) -> Columns | None:
+    """``_deliveries``' columns from the deliveries' ``watcher``, ``rv`` and ``applied_ts``:
+    each row's viewer found by its code in a table of its row group's dictionary (made again
+    only where it differs from the one before; ``viewers``' ids are positive, as the SQL's
+    ``row_number()``), and the rows of watchers that are no viewer's dropped (an inner join);
+    None where the join is not that: a watcher of two viewers, a null watcher or rv."""
+    ids = dict(viewers)
+    if len(ids) < len(viewers):
+        return None
+    rows = file.metadata.num_rows
+    cols = {"viewer_id": np.empty(rows, np.int64), "rv": np.empty(rows, np.int64),
+            "applied_us": np.empty(rows, np.int64), "missed": np.zeros(rows, dtype=bool)}
+    names, lookup, at = None, np.zeros(1, dtype=np.int64), 0
+    for group in range(file.metadata.num_row_groups):
+        table = file.read_row_group(group, columns=["watcher", "rv", "applied_ts"])
+        part = slice(at, at + table.num_rows)
+        at += table.num_rows
+        watcher, rv, applied = (table.column(name).combine_chunks()
+                                for name in ("watcher", "rv", "applied_ts"))
+        if watcher.null_count or rv.null_count:
+            return None
+        if names is None or not watcher.dictionary.equals(names):
+            names = watcher.dictionary
+            lookup = np.array([ids.get(name, 0) for name in names.to_pylist()] or [0],
+                              dtype=np.int64)
+        np.take(lookup, watcher.indices.to_numpy(), out=cols["viewer_id"][part])
+        cols["rv"][part] = rv.to_numpy()
+        cols["applied_us"][part] = applied.fill_null(_NEVER).cast(pa.int64()).to_numpy()
+        if applied.null_count:
+            cols["missed"][part] = applied.is_null().to_numpy(zero_copy_only=False)
+    kept = cols["viewer_id"] > 0
+    return cols if kept.all() else {name: column[kept] for name, column in cols.items()}
 
 
 def _change_of(change_key: np.ndarray, rvs: int) -> np.ndarray | None:
