@@ -14,6 +14,8 @@ left to the SQL (``capacity_changes`` returns False).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -47,11 +49,35 @@ def capacity_changes(con: duckdb.DuckDBPyConnection) -> bool:
     return True
 
 
-def _pod_writes(con: duckdb.DuckDBPyConnection) -> dict | None:
-    """The pod writes that ``claims`` reads (``pod_writes``), sorted by pod and rv, with the
-    pods and nodes as codes into ``pods`` and ``nodes``; the columns ``_claims`` reads at a
-    few writes only (the requests at each life's first, the commit and attempt at each claim)
-    are gathered there by ``at``, not whole.  None if a namespace or a name holds a '/'
+@dataclass(frozen=True)
+class PodWrites:
+    """The pod writes that ``claims`` reads (``pod_writes``), sorted by pod and rv: the columns
+    ``_claims`` reads at every write, with the pods and nodes as codes into ``pods`` and
+    ``nodes`` (a write without a node has -1)."""
+
+    pod: np.ndarray
+    node: np.ndarray
+    rv: np.ndarray
+    creates: np.ndarray
+    binds: np.ndarray
+    deletes: np.ndarray
+    state: np.ndarray
+    pods: pa.Array
+    nodes: pa.Array
+    few: pa.Table  # the columns read at a few writes only, unsorted (``at``)
+    order: np.ndarray  # the sorted writes' rows in ``few``
+
+    def at(self, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Column ``name`` of ``few`` at the sorted writes ``rows`` (nulls as 0), and where it
+        is null there: the requests are read at each life's first write and the commit and
+        attempt at each claim, so they are gathered there, not sorted whole."""
+        values = self.few.column(name).take(pa.array(self.order[rows]))
+        return (values.fill_null(0).to_numpy(),
+                values.is_null().to_numpy(zero_copy_only=False))
+
+
+def _pod_writes(con: duckdb.DuckDBPyConnection) -> PodWrites | None:
+    """The pod writes that ``claims`` reads, sorted.  None if a namespace or a name holds a '/'
     (Kubernetes allows none): a life is counted per namespace and name, a pod is their text,
     and ``a/b`` of namespace ``x`` and ``b`` of ``x/a`` would make one pod, ``x/a/b``; without a
     '/' the text has one namespace and name."""
@@ -71,16 +97,20 @@ def _pod_writes(con: duckdb.DuckDBPyConnection) -> dict | None:
         return None
     pods = pc.dictionary_encode(table.column("pod")).combine_chunks()
     nodes = pc.dictionary_encode(table.column("node")).combine_chunks()
-    cols = {"pod": pods.indices.to_numpy(),
-            "node": nodes.indices.fill_null(-1).to_numpy()}
-    cols.update({name: table.column(name).to_numpy()
-                 for name in ("rv", "creates", "binds", "deletes", "state")})
-    order = pod_order(cols["pod"], cols["rv"], len(pods.dictionary))
-    writes = {name: column[order] for name, column in cols.items()}
-    writes["pods"], writes["nodes"] = pods.dictionary, nodes.dictionary
-    few = table.select(["commit_us", "attempt_id", "cpu_milli", "memory_bytes", "gpu_milli"])
-    writes["at"] = lambda name, rows: _gathered(few.column(name), order[rows])
-    return writes
+    pod = pods.indices.to_numpy()
+    rv = table.column("rv").to_numpy()
+    order = pod_order(pod, rv, len(pods.dictionary))
+
+    def sorted_column(name: str) -> np.ndarray:
+        return table.column(name).to_numpy()[order]
+
+    return PodWrites(
+        pod=pod[order], node=nodes.indices.fill_null(-1).to_numpy()[order], rv=rv[order],
+        creates=sorted_column("creates"), binds=sorted_column("binds"),
+        deletes=sorted_column("deletes"), state=sorted_column("state"),
+        pods=pods.dictionary, nodes=nodes.dictionary,
+        few=table.select(["commit_us", "attempt_id", "cpu_milli", "memory_bytes", "gpu_milli"]),
+        order=order)
 
 
 def pod_order(pod: np.ndarray, rv: np.ndarray, pods: int) -> np.ndarray:
@@ -108,33 +138,26 @@ def _counting_order(codes, bound):  # pragma: no cover - compiled
     return order
 
 
-def _gathered(column: pa.ChunkedArray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``column``'s values at ``rows`` (nulls as 0), and where it is null there."""
-    values = column.take(pa.array(rows))
-    return (values.fill_null(0).to_numpy(),
-            values.is_null().to_numpy(zero_copy_only=False))
-
-
-def _claims(w: dict) -> pa.Table:
+def _claims(w: PodWrites) -> pa.Table:
     """``claims``' rows from the sorted pod writes."""
-    count = len(w["rv"])
+    count = len(w.rv)
     new_pod = np.ones(count, dtype=bool)
-    new_pod[1:] = w["pod"][1:] != w["pod"][:-1]
+    new_pod[1:] = w.pod[1:] != w.pod[:-1]
     # lives: a new one at each create; life 0 (writes before the pod's first create) has none
-    life_starts = new_pod | w["creates"]
+    life_starts = new_pod | w.creates
     life = np.cumsum(life_starts) - 1
     starts = np.flatnonzero(life_starts)
-    created = w["creates"][starts]
+    created = w.creates[starts]
     requests = {}  # per life
     for name in ("cpu_milli", "memory_bytes", "gpu_milli"):
-        values, null = w["at"](name, starts)
+        values, null = w.at(name, starts)
         requests[name] = np.where(created & ~null, values, 0)
-    binding = _is_per_life(np.minimum, w["binds"], w["rv"], starts, life)
-    delete = _is_per_life(np.maximum, w["deletes"], w["rv"], starts, life)
-    state = w["state"]
+    binding = _is_per_life(np.minimum, w.binds, w.rv, starts, life)
+    delete = _is_per_life(np.maximum, w.deletes, w.rv, starts, life)
+    state = w.state
     step = binding | delete | (state >= 2)
     change = np.select([binding, delete], [0, 1], default=state)
-    holds = np.where(binding | (state == 2), w["node"], -1)
+    holds = np.where(binding | (state == 2), w.node, -1)
     moves_bound = binding | delete | (state == 4)
     parts = [_moves(np.flatnonzero(step), life, holds, True),
              _moves(np.flatnonzero(step & moves_bound), life, holds, False)]
@@ -143,7 +166,7 @@ def _claims(w: dict) -> pa.Table:
     takes = np.concatenate([p[2] for p in parts])
     counts_assumed = np.concatenate([p[3] for p in parts])
     # a move both kinds of cache see is one row, for every cache (the SQL's GROUP BY ALL)
-    rv = w["rv"][rows]
+    rv = w.rv[rows]
     order = lex_order((counts_assumed, takes, node, rv))
     rows, node, takes, counts_assumed, rv = (rows[order], node[order], takes[order],
                                              counts_assumed[order], rv[order])
@@ -163,15 +186,15 @@ def _claims(w: dict) -> pa.Table:
         rows[changes], node[changes], takes[changes], both[changes], counts_assumed[changes],
         sign[changes], rv[changes])
     amounts = {name: amount[changes] for name, amount in amounts.items()}
-    attempt_id, attempt_null = w["at"]("attempt_id", rows)
-    commit_us, commit_null = w["at"]("commit_us", rows)
+    attempt_id, attempt_null = w.at("attempt_id", rows)
+    commit_us, commit_null = w.at("commit_us", rows)
     return pa.table({
         "rv": rv,
         "commit_ts": pa.array(commit_us, mask=commit_null, type=pa.timestamp("us", tz="UTC")),
-        "node": w["nodes"].take(pa.array(node)),
+        "node": w.nodes.take(pa.array(node)),
         **{name: sign * amount for name, amount in amounts.items()},
         "attempt_id": pa.array(attempt_id, mask=~takes | attempt_null),
-        "pod": w["pods"].take(pa.array(w["pod"][rows])),
+        "pod": w.pods.take(pa.array(w.pod[rows])),
         "change": pa.array(STEPS).take(pa.array(change[rows])),
         "counts_assumed": pa.array(counts_assumed, mask=both)})
 
