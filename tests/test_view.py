@@ -100,7 +100,7 @@ class _TinyInboxes(Inboxes):
 
 
 class _TinyView(View):
-    FORGOTTEN = 1  # a catch-up that ends two assumptions takes two compiled calls
+    _FORGOTTEN = 1  # a catch-up that ends two assumptions takes two compiled calls
 
 
 @settings(max_examples=300, deadline=None)

@@ -114,7 +114,7 @@ class Inboxes:
 
 
 class View:
-    FORGOTTEN = 64  # assumptions one call of the compiled catch-up can end
+    _FORGOTTEN = 64  # assumptions one call of the compiled catch-up can end
 
     def __init__(self, node_count: int, clock: Callable[[], int], counts_assumed: bool = False,
                  inboxes: Inboxes | None = None):
@@ -138,7 +138,7 @@ class View:
         self._assumed_pods: dict[int, Pod] = {}  # the pods of this watcher's own assumptions
         self._counters = np.zeros(1, dtype=np.int64)
         self._counts = self._counters.data  # (as ``_rows``)
-        self._forgotten = np.zeros((self.FORGOTTEN, 2), dtype=np.int64)
+        self._forgotten = np.zeros((self._FORGOTTEN, 2), dtype=np.int64)
         self._expected: dict[int, int] = {}  # rv -> commit of writes sent, not yet handed over
         self._clock = clock
         self._snapshot = Snapshot(_read_only(self._alloc), _read_only(self._free),
