@@ -60,9 +60,9 @@ Wants = Callable[[Write], bool]
 # What the engine does with a watcher's deliveries: its view (None: it has none), the kinds of
 # write it reacts to (None: none) and which of them it wants
 _Sink = tuple[View | None, frozenset[WriteKind] | None, Wants | None]
-# a piped target's reaction in a ``_Fan``: its place among the fan's watches, its number, the
-# kinds it reacts to and which of them it wants
-_FanSink = tuple[int, int, frozenset[WriteKind], Wants | None]
+# a piped target's reaction to a kind of write in a ``_Fan``: its place among the fan's watches,
+# its number, and which writes of the kind it wants
+_FanSink = tuple[int, int, Wants | None]
 
 
 class _Fan:
@@ -80,19 +80,20 @@ class _Fan:
         self.watchers = np.array(piped, dtype=np.int32).tobytes()
         self.zeros = bytes(len(piped))
         self._piped = piped
-        # the piped targets with a reaction; those with a view (their views' numbers in the
-        # views' ``Inboxes``) and their places among the fan's watches
-        self.sinks: list[_FanSink] = []
+        # per kind of write, the piped targets that react to it; those with a view (their
+        # views' numbers in the views' ``Inboxes``) and their places among the fan's watches
+        self.sinks: list[list[_FanSink]] = []
         self.views = self.positions = self.applied = np.zeros(0, dtype=np.int64)
         self.applied_at = self.applied.data  # (``applied`` element by element)
         self.made_for: list[_Sink] | None = None  # the engine's sinks these come from
 
-    def sinks_of(self, sinks: list[_Sink]) -> list[_FanSink]:
-        """``sinks``' reactions for the piped targets (and ``views``, ``positions``), remade
-        when the engine's have changed."""
+    def sinks_of(self, sinks: list[_Sink]) -> list[list[_FanSink]]:
+        """``sinks``' reactions for the piped targets, by kind of write (and ``views``,
+        ``positions``), remade when the engine's have changed."""
         if self.made_for is not sinks:
-            self.sinks = [(j, watcher, kinds, wants) for j, watcher in enumerate(self._piped)
-                          for _, kinds, wants in [sinks[watcher]] if kinds is not None]
+            self.sinks = [[(j, watcher, wants) for j, watcher in enumerate(self._piped)
+                           for _, kinds, wants in [sinks[watcher]]
+                           if kinds is not None and kind in kinds] for kind in WriteKind]
             viewed = [(view._index, j) for j, watcher in enumerate(self._piped)
                       for view in [sinks[watcher][0]] if view is not None]
             self.views, self.positions = np.array(viewed, dtype=np.int64).reshape(-1, 2).T.copy()
@@ -526,9 +527,9 @@ class Simulation:
         self._log.fanned(fan.watches.columns, fan.watchers, fan.zeros)
         if len(fan.views):
             self._inboxes.push(fan.views, fan.positions, fan.applied, write)
-        call_at, react, kind, applied = self._env.call_at, self._react, write.kind, fan.applied_at
-        for j, watcher, kinds, wants in reactions:
-            if kind in kinds and (wants is None or wants(write)):
+        call_at, react, applied = self._env.call_at, self._react, fan.applied_at
+        for j, watcher, wants in reactions[write.kind]:
+            if wants is None or wants(write):
                 call_at(applied[j], react, watcher, write)
 
     def _make_sinks(self) -> list[_Sink]:
