@@ -13,6 +13,7 @@ from plain_view import PlainView
 
 from replay.engine.cluster import NO_NODE, NODE_KINDS, Pod, Write, WriteKind
 from replay.engine.view import Inboxes, View
+from replay.engine.viewkernel import FIELDS
 
 GIB = 1 << 30
 
@@ -199,3 +200,21 @@ def _read(view, pods: list[Pod], kinds) -> tuple:
             snapshot.version.tolist(), view.give_backs, view.oldest_unapplied(),
             view.next_due(kinds), [view.has_placed(p) for p in pods],
             [view.assumes(p) for p in pods])
+
+
+def test_a_view_that_reads_rarely_lengthens_only_its_own_row():
+    """The inboxes' segments: one view's deliveries piling up unread (a scheduler with no pods
+    to place) lengthen its own pods' row, not every view's."""
+    inboxes, now = Inboxes(), [0]
+    busy, idle = (View(1, lambda: now[0], True, inboxes) for _ in range(2))
+    pod = Pod(0, None, "p0", (1, 1, 0), 0, -1, None, None, 0)
+    for rv in range(1, 10 * Inboxes.ROOM):
+        write = Write(rv, rv, WriteKind.POD_CREATE, pod, NO_NODE, "t", 0, -1, 201)
+        inboxes.push(np.array([busy._index, idle._index], dtype=np.int64),
+                     np.array([0, 1], dtype=np.int64), np.array([rv, rv], dtype=np.int64), write)
+        now[0] = rv
+        busy.snapshot()
+    # six rows (two views, three informers) of ROOM entries, but the idle view's pods' row of 16
+    assert inboxes.entries.size == (5 + 16) * Inboxes.ROOM * FIELDS
+    waiting = inboxes.ends[4, 1] - inboxes.ends[4, 0]
+    assert waiting == 10 * Inboxes.ROOM - 1 and idle.oldest_unapplied() is None  # (applied now)

@@ -37,8 +37,9 @@ import numpy as np
 import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
-from replay.engine.viewkernel import (ALLOC, APPLIED, DONE, FIELDS, FREE, GIVE_BACKS, GROW, KIND,
-                                      NOTHING_DUE, SLOTS, VERSION_ROW, apply_due, oldest, push)
+from replay.engine.viewkernel import (ALLOC, APPLIED, BASE, DONE, END, FIELDS, FIRST, FREE,
+                                      GIVE_BACKS, GROW, KIND, LIMIT, NOTHING_DUE, SLOTS,
+                                      VERSION_ROW, apply_due, oldest, push)
 
 Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
@@ -59,14 +60,15 @@ class Snapshot(NamedTuple):
 
 class Inboxes:
     """The deliveries handed to a simulation's views and not yet applied (``viewkernel``'s
-    module docstring): ``entries`` (slot, entry, field), ``ends`` (slot: first, end), ``due``
-    per view.  Rows grow (doubling) when one fills; a view added later adds its slots."""
+    module docstring): ``entries`` (entry, field), ``ends`` (slot: first, end, base, limit),
+    ``due`` per view.  A slot's segment doubles when it fills; a view added later adds its
+    slots."""
 
     ROOM = 64  # entries a slot holds at first
 
     def __init__(self) -> None:
-        self.entries = np.zeros((0, self.ROOM, FIELDS), dtype=np.int64)
-        self.ends = np.zeros((0, 2), dtype=np.int64)
+        self.entries = np.zeros((0, FIELDS), dtype=np.int64)
+        self.ends = np.zeros((0, 4), dtype=np.int64)
         self.due = np.zeros(0, dtype=np.int64)
         self.due_now = self.due.data  # ``due`` element by element as Python ints (a view's test
         self._one = np.zeros(1, dtype=np.int64)  # per read); one delivery's applied time
@@ -74,9 +76,7 @@ class Inboxes:
     def add_view(self) -> int:
         """A new view's number (its slots appended)."""
         view = len(self.due)
-        self.entries = np.concatenate(
-            [self.entries, np.zeros((SLOTS, self.entries.shape[1], FIELDS), dtype=np.int64)])
-        self.ends = np.concatenate([self.ends, np.zeros((SLOTS, 2), dtype=np.int64)])
+        self._lay_out(np.append(self.ends[:, LIMIT] - self.ends[:, BASE], [self.ROOM] * SLOTS))
         self.due = np.append(self.due, np.int64(NOTHING_DUE))
         self.due_now = self.due.data
         return view
@@ -100,17 +100,28 @@ class Inboxes:
         self.push(view, _FIRST, self._one, write)
 
     def _make_room(self, slot: int) -> None:
-        """Room at the end of ``slot``'s row: its entries moved to the row's start, or every row
-        twice as long."""
-        first, end = self.ends[slot]
-        if first > 0:
-            self.entries[slot, :end - first] = self.entries[slot, first:end].copy()
-            self.ends[slot] = 0, end - first
+        """Room at the end of ``slot``'s segment: its entries moved to the segment's start, or
+        the segment twice as long."""
+        first, end, base, limit = self.ends[slot].tolist()
+        if first > base:
+            self.entries[base:base + end - first] = self.entries[first:end].copy()
+            self.ends[slot, FIRST:END + 1] = base, base + end - first
         else:
-            room = self.entries.shape[1]
-            grown = np.zeros((len(self.entries), 2 * room, FIELDS), dtype=np.int64)
-            grown[:, :room] = self.entries
-            self.entries = grown
+            rooms = self.ends[:, LIMIT] - self.ends[:, BASE]
+            rooms[slot] = 2 * (limit - base)
+            self._lay_out(rooms)
+
+    def _lay_out(self, rooms: Ints) -> None:
+        """The slots' segments ``rooms`` long (the slots beyond ``ends``' new and empty), each
+        slot's entries kept, at its segment's start."""
+        limits = np.cumsum(rooms, dtype=np.int64)
+        bases = limits - rooms
+        entries = np.zeros((int(limits[-1]), FIELDS), dtype=np.int64)
+        ends = np.stack([bases, bases, bases, limits], axis=1)
+        for slot, (first, end, _, _) in enumerate(self.ends.tolist()):
+            entries[bases[slot]:bases[slot] + end - first] = self.entries[first:end]
+            ends[slot, END] += end - first
+        self.entries, self.ends = entries, ends
 
 
 class View:
@@ -213,8 +224,8 @@ class View:
         inboxes, wanted = self._inboxes, [int(kind) for kind in kinds]
         due = []
         for slot in range(self._index * SLOTS, self._index * SLOTS + SLOTS):
-            first, end = inboxes.ends[slot]
-            waiting = inboxes.entries[slot, first:end]
+            first, end = inboxes.ends[slot, FIRST:END + 1]
+            waiting = inboxes.entries[first:end]
             hits = np.flatnonzero(np.isin(waiting[:, KIND], wanted))
             if len(hits):
                 due.append(int(waiting[hits[0], APPLIED]))

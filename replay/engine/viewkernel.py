@@ -11,8 +11,11 @@ assumptions it ended for the view's ``on_forget``.
 
 The inboxes: a row of entries per (view, informer), ``SLOTS`` informers a view (nodes, pods,
 another resource: each applies in the order its watch delivered, its applied times never
-decreasing), each entry a write's fields (``FIELDS``), from ``ends[slot, 0]`` (the oldest not
-applied) to ``ends[slot, 1]``; ``due[view]`` the earliest applied time of its entries.
+decreasing), each entry a write's fields (``FIELDS``).  The rows are segments of one array of
+entries: a slot's are from ``ends[slot, FIRST]`` (the oldest not applied) to ``ends[slot, END]``,
+within its segment from ``ends[slot, BASE]`` to ``ends[slot, LIMIT]`` (each slot's as long as it
+needs: a view that reads rarely has a long one, and the others keep theirs short).
+``due[view]`` is the earliest applied time of a view's entries.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ SLOTS = 3  # informers a view: nodes, pods, other resources
 APPLIED, RV, COMMIT, KIND, POD, NODE, VERSION, CPU, MEMORY, GPU = range(10)
 FIELDS = 10
 NOTHING_DUE = 2**63 - 1  # the due time of a view with no entry waiting
+FIRST, END, BASE, LIMIT = range(4)  # a slot's ``ends``
 # A view's counters (``apply_due`` adds to them): the applied changes that gave capacity back
 GIVE_BACKS = 0
 # A view's capacity per node: allocatable (3 rows), free (3 rows), version (the Snapshot's arrays
@@ -55,16 +59,15 @@ def _push(entries: Ints, ends: Ints, due: Ints, views: Ints, positions: Ints, ap
     """Hand write ``rv`` to ``views``' inboxes of ``informer``, view k's delivery applied at
     ``applied[positions[k]]``: -1, or the slot that has no room (nothing changed: make room and
     call again)."""
-    room = entries.shape[1]
     for view in views:
-        if ends[view * SLOTS + informer, 1] == room:
+        if ends[view * SLOTS + informer, END] == ends[view * SLOTS + informer, LIMIT]:
             return int(view * SLOTS + informer)
     for k in range(len(views)):
         slot, at = views[k] * SLOTS + informer, applied[positions[k]]
-        e = entries[slot, ends[slot, 1]]
+        e = entries[ends[slot, END]]
         e[APPLIED], e[RV], e[COMMIT], e[KIND], e[POD] = at, rv, commit, kind, pod
         e[NODE], e[VERSION], e[CPU], e[MEMORY], e[GPU] = node, version, cpu, memory, gpu
-        ends[slot, 1] += 1
+        ends[slot, END] += 1
         if at < due[views[k]]:
             due[views[k]] = at
     return -1
@@ -80,21 +83,22 @@ def _apply_due(entries: Ints, ends: Ints, due: Ints, view: int, now: int, pods: 
     n = 0
     for informer in range(SLOTS):
         slot = view * SLOTS + informer
-        head, tail = ends[slot, 0], ends[slot, 1]
-        while head < tail and entries[slot, head, APPLIED] <= now:
-            e = entries[slot, head]
+        head, tail = ends[slot, FIRST], ends[slot, END]
+        while head < tail and entries[head, APPLIED] <= now:
+            e = entries[head]
             if e[POD] >= pods.shape[1] or n == len(forgotten):
-                ends[slot, 0] = head
+                ends[slot, FIRST] = head
                 return (GROW if e[POD] >= pods.shape[1] else FULL), n
             n = _apply(e, pods, capacity, present, counters, counts_assumed, forgotten, n)
             head += 1
-        if head == tail:  # empty: its entries start again at the row's start
-            ends[slot, 1] = head = 0
-        ends[slot, 0] = head
+        if head == tail:  # empty: its entries start again at its segment's start
+            ends[slot, END] = head = ends[slot, BASE]
+        ends[slot, FIRST] = head
     earliest = NOTHING_DUE
     for slot in range(view * SLOTS, view * SLOTS + SLOTS):
-        if ends[slot, 0] < ends[slot, 1] and entries[slot, ends[slot, 0], APPLIED] < earliest:
-            earliest = entries[slot, ends[slot, 0], APPLIED]
+        first = ends[slot, FIRST]
+        if first < ends[slot, END] and entries[first, APPLIED] < earliest:
+            earliest = entries[first, APPLIED]
     due[view] = earliest
     return DONE, n
 
@@ -164,9 +168,9 @@ def _oldest(entries: Ints, ends: Ints, view: int) -> tuple[int, int]:
     """The lowest rv among ``view``'s entries and its commit time (NOTHING_DUE, 0: none)."""
     rv, commit = NOTHING_DUE, 0
     for slot in range(view * SLOTS, view * SLOTS + SLOTS):
-        for i in range(ends[slot, 0], ends[slot, 1]):
-            if entries[slot, i, RV] < rv:
-                rv, commit = entries[slot, i, RV], entries[slot, i, COMMIT]
+        for i in range(ends[slot, FIRST], ends[slot, END]):
+            if entries[i, RV] < rv:
+                rv, commit = entries[i, RV], entries[i, COMMIT]
     return rv, commit
 
 
@@ -179,11 +183,11 @@ def _entry_point(function: Callable[..., object], signature: str) -> Callable[..
     return getattr(compiled.overloads[compiled.signatures[0]], "entry_point", compiled)
 
 
-_I, _I2, _I3 = "int64[::1]", "int64[:, ::1]", "int64[:, :, ::1]"
+_I, _I2 = "int64[::1]", "int64[:, ::1]"
 push: Callable[..., int] = _entry_point(  # type: ignore[assignment]
-    _push, f"int64({_I3}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 10) + ")")
+    _push, f"int64({_I2}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 10) + ")")
 apply_due: Callable[..., tuple[int, int]] = _entry_point(  # type: ignore[assignment]
-    _apply_due, f"UniTuple(int64, 2)({_I3}, {_I2}, {_I}, int64, int64, {_I2}, {_I2}, "
+    _apply_due, f"UniTuple(int64, 2)({_I2}, {_I2}, {_I}, int64, int64, {_I2}, {_I2}, "
                 f"boolean[::1], {_I}, boolean, {_I2})")
 oldest: Callable[[Ints, Ints, int], tuple[int, int]] = _entry_point(  # type: ignore[assignment]
-    _oldest, f"UniTuple(int64, 2)({_I3}, {_I2}, int64)")
+    _oldest, f"UniTuple(int64, 2)({_I2}, {_I2}, int64)")
