@@ -70,8 +70,9 @@ class Inboxes:
         self.entries = np.zeros((0, FIELDS), dtype=np.int64)
         self.ends = np.zeros((0, 4), dtype=np.int64)
         self.due = np.zeros(0, dtype=np.int64)
-        self.due_now = self.due.data  # ``due`` element by element as Python ints (a view's test
-        self._one = np.zeros(1, dtype=np.int64)  # per read); one delivery's applied time
+        # ``due`` element by element as Python ints (every read of a view tests it)
+        self.due_now = self.due.data
+        self._one = np.zeros(1, dtype=np.int64)  # ``push_one``'s applied time
 
     def add_view(self) -> int:
         """A new view's number (its slots appended)."""
@@ -100,10 +101,11 @@ class Inboxes:
         self.push(view, _FIRST, self._one, write)
 
     def _make_room(self, slot: int) -> None:
-        """Room at the end of ``slot``'s segment: its entries moved to the segment's start, or
-        the segment twice as long."""
+        """Room at the end of ``slot``'s segment: its entries moved to the segment's start if
+        that frees half of it (else every push would move them all again), or the segment twice
+        as long."""
         first, end, base, limit = self.ends[slot].tolist()
-        if first > base:
+        if 2 * (first - base) >= limit - base:
             self.entries[base:base + end - first] = self.entries[first:end].copy()
             self.ends[slot, FIRST:END + 1] = base, base + end - first
         else:
@@ -137,8 +139,8 @@ class View:
         self._index = self._inboxes.add_view()
         self._me = np.array([self._index], dtype=np.int64)
         # per node: allocatable, free, version (``viewkernel``'s rows); the free capacity's rows
-        # and the versions as memoryviews: an element read or written as a Python int (85 ns a
-        # read-modify-write, 160 through numpy's scalars or a 1-d index)
+        # as memoryviews, for this watcher's own changes: an element read or written as a Python
+        # int (85 ns a read-modify-write, 160 through numpy's scalars or a 1-d index)
         self._capacity = np.zeros((VERSION_ROW + 1, node_count), dtype=np.int64)
         self._alloc, self._free = self._capacity[ALLOC:ALLOC + 3], self._capacity[FREE:FREE + 3]
         self._rows = tuple(memoryview(self._capacity[FREE + r]) for r in range(3))
@@ -176,13 +178,16 @@ class View:
             self._apply_due(now)
 
     def _apply_due(self, now: int) -> None:
+        """The compiled catch-up, called until it is done: the assumptions it ended told to
+        ``on_forget`` after each call, the per-pod arrays grown when it asks."""
         inboxes, forgotten = self._inboxes, self._forgotten
         while True:
             status, n = apply_due(inboxes.entries, inboxes.ends, inboxes.due, self._index, now,
                                   self._pods, self._capacity, self._present, self._counters,
                                   self.counts_assumed, forgotten)
-            for pod, at in forgotten[:n].tolist():
-                self._forgot(self._assumed_pods.pop(pod), at)
+            if n:
+                for pod, at in forgotten[:n].tolist():
+                    self._forgot(self._assumed_pods.pop(pod), at)
             if status == DONE:
                 return
             if status == GROW:

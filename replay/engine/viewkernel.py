@@ -1,9 +1,9 @@
 """The views' deliveries handed over and applied in compiled loops (numba): ``view``'s inboxes.
 
 A Gödel pod brings about 20 deliveries to the views (five writes to four views), each of them a
-Python step in a plain view (a hand-over, a catch-up iteration, an apply: 1.5-2 µs together, a
-fifth of the event loop at 100k pods), though most change nothing (a create, a dispatch patch)
-or little (a node version, a pod's node).  Here a view's state is kept in arrays (per pod its
+Python step in a plain view (a hand-over, a catch-up iteration, an apply: about 0.9 µs together,
+a tenth of the event loop), though most change nothing (a create, a dispatch patch) or little (a
+node version, a pod's node).  Here a view's state is kept in arrays (per pod its
 node as the watch placed it and as the watcher assumed it; per node capacity and version), a
 write's deliveries to the views of its targets are entries written by one call (``push``), and
 a view's catch-up applies every entry due in one call (``apply_due``), which hands back the
