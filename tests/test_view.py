@@ -1,21 +1,27 @@
 """A view's capacity as its own placements change it (``assume``, ``forget``, ``holding``): the
 snapshot the schedulers read must see every change made through the view's rows.  And as the
-watch changes it: every read applies exactly the deliveries due by then."""
+watch changes it: every read applies exactly the deliveries due by then.  And the view, its
+deliveries handed over and applied by compiled loops (``viewkernel``), against its plain
+definition a delivery at a time (``plain_view``)."""
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from plain_view import PlainView
 
-from replay.engine.cluster import Pod, Write, WriteKind
-from replay.engine.view import View
+from replay.engine.cluster import NO_NODE, NODE_KINDS, Pod, Write, WriteKind
+from replay.engine.view import Inboxes, View
+from replay.engine.viewkernel import FIELDS
 
 GIB = 1 << 30
 
 
 def test_own_placements_change_the_snapshot_and_fits():
     view = View(2, lambda: 0)
-    view._set_node(0, (4000, 8 * GIB, 1000))
+    view._deliver(0, Write(1, 0, WriteKind.NODE_SET, None, 0, "t", 0, -1, 201,
+                           (4000, 8 * GIB, 1000)))
     pod = Pod(0, None, "p0", (1500, 2 * GIB, 500), 0, -1, None, None, 0)
     free = view.snapshot().free
     view.assume(pod, 0)
@@ -88,3 +94,127 @@ def _applied_by(sent: list[tuple[int, Write]], now: int, nodes: int
         for resource in range(3):
             free[resource][node] -= pod.request[resource]
     return free, version
+
+
+class _TinyInboxes(Inboxes):
+    ROOM = 1  # every second entry makes room (moves a row's entries, or doubles every row)
+
+
+class _TinyView(View):
+    _FORGOTTEN = 1  # a catch-up that ends two assumptions takes two compiled calls
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.booleans())
+def test_a_view_is_its_plain_definition(data, tiny):
+    """Two views sharing their inboxes (a scheduler's, which counts assumed pods, and a
+    binder's), fed random writes of every kind, each handed to both at once (``Inboxes.push``,
+    the compiled fan-out's hand-over) or to each alone (``_deliver``), some held back
+    (``_expect``ed, handed over later, out of order), with assumptions made and forgotten and
+    reads at times that never decrease: every read gives what the plain view gives (capacity,
+    versions, presence, pods placed and assumed, give-backs, the oldest write not applied, the
+    next delivery due of some kinds), and the assumptions end at the same times, in the same
+    order.  ``tiny``: rows and buffers of one entry, so that every entry makes room, grows the
+    pods' arrays or ends a compiled call."""
+    nodes, now = 3, [0]
+    inboxes = _TinyInboxes() if tiny else Inboxes()
+    kind_of_view = _TinyView if tiny else View
+    views = [kind_of_view(nodes, lambda: now[0], counts, inboxes) for counts in (True, False)]
+    plains = [PlainView(nodes, lambda: now[0], counts) for counts in (True, False)]
+    forgotten: list[list] = [[], []]  # the assumptions ended, by the views and by the plain
+    for k, view in enumerate([*views, *plains]):
+        view.on_forget = lambda pod, at, _k=k: forgotten[_k // 2].append((_k % 2, pod.index, at))
+    pods = [Pod(i, None, f"p{i}", (100 * (i + 1), i + 1, 50 * (i % 2)), 0, -1, None, None, 0)
+            for i in range(5)]
+    last = [[0, 0, 0], [0, 0, 0]]  # per view and informer: the last applied time handed over
+    held: list[list[Write]] = [[], []]
+    rv = 0
+    for _ in range(data.draw(st.integers(1, 60))):
+        action = data.draw(st.sampled_from(["write", "write", "release", "advance", "assume",
+                                            "forget", "read"]))
+        if action == "write":
+            rv += 1
+            write = _write(data, rv, now[0], nodes, pods)
+            informer = 0 if write.kind in NODE_KINDS else 2 if write.kind == WriteKind.OTHER else 1
+            applied = []
+            for k in range(2):
+                last[k][informer] = max(last[k][informer], now[0]) + data.draw(st.integers(0, 4))
+                applied.append(last[k][informer])
+            how = data.draw(st.sampled_from(["both", "each", "held"]))
+            if how == "both":
+                inboxes.push(np.array([v._index for v in views], dtype=np.int64),
+                             np.array([0, 1], dtype=np.int64), np.array(applied, dtype=np.int64),
+                             write)
+            for k in range(2):
+                if how == "held" and data.draw(st.booleans()):
+                    views[k]._expect(write)
+                    plains[k]._expect(write)
+                    held[k].append(write)
+                    continue
+                if how != "both":
+                    views[k]._deliver(applied[k], write)
+                plains[k]._deliver(applied[k], write)
+        elif action == "release":
+            k = data.draw(st.integers(0, 1))
+            if held[k]:
+                write = held[k].pop(data.draw(st.integers(0, len(held[k]) - 1)))
+                informer = 0 if write.kind in NODE_KINDS else 2 if write.kind == WriteKind.OTHER \
+                    else 1
+                last[k][informer] = max(last[k][informer], now[0]) + data.draw(st.integers(0, 4))
+                views[k]._deliver(last[k][informer], write, True)
+                plains[k]._deliver(last[k][informer], write, True)
+        elif action == "advance":
+            now[0] += data.draw(st.integers(0, 6))
+        elif action in ("assume", "forget"):
+            k, pod = data.draw(st.integers(0, 1)), data.draw(st.sampled_from(pods))
+            if action == "assume":
+                node = data.draw(st.integers(0, nodes - 1))
+                views[k].assume(pod, node)
+                plains[k].assume(pod, node)
+            else:
+                views[k].forget(pod)
+                plains[k].forget(pod)
+        else:
+            kinds = data.draw(st.sets(st.sampled_from(list(WriteKind))))
+            for view, plain in zip(views, plains):
+                assert _read(view, pods, kinds) == _read(plain, pods, kinds)
+        assert forgotten[0] == forgotten[1]
+
+
+def _write(data, rv: int, now: int, nodes: int, pods: list[Pod]) -> Write:
+    """A write of any kind, as the truth stamps it (a node version only on a node's write)."""
+    kind = data.draw(st.sampled_from(list(WriteKind)))
+    pod = None if kind in NODE_KINDS or kind == WriteKind.OTHER else data.draw(
+        st.sampled_from(pods))
+    node = data.draw(st.integers(0, nodes - 1)) if kind in NODE_KINDS or kind in (
+        WriteKind.POD_BIND, WriteKind.POD_ASSUME) else NO_NODE
+    alloc = (tuple(data.draw(st.integers(0, 2000)) for _ in range(3))
+             if kind == WriteKind.NODE_SET else None)
+    version = data.draw(st.integers(0, rv)) if node != NO_NODE else 0
+    return Write(rv, now, kind, pod, node, "t", 0, -1, 200, alloc, version)
+
+
+def _read(view, pods: list[Pod], kinds) -> tuple:
+    snapshot = view.snapshot()
+    return (snapshot.alloc.tolist(), snapshot.free.tolist(), snapshot.present.tolist(),
+            snapshot.version.tolist(), view.give_backs, view.oldest_unapplied(),
+            view.next_due(kinds), [view.has_placed(p) for p in pods],
+            [view.assumes(p) for p in pods])
+
+
+def test_a_view_that_reads_rarely_lengthens_only_its_own_row():
+    """The inboxes' segments: one view's deliveries piling up unread (a scheduler with no pods
+    to place) lengthen its own pods' row, not every view's."""
+    inboxes, now = Inboxes(), [0]
+    busy, idle = (View(1, lambda: now[0], True, inboxes) for _ in range(2))
+    pod = Pod(0, None, "p0", (1, 1, 0), 0, -1, None, None, 0)
+    for rv in range(1, 10 * Inboxes.ROOM):
+        write = Write(rv, rv, WriteKind.POD_CREATE, pod, NO_NODE, "t", 0, -1, 201)
+        inboxes.push(np.array([busy._index, idle._index], dtype=np.int64),
+                     np.array([0, 1], dtype=np.int64), np.array([rv, rv], dtype=np.int64), write)
+        now[0] = rv
+        busy.snapshot()
+    # six rows (two views, three informers) of ROOM entries, but the idle view's pods' row of 16
+    assert inboxes.entries.size == (5 + 16) * Inboxes.ROOM * FIELDS
+    waiting = inboxes.ends[4, 1] - inboxes.ends[4, 0]
+    assert waiting == 10 * Inboxes.ROOM - 1 and idle.oldest_unapplied() is None  # (applied now)

@@ -34,7 +34,7 @@ from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Environment, Timer
 from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
 from replay.engine.rundir import ROW_GROUP_ROWS, RunTables
-from replay.engine.view import View
+from replay.engine.view import Inboxes, View
 from replay.engine.watchcache import capacities
 from replay.engine.watchers import Streams, watchers_table
 from replay.engine.workload import Workload
@@ -57,12 +57,12 @@ _BIND, _DELETE, _NODE_DELETE, _OTHER = (WriteKind.POD_BIND, WriteKind.POD_DELETE
 _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteKind}
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
-# What the engine does with a watcher's deliveries: its view's ``_deliver`` (None: it has no
-# view), the kinds of write it reacts to (None: none) and which of them it wants
-_Deliver = Callable[[int, Write, bool], None]
-_Sink = tuple[_Deliver | None, frozenset[WriteKind] | None, Wants | None]
-# a piped target's sink in a ``_Fan``: its place among the fan's watches, its number, its sink
-_FanSink = tuple[int, int, _Deliver | None, frozenset[WriteKind] | None, Wants | None]
+# What the engine does with a watcher's deliveries: its view (None: it has none), the kinds of
+# write it reacts to (None: none) and which of them it wants
+_Sink = tuple[View | None, frozenset[WriteKind] | None, Wants | None]
+# a piped target's reaction to a kind of write in a ``_Fan``: its place among the fan's watches,
+# its number, and which writes of the kind it wants
+_FanSink = tuple[int, int, Wants | None]
 
 
 class _Fan:
@@ -70,7 +70,8 @@ class _Fan:
     (``targets``), the pipeline's ``watches`` of the piped ones, and what ``_hand_over_fanned``
     does with a write the compiled fan-out delivered to every one of those watches."""
 
-    __slots__ = ("targets", "watches", "watchers", "zeros", "_piped", "sinks", "made_for")
+    __slots__ = ("targets", "watches", "watchers", "zeros", "_piped", "sinks", "views",
+                 "positions", "applied", "applied_at", "made_for")
 
     def __init__(self, targets: list[int], piped: list[int], watches: Watches):
         """``piped``: the targets that have a watch (numbered as the run's watchers)."""
@@ -79,15 +80,26 @@ class _Fan:
         self.watchers = np.array(piped, dtype=np.int32).tobytes()
         self.zeros = bytes(len(piped))
         self._piped = piped
-        # the piped targets with a view or a reaction
-        self.sinks: list[_FanSink] = []
-        self.made_for: list[_Sink] | None = None  # the engine's sinks ``sinks`` come from
+        # per kind of write, the piped targets that react to it; those with a view (their
+        # views' numbers in the views' ``Inboxes``) and their places among the fan's watches
+        self.sinks: list[list[_FanSink]] = []
+        self.views = self.positions = self.applied = np.zeros(0, dtype=np.int64)
+        self.applied_at = self.applied.data  # (``applied`` element by element)
+        self.made_for: list[_Sink] | None = None  # the engine's sinks these come from
 
-    def sinks_of(self, sinks: list[_Sink]) -> list[_FanSink]:
-        """``sinks``' entries for the piped targets, remade when the engine's have changed."""
+    def sinks_of(self, sinks: list[_Sink]) -> list[list[_FanSink]]:
+        """``sinks``' reactions for the piped targets, by kind of write (and ``views``,
+        ``positions``), remade when the engine's have changed."""
         if self.made_for is not sinks:
-            self.sinks = [(j, watcher, *sinks[watcher]) for j, watcher in enumerate(self._piped)
-                          if sinks[watcher] != (None, None, None)]
+            self.sinks = [[(j, watcher, wants) for j, watcher in enumerate(self._piped)
+                           for _, kinds, wants in [sinks[watcher]]
+                           if kinds is not None and kind in kinds] for kind in WriteKind]
+            viewed = [(view._index, j) for j, watcher in enumerate(self._piped)
+                      for view in [sinks[watcher][0]] if view is not None]
+            self.views, self.positions = np.array(viewed, dtype=np.int64).reshape(-1, 2).T.copy()
+            # the fan-out's applied times (its answer's row, current after each call)
+            self.applied = self.watches.times[3]
+            self.applied_at = self.applied.data
             self.made_for = sinks
         return self.sinks
 
@@ -120,6 +132,7 @@ class Simulation:
         self._all_piped = len(piped) == len(watchers)
         self._filters(watchers)
         self._views: dict[int, View] = {}
+        self._inboxes = Inboxes()  # the views' deliveries not yet applied
         self._reactions: dict[int, tuple[frozenset[WriteKind], Wants | None, Handler]] = {}
         self._sinks: list[_Sink] | None = None
         self._targets: dict[tuple[str, int], _Fan] = {}
@@ -168,7 +181,8 @@ class Simulation:
         index = self._index[watcher]
         if index not in self._views:
             self._views[index] = View(len(self._truth.nodes), self._clock,
-                                      counts_assumed=self._watchers[index].role == "scheduler")
+                                      counts_assumed=self._watchers[index].role == "scheduler",
+                                      inboxes=self._inboxes)
             self._sinks = None
         return self._views[index]
 
@@ -499,35 +513,33 @@ class Simulation:
             deliveries = [(of[d[0]], *d[1:]) for d in deliveries]
         self._log.delivered(deliveries)
         for watcher, rv, write, _, _, _, applied, _, _ in deliveries:
-            deliver, kinds, wants = sinks[watcher]
-            if deliver is not None:
-                deliver(applied, write, rv != current)
+            view, kinds, wants = sinks[watcher]
+            if view is not None:
+                view._deliver(applied, write, rv != current)
             if kinds is not None and write.kind in kinds and (wants is None or wants(write)):
                 call_at(applied, react, watcher, write)
 
     def _hand_over_fanned(self, fan: _Fan, write: Write) -> None:
         """``_hand_over`` of ``write``'s deliveries to every watch of ``fan``, made by the
-        compiled fan-out: logged from its arrays as they are, handed to the views and
-        reactions with no tuple per delivery."""
-        sinks = self._sinks if self._sinks is not None else self._make_sinks()
+        compiled fan-out: logged from its arrays as they are, handed to the views in one
+        call and to the reactions with no tuple per delivery."""
+        reactions = fan.sinks_of(self._sinks if self._sinks is not None else self._make_sinks())
         self._log.fanned(fan.watches.columns, fan.watchers, fan.zeros)
-        applied = fan.watches.times[3].tolist()
-        call_at, react, kind = self._env.call_at, self._react, write.kind
-        for j, watcher, deliver, kinds, wants in fan.sinks_of(sinks):
-            if deliver is not None:
-                deliver(applied[j], write, False)
-            if kinds is not None and kind in kinds and (wants is None or wants(write)):
+        if len(fan.views):
+            self._inboxes.push(fan.views, fan.positions, fan.applied, write)
+        call_at, react, applied = self._env.call_at, self._react, fan.applied_at
+        for j, watcher, wants in reactions[write.kind]:
+            if wants is None or wants(write):
                 call_at(applied[j], react, watcher, write)
 
     def _make_sinks(self) -> list[_Sink]:
-        """Per watcher, what ``_hand_over`` does with its deliveries: its view's ``_deliver``
-        (None: no view), the kinds it reacts to (None: none) and its ``wants``.  Made again
-        after ``view`` or ``react`` changed them."""
+        """Per watcher, what ``_hand_over`` does with its deliveries: its view (None: no
+        view), the kinds it reacts to (None: none) and its ``wants``.  Made again after
+        ``view`` or ``react`` changed them."""
         sinks: list[_Sink] = []
         for index in range(len(self._watchers)):
-            view = self._views.get(index)
             kinds, wants, _ = self._reactions.get(index, (None, None, None))
-            sinks.append((view._deliver if view is not None else None, kinds, wants))
+            sinks.append((self._views.get(index), kinds, wants))
         self._sinks = sinks
         return sinks
 

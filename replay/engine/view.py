@@ -13,7 +13,10 @@ the deliveries due by the simulation's clock, as the informer would have by then
 nobody reacts to costs no event in the simulation's queue, and a model never sees a view that is
 behind its own watch.  A watcher has one watch, and one informer, per resource: each keeps its
 own inbox, whose applied times never decrease.  A write whose delivery its watch holds back (the
-watch is closed, or its buffer full) is ``_expect``ed until then: the view's lag counts it.
+watch is closed, or its buffer full) is ``_expect``ed until then: the view's lag counts it.  The
+inboxes, and the view's state per pod and node, are arrays, handed over and applied by compiled
+loops (``viewkernel``): the views of a simulation share one ``Inboxes``, so that a write's
+deliveries to all of them are one call (``Inboxes.push``).
 
 A pod counts on a node from its applied binding until its applied delete, or its applied failure
 (status.phase Failed: the scheduler's informer drops terminal pods); in a cache that counts
@@ -27,7 +30,6 @@ assume patch), or the placement failed.  This is the definition the analysis que
 from __future__ import annotations
 
 import contextlib
-from collections import deque
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple, TypeVar
 
@@ -35,15 +37,15 @@ import numpy as np
 import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
+from replay.engine.viewkernel import (ALLOC, APPLIED, BASE, DONE, END, FIELDS, FIRST, FREE,
+                                      GIVE_BACKS, GROW, KIND, LIMIT, NOTHING_DUE, SLOTS,
+                                      VERSION_ROW, apply_due, oldest, push)
 
 Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
           for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
-# The pod writes after which a pod no longer counts on its node in any cache
-_LEAVES = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.POD_FAIL})
-_NODE_SET, _NODE_DELETE = WriteKind.NODE_SET, WriteKind.NODE_DELETE  # (a module global is
-_POD_BIND, _POD_ASSUME = WriteKind.POD_BIND, WriteKind.POD_ASSUME  # quicker than an enum's)
-_NOTHING_DUE = 2**63 - 1  # the due time of a view with no delivery waiting
+_NO_REQUEST = (0, 0, 0)
+_FIRST = np.zeros(1, dtype=np.int64)  # (``push``'s positions for one delivery)
 
 
 class Snapshot(NamedTuple):
@@ -56,141 +58,188 @@ class Snapshot(NamedTuple):
     version: Ints  # the node's change count as this view last applied it
 
 
+class Inboxes:
+    """The deliveries handed to a simulation's views and not yet applied (``viewkernel``'s
+    module docstring): ``entries`` (entry, field), ``ends`` (slot: first, end, base, limit),
+    ``due`` per view.  A slot's segment doubles when it fills; a view added later adds its
+    slots."""
+
+    ROOM = 64  # entries a slot holds at first
+
+    def __init__(self) -> None:
+        self.entries = np.zeros((0, FIELDS), dtype=np.int64)
+        self.ends = np.zeros((0, 4), dtype=np.int64)
+        self.due = np.zeros(0, dtype=np.int64)
+        # ``due`` element by element as Python ints (every read of a view tests it)
+        self.due_now = self.due.data
+        self._one = np.zeros(1, dtype=np.int64)  # ``push_one``'s applied time
+
+    def add_view(self) -> int:
+        """A new view's number (its slots appended)."""
+        view = len(self.due)
+        self._lay_out(np.append(self.ends[:, LIMIT] - self.ends[:, BASE], [self.ROOM] * SLOTS))
+        self.due = np.append(self.due, np.int64(NOTHING_DUE))
+        self.due_now = self.due.data
+        return view
+
+    def push(self, views: Ints, positions: Ints, applied: Ints, write: Write) -> None:
+        """Hand ``write`` to each of ``views``, applied at ``applied[positions[k]]`` in view k."""
+        pod, request = write.pod, write.alloc or _NO_REQUEST  # (a NODE_SET's allocatable)
+        if pod is not None:
+            index, request = pod.index, pod.request
+        else:
+            index = -1
+        informer = _INBOX[write.kind]
+        while (full := push(self.entries, self.ends, self.due, views, positions, applied,
+                            informer, write.rv, write.commit, write.kind, index, write.node,
+                            write.node_version, request[0], request[1], request[2])) >= 0:
+            self._make_room(full)
+
+    def push_one(self, view: Ints, applied: int, write: Write) -> None:
+        """``push`` to one view (``view``: its number in an array)."""
+        self._one[0] = applied
+        self.push(view, _FIRST, self._one, write)
+
+    def _make_room(self, slot: int) -> None:
+        """Room at the end of ``slot``'s segment: its entries moved to the segment's start if
+        that frees half of it (else every push would move them all again), or the segment twice
+        as long."""
+        first, end, base, limit = self.ends[slot].tolist()
+        if 2 * (first - base) >= limit - base:
+            self.entries[base:base + end - first] = self.entries[first:end].copy()
+            self.ends[slot, FIRST:END + 1] = base, base + end - first
+        else:
+            rooms = self.ends[:, LIMIT] - self.ends[:, BASE]
+            rooms[slot] = 2 * (limit - base)
+            self._lay_out(rooms)
+
+    def _lay_out(self, rooms: Ints) -> None:
+        """The slots' segments ``rooms`` long (the slots beyond ``ends``' new and empty), each
+        slot's entries kept, at its segment's start."""
+        limits = np.cumsum(rooms, dtype=np.int64)
+        bases = limits - rooms
+        entries = np.zeros((int(limits[-1]), FIELDS), dtype=np.int64)
+        ends = np.stack([bases, bases, bases, limits], axis=1)
+        for slot, (first, end, _, _) in enumerate(self.ends.tolist()):
+            entries[bases[slot]:bases[slot] + end - first] = self.entries[first:end]
+            ends[slot, END] += end - first
+        self.entries, self.ends = entries, ends
+
+
 class View:
-    def __init__(self, node_count: int, clock: Callable[[], int], counts_assumed: bool = False):
+    _FORGOTTEN = 64  # assumptions one call of the compiled catch-up can end
+
+    def __init__(self, node_count: int, clock: Callable[[], int], counts_assumed: bool = False,
+                 inboxes: Inboxes | None = None):
         """``clock()``: the simulation's time now; ``counts_assumed``: the cache counts pods
-        assumed by Gödel schedulers (assume patches) as it counts bound ones."""
+        assumed by Gödel schedulers (assume patches) as it counts bound ones; ``inboxes``: the
+        simulation's views' (None: its own)."""
         self.counts_assumed = counts_assumed
-        self._alloc = np.zeros((3, node_count), dtype=np.int64)
-        self._free = np.zeros((3, node_count), dtype=np.int64)
-        # the free capacity's rows as memoryviews: an element read or written as a Python int
-        # (85 ns a read-modify-write, 160 through numpy's scalars or a 1-d index)
-        self._rows = (memoryview(self._free[0]), memoryview(self._free[1]),
-                      memoryview(self._free[2]))
+        self._inboxes = inboxes if inboxes is not None else Inboxes()
+        self._index = self._inboxes.add_view()
+        self._me = np.array([self._index], dtype=np.int64)
+        # per node: allocatable, free, version (``viewkernel``'s rows); the free capacity's rows
+        # as memoryviews, for this watcher's own changes: an element read or written as a Python
+        # int (85 ns a read-modify-write, 160 through numpy's scalars or a 1-d index)
+        self._capacity = np.zeros((VERSION_ROW + 1, node_count), dtype=np.int64)
+        self._alloc, self._free = self._capacity[ALLOC:ALLOC + 3], self._capacity[FREE:FREE + 3]
+        self._rows = tuple(memoryview(self._capacity[FREE + r]) for r in range(3))
         self._present = np.zeros(node_count, dtype=bool)
-        self._version = np.zeros(node_count, dtype=np.int64)
-        self._versions = self._version.data  # (as ``_rows``: read and written per apply)
-        self._placed: dict[Pod, int] = {}  # pods on nodes as applied from the watch
-        self._assumed: dict[Pod, int] = {}  # pods this watcher placed itself, not yet confirmed
-        # per informer (nodes, pods, other resources): (applied_us, write), not yet applied
-        self._inboxes: tuple[deque[tuple[int, Write]], ...] = (deque(), deque(), deque())
-        self._due = _NOTHING_DUE  # the earliest applied time in the inboxes
-        self._places = frozenset({_POD_BIND, _POD_ASSUME} if counts_assumed else {_POD_BIND})
-        self._unapplied: deque[Write] = deque()  # sent to it, not yet applied, by rv ...
-        self._applied_early: set[int] = set()  # ... but for these rvs, already applied
+        self._version = self._capacity[VERSION_ROW]
+        self._pods = np.zeros((2, 0), dtype=np.int64)  # per pod: placed by the watch, assumed
+        self._placed, self._assumed = memoryview(self._pods[0]), memoryview(self._pods[1])
+        self._assumed_pods: dict[int, Pod] = {}  # the pods of this watcher's own assumptions
+        self._counters = np.zeros(1, dtype=np.int64)
+        self._counts = self._counters.data  # (as ``_rows``)
+        self._forgotten = np.zeros((self._FORGOTTEN, 2), dtype=np.int64)
+        self._expected: dict[int, int] = {}  # rv -> commit of writes sent, not yet handed over
         self._clock = clock
         self._snapshot = Snapshot(_read_only(self._alloc), _read_only(self._free),
                                   _read_only(self._present), _read_only(self._version))
-        self._give_backs = 0
         self.on_forget: Callable[[Pod, int], None] | None = None  # (pod, now) when forgotten
 
     # -- the informer ---------------------------------------------------------------------------
     def _expect(self, write: Write) -> None:
         """The engine's word that ``write`` was sent to this watcher and will be delivered
         later (``_deliver``), once its watch lets it through."""
-        self._unapplied.append(write)
+        self._expected[write.rv] = write.commit
 
     def _deliver(self, applied: int, write: Write, expected: bool = False) -> None:
         """The engine's hand-over of a delivery, to be applied at ``applied`` (``expected``: it
-        was ``_expect``ed)."""
-        self._inboxes[_INBOX[write.kind]].append((applied, write))
-        if applied < self._due:
-            self._due = applied
-        if not expected:
-            self._unapplied.append(write)
+        was ``_expect``ed).  (A write's deliveries to several views: ``Inboxes.push``.)"""
+        if expected:
+            self._expected.pop(write.rv, None)
+        self._inboxes.push_one(self._me, applied, write)
 
     def _catch_up(self) -> None:
         """Apply every delivery due by now (one informer after the other)."""
         now = self._clock()
-        if now < self._due:
-            return
-        unapplied, apply = self._unapplied, self._apply
-        for inbox in self._inboxes:
-            while inbox and inbox[0][0] <= now:
-                applied, write = inbox.popleft()
-                apply(write, applied)
-                if unapplied and unapplied[0] is write:  # in the order it was sent
-                    unapplied.popleft()
-                    if self._applied_early:
-                        self._forget_applied_early()
-                else:
-                    self._applied_early.add(write.rv)
-        # the earliest applied time left (a loop: ``min`` over a comprehension cost 0.5 µs)
-        due = _NOTHING_DUE
-        for inbox in self._inboxes:
-            if inbox and inbox[0][0] < due:
-                due = inbox[0][0]
-        self._due = due
+        if now >= self._inboxes.due_now[self._index]:
+            self._apply_due(now)
 
-    def _forget_applied_early(self) -> None:
-        unapplied, early = self._unapplied, self._applied_early
-        while early and unapplied and unapplied[0].rv in early:
-            early.remove(unapplied.popleft().rv)
+    def _apply_due(self, now: int) -> None:
+        """The compiled catch-up, called until it is done: the assumptions it ended told to
+        ``on_forget`` after each call, the per-pod arrays grown when it asks."""
+        inboxes, forgotten = self._inboxes, self._forgotten
+        while True:
+            status, n = apply_due(inboxes.entries, inboxes.ends, inboxes.due, self._index, now,
+                                  self._pods, self._capacity, self._present, self._counters,
+                                  self.counts_assumed, forgotten)
+            if n:
+                for pod, at in forgotten[:n].tolist():
+                    self._forgot(self._assumed_pods.pop(pod), at)
+            if status == DONE:
+                return
+            if status == GROW:
+                self._grow(2 * self._pods.shape[1] + 1)
+
+    def _grow(self, pods: int) -> None:
+        """Room for ``pods`` pods in the per-pod arrays."""
+        grown = np.full((2, pods), -1, dtype=np.int64)
+        grown[:, :self._pods.shape[1]] = self._pods
+        self._pods = grown
+        self._placed, self._assumed = memoryview(grown[0]), memoryview(grown[1])
+
+    def _counted(self, pod: Pod) -> int:
+        """``pod``'s index, the per-pod arrays grown to hold it."""
+        index = pod.index
+        if index >= self._pods.shape[1]:
+            self._grow(max(2 * self._pods.shape[1], index + 1))
+        return index
 
     @property
     def give_backs(self) -> int:
         """How many applied changes gave capacity back (they may let an unschedulable pod fit)."""
         self._catch_up()
-        return self._give_backs
+        return self._counts[GIVE_BACKS]
 
     def oldest_unapplied(self) -> int | None:
         """Commit time of the oldest write sent to this watcher and not yet applied."""
         self._catch_up()
-        return self._unapplied[0].commit if self._unapplied else None
+        rv, commit = oldest(self._inboxes.entries, self._inboxes.ends, self._index)
+        if self._expected:
+            first = next(iter(self._expected))  # (expected in the order sent: by rv)
+            if first < rv:
+                return self._expected[first]
+        return commit if rv != NOTHING_DUE else None
 
     def next_due(self, kinds: Collection[WriteKind]) -> int | None:
         """When the next delivery of one of ``kinds`` already on its way will be applied."""
         self._catch_up()
-        due = [next((applied for applied, write in inbox if write.kind in kinds), None)
-               for inbox in self._inboxes]
-        return min((t for t in due if t is not None), default=None)
-
-    def _apply(self, write: Write, now: int) -> None:
-        kind, pod, version = write.kind, write.pod, write.node_version
-        if version and version > self._versions[write.node]:
-            self._versions[write.node] = version
-        if kind in self._places:
-            assert pod is not None
-            self._place(pod, write.node, now)
-        elif kind in _LEAVES:
-            assert pod is not None
-            if self._assumed:
-                self._forget(pod, now)
-            node = self._placed.pop(pod, None)
-            if node is not None:
-                self._take(node, pod.request, 1)
-        elif kind == _NODE_SET:
-            self._set_node(write.node, write.alloc)
-        elif kind == _NODE_DELETE:
-            self._set_node(write.node, None)
-
-    def _place(self, pod: Pod, node: int, now: int) -> None:
-        """The watch has brought ``pod`` on ``node``: it counts there from now on, once (an own
-        assumption of it ends: confirmed)."""
-        if self._placed.get(pod) == node:
-            return  # assumed there, now bound there
-        mine = self._assumed.pop(pod, None)
-        if mine is not None and self.on_forget is not None:
-            self.on_forget(pod, now)
-        held = self._placed.pop(pod, mine)
-        if held != node:
-            if held is not None:
-                self._take(held, pod.request, 1)
-            self._take(node, pod.request, -1)
-        self._placed[pod] = node
-
-    def _set_node(self, node: int, alloc: Request | None) -> None:
-        new = np.zeros(3, dtype=np.int64) if alloc is None else np.asarray(alloc, dtype=np.int64)
-        grew = bool((new > self._alloc[:, node]).any())
-        self._free[:, node] += new - self._alloc[:, node]
-        self._alloc[:, node] = new
-        self._present[node] = alloc is not None
-        self._give_backs += grew
+        inboxes, wanted = self._inboxes, [int(kind) for kind in kinds]
+        due = []
+        for slot in range(self._index * SLOTS, self._index * SLOTS + SLOTS):
+            first, end = inboxes.ends[slot, FIRST:END + 1]
+            waiting = inboxes.entries[first:end]
+            hits = np.flatnonzero(np.isin(waiting[:, KIND], wanted))
+            if len(hits):
+                due.append(int(waiting[hits[0], APPLIED]))
+        return min(due, default=None)
 
     def _take(self, node: int, request: Request, sign: int) -> None:
         self._add(node, request, sign)
         if sign > 0:
-            self._give_backs += 1
+            self._counts[GIVE_BACKS] += 1
 
     def _add(self, node: int, request: Request, sign: int) -> None:
         cpu, memory, gpu = self._rows
@@ -217,7 +266,8 @@ class View:
         cache that counts assumed pods, its assume patch), and not its delete, rejection or
         failure."""
         self._catch_up()
-        return pod in self._placed
+        index = self._counted(pod)  # (first: it may grow ``_placed``)
+        return self._placed[index] >= 0
 
     def holding(self) -> contextlib.AbstractContextManager[Callable[[int, Request], None]]:
         """A ``hold(node, request)`` that counts a request on a node until the block ends, for
@@ -229,26 +279,32 @@ class View:
     def assumes(self, pod: Pod) -> bool:
         """Whether ``pod`` is one of the watcher's own placements, not yet confirmed or forgotten."""
         self._catch_up()
-        return pod in self._assumed
+        index = self._counted(pod)  # (first: it may grow ``_assumed``)
+        return self._assumed[index] >= 0
 
     def assume(self, pod: Pod, node: int) -> None:
         """Count ``pod`` on ``node`` at once, before any write about it comes back."""
         self._catch_up()
-        if pod not in self._placed and pod not in self._assumed:
-            self._assumed[pod] = node
+        index = self._counted(pod)
+        if self._placed[index] < 0 and self._assumed[index] < 0:
+            self._assumed[index] = node
+            self._assumed_pods[index] = pod
             self._take(node, pod.request, -1)
 
     def forget(self, pod: Pod) -> None:
         """Drop an assumption that failed (the write was refused or the placement rejected)."""
         self._catch_up()
-        self._forget(pod, self._clock())
-
-    def _forget(self, pod: Pod, now: int) -> None:
-        node = self._assumed.pop(pod, None)
-        if node is not None:
+        index = self._counted(pod)
+        node = self._assumed[index]
+        if node >= 0:
+            self._assumed[index] = -1
+            del self._assumed_pods[index]
             self._take(node, pod.request, 1)
-            if self.on_forget is not None:
-                self.on_forget(pod, now)
+            self._forgot(pod, self._clock())
+
+    def _forgot(self, pod: Pod, at: int) -> None:
+        if self.on_forget is not None:
+            self.on_forget(pod, at)
 
 
 class _Holding:

@@ -1,0 +1,193 @@
+"""The views' deliveries handed over and applied in compiled loops (numba): ``view``'s inboxes.
+
+A Gödel pod brings about 20 deliveries to the views (five writes to four views), each of them a
+Python step in a plain view (a hand-over, a catch-up iteration, an apply: about 0.9 µs together,
+a tenth of the event loop), though most change nothing (a create, a dispatch patch) or little (a
+node version, a pod's node).  Here a view's state is kept in arrays (per pod its
+node as the watch placed it and as the watcher assumed it; per node capacity and version), a
+write's deliveries to the views of its targets are entries written by one call (``push``), and
+a view's catch-up applies every entry due in one call (``apply_due``), which hands back the
+assumptions it ended for the view's ``on_forget``.
+
+The inboxes: a row of entries per (view, informer), ``SLOTS`` informers a view (nodes, pods,
+another resource: each applies in the order its watch delivered, its applied times never
+decreasing), each entry a write's fields (``FIELDS``).  The rows are segments of one array of
+entries: a slot's are from ``ends[slot, FIRST]`` (the oldest not applied) to ``ends[slot, END]``,
+within its segment from ``ends[slot, BASE]`` to ``ends[slot, LIMIT]`` (each slot's as long as it
+needs: a view that reads rarely has a long one, and the others keep theirs short).
+``due[view]`` is the earliest applied time of a view's entries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from replay.engine.cluster import WriteKind
+from replay.jit import njit
+
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+SLOTS = 3  # informers a view: nodes, pods, other resources
+# An entry: when it applies, and the write's rv, commit, kind, pod (index, -1: none), node,
+# node version, and its pod's request (a NODE_SET's allocatable)
+APPLIED, RV, COMMIT, KIND, POD, NODE, VERSION, CPU, MEMORY, GPU = range(10)
+FIELDS = 10
+NOTHING_DUE = 2**63 - 1  # the due time of a view with no entry waiting
+FIRST, END, BASE, LIMIT = range(4)  # a slot's ``ends``
+# A view's counters (``apply_due`` adds to them): the applied changes that gave capacity back
+GIVE_BACKS = 0
+# A view's capacity per node: allocatable (3 rows), free (3 rows), version (the Snapshot's arrays
+# are views of these rows)
+ALLOC, FREE, VERSION_ROW = 0, 3, 6
+# ``apply_due``'s answers besides the assumptions it forgot: done; a pod beyond the view's pod
+# arrays (grow them and call again); the buffer of forgotten assumptions full (call again)
+DONE, GROW, FULL = 0, 1, 2
+# the kinds, as constants the kernels compile in
+_NODE_SET, _NODE_DELETE = int(WriteKind.NODE_SET), int(WriteKind.NODE_DELETE)
+_BIND, _ASSUME = int(WriteKind.POD_BIND), int(WriteKind.POD_ASSUME)
+_REJECT, _FAIL, _DELETE = (int(WriteKind.POD_REJECT), int(WriteKind.POD_FAIL),
+                           int(WriteKind.POD_DELETE))
+
+
+def _push(entries: Ints, ends: Ints, due: Ints, views: Ints, positions: Ints, applied: Ints,
+          informer: int, rv: int, commit: int, kind: int, pod: int, node: int, version: int,
+          cpu: int, memory: int, gpu: int) -> int:
+    """Hand write ``rv`` to ``views``' inboxes of ``informer``, view k's delivery applied at
+    ``applied[positions[k]]``: -1, or the slot that has no room (nothing changed: make room and
+    call again)."""
+    for view in views:
+        if ends[view * SLOTS + informer, END] == ends[view * SLOTS + informer, LIMIT]:
+            return int(view * SLOTS + informer)
+    for k in range(len(views)):
+        slot, at = views[k] * SLOTS + informer, applied[positions[k]]
+        e = entries[ends[slot, END]]
+        e[APPLIED], e[RV], e[COMMIT], e[KIND], e[POD] = at, rv, commit, kind, pod
+        e[NODE], e[VERSION], e[CPU], e[MEMORY], e[GPU] = node, version, cpu, memory, gpu
+        ends[slot, END] += 1
+        if at < due[views[k]]:
+            due[views[k]] = at
+    return -1
+
+
+def _apply_due(entries: Ints, ends: Ints, due: Ints, view: int, now: int, pods: Ints,
+               capacity: Ints, present: Bools, counters: Ints, counts_assumed: bool,
+               forgotten: Ints) -> tuple[int, int]:
+    """Apply ``view``'s entries due by ``now``, informer after informer, to its state (``pods``:
+    per pod the node the watch placed it on, and the node the watcher assumed it on, -1: none;
+    ``capacity``, ``present``, ``counters``): (DONE, GROW or FULL, how many assumptions it
+    ended, as (pod, applied time) in ``forgotten``)."""
+    n = 0
+    for informer in range(SLOTS):
+        slot = view * SLOTS + informer
+        head, tail = ends[slot, FIRST], ends[slot, END]
+        while head < tail and entries[head, APPLIED] <= now:
+            e = entries[head]
+            if e[POD] >= pods.shape[1] or n == len(forgotten):
+                ends[slot, FIRST] = head
+                return (GROW if e[POD] >= pods.shape[1] else FULL), n
+            n = _apply(e, pods, capacity, present, counters, counts_assumed, forgotten, n)
+            head += 1
+        if head == tail:  # empty: its entries start again at its segment's start
+            ends[slot, END] = head = ends[slot, BASE]
+        ends[slot, FIRST] = head
+    earliest = NOTHING_DUE
+    for slot in range(view * SLOTS, view * SLOTS + SLOTS):
+        first = ends[slot, FIRST]
+        if first < ends[slot, END] and entries[first, APPLIED] < earliest:
+            earliest = entries[first, APPLIED]
+    due[view] = earliest
+    return DONE, n
+
+
+@njit(cache=True, nogil=True)
+def _apply(e: Ints, pods: Ints, capacity: Ints, present: Bools, counters: Ints,
+           counts_assumed: bool, forgotten: Ints, n: int) -> int:
+    """One delivery (``View``'s definition, module docstring of ``view``)."""
+    kind, pod, node, version = e[KIND], e[POD], e[NODE], e[VERSION]
+    if version != 0 and version > capacity[VERSION_ROW, node]:
+        capacity[VERSION_ROW, node] = version
+    if kind == _BIND or (kind == _ASSUME and counts_assumed):
+        n = _place(e, pods, capacity, counters, forgotten, n)
+    elif kind == _DELETE or kind == _REJECT or kind == _FAIL:
+        for row in (1, 0):  # its own assumption ends, then its placement
+            held = pods[row, pod]
+            if held >= 0:
+                pods[row, pod] = -1
+                _take(capacity, counters, held, e, 1)
+                if row == 1:
+                    forgotten[n, 0], forgotten[n, 1] = pod, e[APPLIED]
+                    n += 1
+    elif kind == _NODE_SET or kind == _NODE_DELETE:
+        grew = False
+        for r in range(3):
+            new = e[CPU + r] if kind == _NODE_SET else 0
+            grew |= new > capacity[ALLOC + r, node]
+            capacity[FREE + r, node] += new - capacity[ALLOC + r, node]
+            capacity[ALLOC + r, node] = new
+        present[node] = kind == _NODE_SET
+        counters[GIVE_BACKS] += grew
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _place(e: Ints, pods: Ints, capacity: Ints, counters: Ints, forgotten: Ints, n: int) -> int:
+    """The watch has brought the pod on its node: it counts there from now on, once (an own
+    assumption of it ends: confirmed)."""
+    pod, node = e[POD], e[NODE]
+    placed = pods[0, pod]
+    if placed == node:
+        return n  # assumed there, now bound there
+    mine = pods[1, pod]
+    if mine >= 0:
+        pods[1, pod] = -1
+        forgotten[n, 0], forgotten[n, 1] = pod, e[APPLIED]
+        n += 1
+    held = placed if placed >= 0 else mine
+    if held != node:
+        if held >= 0:
+            _take(capacity, counters, held, e, 1)
+        _take(capacity, counters, node, e, -1)
+    pods[0, pod] = node
+    return n
+
+
+@njit(cache=True, nogil=True)
+def _take(capacity: Ints, counters: Ints, node: int, e: Ints, sign: int) -> None:
+    """The entry's pod's request taken from (-1) or given back to (1) the node's free capacity."""
+    for r in range(3):
+        capacity[FREE + r, node] += sign * e[CPU + r]
+    if sign > 0:
+        counters[GIVE_BACKS] += 1
+
+
+def _oldest(entries: Ints, ends: Ints, view: int) -> tuple[int, int]:
+    """The lowest rv among ``view``'s entries and its commit time (NOTHING_DUE, 0: none)."""
+    rv, commit = NOTHING_DUE, 0
+    for slot in range(view * SLOTS, view * SLOTS + SLOTS):
+        for i in range(ends[slot, FIRST], ends[slot, END]):
+            if entries[i, RV] < rv:
+                rv, commit = entries[i, RV], entries[i, COMMIT]
+    return rv, commit
+
+
+def _entry_point(function: Callable[..., object], signature: str) -> Callable[..., object]:
+    """``function`` compiled for its one signature when imported (from numba's cache), called
+    through the compiled function's own entry point: numba's dispatcher would match every
+    argument's type on every call (as ``fanoutkernel``; the dispatcher is the fallback if a
+    numba release drops ``entry_point``)."""
+    compiled = njit(signature, cache=True, nogil=True)(function)
+    return getattr(compiled.overloads[compiled.signatures[0]], "entry_point", compiled)
+
+
+_I, _I2 = "int64[::1]", "int64[:, ::1]"
+push: Callable[..., int] = _entry_point(  # type: ignore[assignment]
+    _push, f"int64({_I2}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 10) + ")")
+apply_due: Callable[..., tuple[int, int]] = _entry_point(  # type: ignore[assignment]
+    _apply_due, f"UniTuple(int64, 2)({_I2}, {_I2}, {_I}, int64, int64, {_I2}, {_I2}, "
+                f"boolean[::1], {_I}, boolean, {_I2})")
+oldest: Callable[[Ints, Ints, int], tuple[int, int]] = _entry_point(  # type: ignore[assignment]
+    _oldest, f"UniTuple(int64, 2)({_I2}, {_I2}, int64)")
