@@ -1,19 +1,17 @@
 """The view as it was before its deliveries were applied by a compiled loop (``viewkernel``): its
-definition in plain Python, a delivery at a time, which ``test_view`` compares the view with."""
+definition in plain Python, a delivery at a time, which ``test_view`` compares the view with
+(its capacity's reads and holds are the view's own)."""
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
 from collections.abc import Callable, Collection
-from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
+from replay.engine.view import Snapshot, View, _read_only
 
-Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
           for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
 # The pod writes after which a pod no longer counts on its node in any cache
@@ -21,16 +19,6 @@ _LEAVES = frozenset({WriteKind.POD_DELETE, WriteKind.POD_REJECT, WriteKind.POD_F
 _NODE_SET, _NODE_DELETE = WriteKind.NODE_SET, WriteKind.NODE_DELETE  # (a module global is
 _POD_BIND, _POD_ASSUME = WriteKind.POD_BIND, WriteKind.POD_ASSUME  # quicker than an enum's)
 _NOTHING_DUE = 2**63 - 1  # the due time of a view with no delivery waiting
-
-
-class Snapshot(NamedTuple):
-    """A view's capacity per node (read-only arrays, indexed by node): what a scheduler filters
-    and scores on (the scheduler's ``Snapshot`` of its cache)."""
-
-    alloc: Ints  # (3, nodes): cpu_milli, memory_bytes, gpu_milli allocatable
-    free: Ints  # (3, nodes): allocatable less the requests counted on the node
-    present: npt.NDArray[np.bool_]  # the node exists in this view
-    version: Ints  # the node's change count as this view last applied it
 
 
 class PlainView:
@@ -169,25 +157,11 @@ class PlainView:
         if sign > 0:
             self._give_backs += 1
 
-    def _add(self, node: int, request: Request, sign: int) -> None:
-        cpu, memory, gpu = self._rows
-        cpu[node] += sign * request[0]
-        memory[node] += sign * request[1]
-        if request[2]:
-            gpu[node] += sign * request[2]
-
-    # -- reading ----------------------------------------------------------------------------------
-    def snapshot(self) -> Snapshot:
-        """The capacity arrays as they are now (read-only: change them through ``assume``; they
-        are current when taken, so take one per decision)."""
-        self._catch_up()
-        return self._snapshot
-
-    def fits(self, node: int, request: Request) -> bool:
-        self._catch_up()
-        cpu, memory, gpu = self._rows
-        return bool(self._present[node] and cpu[node] >= request[0]
-                    and memory[node] >= request[1] and gpu[node] >= request[2])
+    # -- reading (the view's own: they read only the capacity's arrays) ---------------------------
+    _add = View._add
+    snapshot = View.snapshot
+    fits = View.fits
+    holding = View.holding
 
     def has_placed(self, pod: Pod) -> bool:
         """Whether this view counts ``pod`` from the watch: it has applied its binding (or, in a
@@ -195,12 +169,6 @@ class PlainView:
         failure."""
         self._catch_up()
         return pod in self._placed
-
-    def holding(self) -> contextlib.AbstractContextManager[Callable[[int, Request], None]]:
-        """A ``hold(node, request)`` that counts a request on a node until the block ends, for
-        placing the members of a gang one after another (each sees the room the others took)."""
-        self._catch_up()
-        return _Holding(self._add)
 
     # -- the watcher's own placements -----------------------------------------------------------
     def assumes(self, pod: Pod) -> bool:
@@ -226,31 +194,3 @@ class PlainView:
             self._take(node, pod.request, 1)
             if self.on_forget is not None:
                 self.on_forget(pod, now)
-
-
-class _Holding:
-    """``View.holding``'s block: the requests held, given back at its end."""
-
-    def __init__(self, add: Callable[[int, Request, int], None]):
-        self._add = add
-        self._held: list[tuple[int, Request]] = []
-
-    def __enter__(self) -> Callable[[int, Request], None]:
-        return self.hold
-
-    def hold(self, node: int, request: Request) -> None:
-        self._add(node, request, -1)
-        self._held.append((node, request))
-
-    def __exit__(self, *exc: object) -> None:
-        for node, request in self._held:
-            self._add(node, request, 1)
-
-
-Array = TypeVar("Array", bound=npt.NDArray[Any])
-
-
-def _read_only(array: Array) -> Array:
-    out: Array = array.view()
-    out.flags.writeable = False
-    return out
