@@ -19,12 +19,24 @@ when the call returns.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from numba import njit
 from numba.core import event
 
 from replay import interrupts
 
-__all__ = ["njit"]
+__all__ = ["compiled_entry", "njit"]
+
+
+def compiled_entry(function: Callable[..., object], signature: str) -> Callable[..., object]:
+    """``function`` compiled for its one ``signature`` when imported (from numba's cache), called
+    through the compiled function's own entry point: numba's dispatcher would match every
+    argument's type on every call (0.85 against 0.58 µs a call of the fan-out, 7 arrays and 4
+    integers).  ``entry_point`` is numba's own attribute, not its documented API: the
+    dispatcher, slower by its type matching, is the fallback if a numba release drops it."""
+    compiled = njit(signature, cache=True, nogil=True)(function)
+    return getattr(compiled.overloads[compiled.signatures[0]], "entry_point", compiled)
 
 
 class _HoldCtrlC(event.Listener):

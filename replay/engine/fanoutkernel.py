@@ -22,7 +22,7 @@ import numpy.typing as npt
 from replay.engine.streamstate import (BASE, BLOCKS, BUFFER, CONNECTED, COUNT, CURSOR,
                                        EARLIEST, FIFO_LAST, FRONT, HEAD, KERNEL, LAST_RV, LIVE,
                                        RECEIVED, REFILL, ROOM, ROW, SENT)
-from replay.jit import njit
+from replay.jit import compiled_entry
 
 Ints = npt.NDArray[np.int64]
 
@@ -80,14 +80,7 @@ def _fan_out(state: Ints, ring: Ints, queue: Ints, network: Ints, handler: Ints,
     return dispatched, done
 
 
-# Compiled for its one signature when imported (from numba's cache), and called through the
-# compiled function's own entry point: numba's dispatcher would match the 11 arguments' types
-# on every call (measured: 0.85 against 0.58 µs a call with 7 arrays and 4 integers)
-_compiled = njit("UniTuple(int64, 2)(int64[:, ::1], int64[::1], int64[:, ::1], "
-                 "int64[:, ::1], int64[:, ::1], int64[::1], int64, int64, int64, int64, "
-                 "int64[:, ::1])", cache=True, nogil=True)(_fan_out)
-# (``entry_point`` is numba's own attribute, not its documented API: the dispatcher, slower by
-# its type matching, is the fallback if a numba release drops it)
 fan_out: Callable[[Ints, Ints, Ints, Ints, Ints, Ints, int, int, int, int, Ints],
-                  tuple[int, int]] = getattr(_compiled.overloads[_compiled.signatures[0]],
-                                             "entry_point", _compiled)
+                  tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
+    _fan_out, "UniTuple(int64, 2)(int64[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1], "
+              "int64[:, ::1], int64[::1], int64, int64, int64, int64, int64[:, ::1])")

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replay.engine.cluster import WriteKind
-from replay.jit import njit
+from replay.jit import compiled_entry, njit
 
 Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
@@ -174,20 +174,11 @@ def _oldest(entries: Ints, ends: Ints, view: int) -> tuple[int, int]:
     return rv, commit
 
 
-def _entry_point(function: Callable[..., object], signature: str) -> Callable[..., object]:
-    """``function`` compiled for its one signature when imported (from numba's cache), called
-    through the compiled function's own entry point: numba's dispatcher would match every
-    argument's type on every call (as ``fanoutkernel``; the dispatcher is the fallback if a
-    numba release drops ``entry_point``)."""
-    compiled = njit(signature, cache=True, nogil=True)(function)
-    return getattr(compiled.overloads[compiled.signatures[0]], "entry_point", compiled)
-
-
 _I, _I2 = "int64[::1]", "int64[:, ::1]"
-push: Callable[..., int] = _entry_point(  # type: ignore[assignment]
+push: Callable[..., int] = compiled_entry(  # type: ignore[assignment]
     _push, f"int64({_I2}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 10) + ")")
-apply_due: Callable[..., tuple[int, int]] = _entry_point(  # type: ignore[assignment]
+apply_due: Callable[..., tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
     _apply_due, f"UniTuple(int64, 2)({_I2}, {_I2}, {_I}, int64, int64, {_I2}, {_I2}, "
                 f"boolean[::1], {_I}, boolean, {_I2})")
-oldest: Callable[[Ints, Ints, int], tuple[int, int]] = _entry_point(  # type: ignore[assignment]
+oldest: Callable[[Ints, Ints, int], tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
     _oldest, f"UniTuple(int64, 2)({_I2}, {_I2}, int64)")
