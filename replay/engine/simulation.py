@@ -169,6 +169,15 @@ class Simulation:
         """Run ``callback(*args)`` ``delay`` µs from now; ``cancel()`` the timer to stop it."""
         return self._env.at(self._env.now + delay, callback, *args)
 
+    def call_at(self, time: int, callback: Callable[..., Any], *args: Any) -> None:
+        """``at`` for a timer never cancelled: no ``Timer`` is made (the shared scheduler, a
+        worker and a client set several a pod, millions in a large replay)."""
+        self._env.call_at(time, callback, *args)
+
+    def call_after(self, delay: int, callback: Callable[..., Any], *args: Any) -> None:
+        """``after`` for a timer never cancelled (see ``call_at``)."""
+        self._env.call_at(self._env.now + delay, callback, *args)
+
     def random(self, name: str) -> np.random.Generator:
         """A generator of the model's own, named, derived from the run's seed."""
         return stream(self._config.seed, "model", name)
@@ -338,7 +347,7 @@ class Simulation:
         if attempt is not None and attempt.committed < 0:
             attempt.committed = now
         if kind == _BIND and pod is not None and pod.run_us != NEVER:
-            self._env.at(now + pod.run_us, self._end_of_run, pod)
+            self._env.call_at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
         if kind == _DELETE and pod is not None:
             self._name_freed(pod)
@@ -353,7 +362,7 @@ class Simulation:
         self._pod_ids.pop(pod, None)
         waiting = self._waiting_for_name.get(key)
         if waiting:
-            self._env.at(self._env.now, self._create, *waiting.pop(0), True)
+            self._env.call_at(self._env.now, self._create, *waiting.pop(0), True)
             if not waiting:
                 del self._waiting_for_name[key]
 
@@ -376,7 +385,7 @@ class Simulation:
             self._commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
                          by_model=False)
         if i + 1 < len(w.row):
-            self._env.at(int(w.ts[i + 1]), self._feed, i + 1)
+            self._env.call_at(int(w.ts[i + 1]), self._feed, i + 1)
 
     def _create(self, incarnation: int, row: int, waited: bool = False) -> None:
         """Create a pod of the workload now, or once the previous incarnation of its name is
@@ -585,7 +594,7 @@ class Simulation:
     def _tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         w, log = self._workload, self._log
         if len(w.row):
-            self._env.at(int(w.ts[0]), self._feed, 0)
+            self._env.call_at(int(w.ts[0]), self._feed, 0)
         end = int(w.ts[-1]) if len(w.ts) else 0
         with progress(max(end - self._env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
             start, done = self._env.now, [0]
