@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from conftest import REPO, SAMPLE_TRACE
 from replay.engine import api
-from replay.engine.core import FAR_US, Environment
+from replay.engine.core import FAR_US, Deadlines, Environment
 
 MODELS = REPO / "replay" / "models"
 BUILT_IN = sorted(p for p in MODELS.glob("*.py") if p.name not in ("__init__.py", "base.py"))
@@ -223,6 +223,50 @@ def test_near_and_far_timers_fire_in_due_time_then_order_set(plan):
     """Timers due more than FAR_US ahead wait in the far queue; they still fire as if all
     were in one (ties at a microsecond included: delays that meet across the two queues)."""
     assert _fired(Environment(5), plan) == _fired(_PlainEnvironment(5), plan)
+
+
+def _deadlines_run(plan, delay, own_timers):
+    """Run ``plan`` (per step: the gap to the next step, and an action: add an item, discard
+    the pending item at a place, or nothing) with ``Deadlines``, or with a timer of each item's
+    own (``own_timers``): what fired, and when, and the run's end."""
+    env, fired, pending, steps = Environment(7), [], [], iter(plan)
+    due = lambda item: fired.append(("due", item, env.now))  # noqa: E731
+    deadlines, timers = Deadlines(env, delay, due), {}
+
+    def step(number):
+        fired.append(("step", number, env.now))
+        gap, action, place = next(steps, (None, None, None))
+        if action == "add":
+            pending.append(number)
+            if own_timers:
+                timers[number] = env.after(delay, due, number)
+            else:
+                deadlines.add(number)
+        elif action == "discard" and pending:
+            item = pending.pop(place % len(pending))
+            if own_timers:
+                timers.pop(item).cancel()
+            else:
+                deadlines.discard(item)
+        if gap is not None:
+            env.call_at(env.now + gap, step, number + 1)
+
+    env.call_at(env.now, step, 0)
+    env.run()
+    return fired, env.now
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([10, FAR_US + 5]),
+       st.lists(st.tuples(st.sampled_from([0, 1, 9, 10, 11, 30]),
+                          st.sampled_from(["add", "discard", "nothing"]),
+                          st.integers(0, 5)), max_size=40))
+def test_deadlines_fire_as_the_items_own_timers_would(delay, plan):
+    """``Deadlines`` (one timer at a time, in the order taken when each item was added) fires
+    what a cancellable timer per item fires, in the same place among the other timers due at
+    the same microsecond, and the run ends at the same time (no timer left for nothing)."""
+    gaps = [(gap * delay // 10, action, place) for gap, action, place in plan]
+    assert _deadlines_run(gaps, delay, False) == _deadlines_run(gaps, delay, True)
 
 
 def test_models_import_nothing_of_the_engine_but_the_api():

@@ -11,8 +11,9 @@ in the order they were set, so a run never depends on anything but its inputs.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 
 class Timer:
@@ -44,6 +45,9 @@ class Timer:
 # A queue entry: due time, order set, callback, its arguments, and its Timer (None: a call the
 # engine never cancels, which needs no Timer)
 _Entry = tuple[int, int, Callable[..., Any], tuple[Any, ...], "Timer | None"]
+Item = TypeVar("Item")
+# An item of ``Deadlines``: its due time, the order it took when added, and the item
+_Deadline = tuple[int, int, Item]
 
 
 # Cancelled timers are swept out of the queues once they are more than half of them, and at least
@@ -75,20 +79,28 @@ class Environment:
 
     def at(self, time: int, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` at ``time`` (never earlier than now)."""
-        timer = Timer(time, callback, args, self)
-        self._put(time, callback, args, timer)
-        return timer
+        self._order += 1
+        return self._at_order(time, self._order, callback, *args)
 
     def call_at(self, time: int, callback: Callable[..., Any], *args: Any) -> None:
         """``at``, for a call that is never cancelled (no Timer: the engine sets one per
         reaction to a delivery, millions in a large replay)."""
-        self._put(time, callback, args, None)
+        self._order += 1
+        self._put(time, self._order, callback, args, None)
 
     def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` ``delay`` microseconds from now."""
         return self.at(self.now + delay, callback, *args)
 
-    def _put(self, time: int, callback: Callable[..., Any], args: tuple[Any, ...],
+    def _at_order(self, time: int, order: int, callback: Callable[..., Any],
+                  *args: Any) -> Timer:
+        """``at``, for a timer that takes the place of one set earlier, when ``order`` was the
+        order set (``Deadlines``)."""
+        timer = Timer(time, callback, args, self)
+        self._put(time, order, callback, args, timer)
+        return timer
+
+    def _put(self, time: int, order: int, callback: Callable[..., Any], args: tuple[Any, ...],
              timer: Timer | None) -> None:
         """Queue a timer, in the near queue or, due more than FAR_US from now, the far one
         (which of the two changes nothing but the cost: ``_bring_near`` moves a far timer to
@@ -96,11 +108,10 @@ class Environment:
         now = self.now
         if time < now:
             raise ValueError(f"cannot schedule at {time}, before now ({now})")
-        self._order += 1
         if time - now <= FAR_US:
-            heapq.heappush(self._queue, (time, self._order, callback, args, timer))
+            heapq.heappush(self._queue, (time, order, callback, args, timer))
             return
-        heapq.heappush(self._far, (time, self._order, callback, args, timer))
+        heapq.heappush(self._far, (time, order, callback, args, timer))
         if time < self._far_first:
             self._far_first = time
 
@@ -180,3 +191,58 @@ class Environment:
     def __len__(self) -> int:
         """Timers still set (cancelled ones included until they come up or are swept out)."""
         return len(self._queue) + len(self._far)
+
+
+class Deadlines(Generic[Item]):
+    """Items that each fall due ``delay`` after they are added, unless discarded before; then
+    ``fire(item)``.  A time to live nearly always ended early (an assumption's 15 minutes,
+    confirmed within a second) costs an entry in a dict and a deque instead of a timer set and
+    cancelled: the items fall due in the order added, so only the first still pending has a
+    timer queued, with the order the item took when it was added (it fires where a timer of its
+    own would have, among those due at the same microsecond).  That timer is cancelled once no
+    item is pending, as the items' own timers would have been: one firing for nothing then
+    could move ``now`` past the run's last event (while an item is pending, its own due time
+    or the event that discards it comes later)."""
+
+    def __init__(self, env: Environment, delay: int, fire: Callable[[Item], Any]):
+        self._env, self._delay, self._fire = env, delay, fire
+        self._pending: dict[Item, _Deadline[Item]] = {}
+        self._line: deque[_Deadline[Item]] = deque()  # in the order added (pending or not)
+        self._timer: Timer | None = None  # the first pending item's
+
+    def add(self, item: Item) -> None:
+        """``item`` falls due ``delay`` from now (an item added again: from now only)."""
+        env = self._env
+        env._order += 1
+        deadline = (env.now + self._delay, env._order, item)
+        self._pending[item] = deadline
+        self._line.append(deadline)
+        if self._timer is None:
+            self._arm()
+
+    def discard(self, item: Item) -> None:
+        """``item`` will not fall due (nothing happens if it is not pending)."""
+        if self._pending.pop(item, None) is not None and not self._pending:
+            self._line.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def _arm(self) -> None:
+        """A timer for the first pending item, if any (the items before it dropped)."""
+        line, pending = self._line, self._pending
+        while line and pending.get(line[0][2]) is not line[0]:
+            line.popleft()
+        if line:
+            first = line[0]
+            self._timer = self._env._at_order(first[0], first[1], self._due, first)
+
+    def _due(self, deadline: _Deadline[Item]) -> None:
+        self._timer = None
+        item = deadline[2]
+        if self._pending.get(item) is deadline:  # still pending: the first in the line
+            del self._pending[item]
+            self._line.popleft()
+            self._fire(item)
+        if self._timer is None:
+            self._arm()

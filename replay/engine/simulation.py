@@ -31,7 +31,7 @@ from replay.engine.client import Client
 from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome, Pod, Reason,
                                    Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.core import Environment, Timer
+from replay.engine.core import Deadlines, Environment, Item, Timer
 from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
 from replay.engine.rundir import ROW_GROUP_ROWS, RunTables
 from replay.engine.view import Inboxes, View
@@ -169,6 +169,11 @@ class Simulation:
     def after(self, delay: int, callback: Callable[..., Any], *args: Any) -> Timer:
         """Run ``callback(*args)`` ``delay`` µs from now; ``cancel()`` the timer to stop it."""
         return self._env.at(self._env.now + delay, callback, *args)
+
+    def deadlines(self, delay: int, fire: Callable[[Item], Any]) -> Deadlines[Item]:
+        """Items that each fall due ``delay`` µs after they are ``add``ed, unless ``discard``ed
+        before: ``fire(item)`` then (a time to live: no timer per item)."""
+        return Deadlines(self._env, delay, fire)
 
     def call_at(self, time: int, callback: Callable[..., Any], *args: Any) -> None:
         """``at`` for a timer never cancelled: no ``Timer`` is made (the shared scheduler, a
