@@ -154,14 +154,15 @@ class Environment:
         ``every`` timers fired, which pauses the run if it returns True: then ``run`` returns
         True, and a later ``run`` goes on from there."""
         queue, pop = self._queue, heapq.heappop
-        steps = 0
+        stop = _LAST if until is None else until
+        countdown = every  # timers to fire until the next ``on_step``
         while True:
             if (not queue or self._far_first <= queue[0][0]) and not self._bring_near():
                 break
-            time, _, callback, args, timer = queue[0]
-            if until is not None and time >= until:
+            time, _, callback, args, timer = entry = pop(queue)
+            if time >= stop:
+                heapq.heappush(queue, entry)  # (back: the one place ``until`` costs a push)
                 break
-            pop(queue)
             if timer is not None:
                 if timer.cancelled:
                     self._cancelled -= 1
@@ -169,9 +170,11 @@ class Environment:
                 timer.fired = True
             self.now = time
             callback(*args)
-            steps += 1
-            if on_step is not None and steps % every == 0 and on_step(time):
-                return True
+            countdown -= 1
+            if not countdown:
+                countdown = every
+                if on_step is not None and on_step(time):
+                    return True
         if until is not None and until > self.now:
             self.now = until
         return False
