@@ -13,14 +13,19 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import itertools
 import re
 import sys
+import types
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import REPO, SAMPLE_TRACE
 from replay.engine import api
+from replay.engine.core import FAR_US, Deadlines, Environment
 
 MODELS = REPO / "replay" / "models"
 BUILT_IN = sorted(p for p in MODELS.glob("*.py") if p.name not in ("__init__.py", "base.py"))
@@ -134,7 +139,7 @@ def test_a_copy_of_kube_as_a_plugin_writes_the_same_tables(cli, tmp_path, monkey
 
 
 def test_timers_cancel_and_the_core_steps_like_simpy():
-    from replay.engine.core import Environment
+
     env, fired = Environment(10), []
     keep = env.at(20, fired.append, "kept")
     dropped = env.after(5, fired.append, "dropped")
@@ -151,10 +156,11 @@ def test_timers_cancel_and_the_core_steps_like_simpy():
 
 
 def test_cancelled_timers_are_swept_out_and_the_others_fire_in_order():
-    from replay.engine.core import SWEEP_AT_LEAST, Environment
+    from replay.engine.core import SWEEP_AT_LEAST
     env, fired = Environment(0), []
     count = 3 * SWEEP_AT_LEAST
-    timers = [env.at(t % 97, fired.append, t) for t in range(count)]  # many due at one time
+    # many due at one time, in the near queue and the far one
+    timers = [env.at(t % 97 * (FAR_US // 40), fired.append, t) for t in range(count)]
     for t, timer in enumerate(timers):
         if t % 3:
             timer.cancel()
@@ -163,6 +169,104 @@ def test_cancelled_timers_are_swept_out_and_the_others_fire_in_order():
     env.run()
     assert fired == [t for t in sorted(range(count), key=lambda t: (t % 97, t)) if t % 3 == 0]
     assert len(env) == 0 and env._cancelled == 0
+
+
+class _PlainEnvironment:
+    """The definition ``Environment`` keeps with its two queues: every timer in one list, the
+    one due first (then set first) fired next."""
+
+    def __init__(self, start: int):
+        self.now, self._set = start, []
+
+    def at(self, time, callback, *args):
+        timer = types.SimpleNamespace(time=time, order=len(self._set), call=(callback, args),
+                                      cancelled=False)
+        timer.cancel = lambda: setattr(timer, "cancelled", True)
+        self._set.append(timer)
+        return timer
+
+    call_at = at
+
+    def run(self):
+        while pending := [t for t in self._set if not t.cancelled]:
+            timer = min(pending, key=lambda t: (t.time, t.order))
+            self._set.remove(timer)
+            self.now = timer.time
+            timer.call[0](*timer.call[1])
+
+
+def _fired(env, plan):
+    """Run ``plan`` (per timer: its delay, whether it cancels the oldest timer still set and
+    whether it is an ``at`` or a ``call_at``), two timers set by each timer that fires."""
+    fired, steps, cancellable = [], iter(plan), []
+
+    def fire(label):
+        fired.append((label, env.now))
+        for delay, cancels, call in itertools.islice(steps, 2):
+            if cancels and cancellable:
+                cancellable.pop(0).cancel()
+            if call:
+                env.call_at(env.now + delay, fire, len(fired) * 10 + len(cancellable))
+            else:
+                cancellable.append(env.at(env.now + delay, fire, len(fired) * 10 + 9))
+
+    env.call_at(env.now, fire, -1)
+    env.run()
+    return fired, env.now
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0, 1, 2, FAR_US - 1, FAR_US, FAR_US + 1,
+                                           FAR_US + 2, 2 * FAR_US, 3 * FAR_US + 1]),
+                          st.booleans(), st.booleans()), max_size=60))
+def test_near_and_far_timers_fire_in_due_time_then_order_set(plan):
+    """Timers due more than FAR_US ahead wait in the far queue; they still fire as if all
+    were in one (ties at a microsecond included: delays that meet across the two queues)."""
+    assert _fired(Environment(5), plan) == _fired(_PlainEnvironment(5), plan)
+
+
+def _deadlines_run(plan, delay, own_timers):
+    """Run ``plan`` (per step: the gap to the next step, and an action: add an item, discard
+    the pending item at a place, or nothing) with ``Deadlines``, or with a timer of each item's
+    own (``own_timers``): what fired, and when, and the run's end."""
+    env, fired, pending, steps = Environment(7), [], [], iter(plan)
+    due = lambda item: fired.append(("due", item, env.now))  # noqa: E731
+    deadlines, timers = Deadlines(env, delay, due), {}
+
+    def step(number):
+        fired.append(("step", number, env.now))
+        gap, action, place = next(steps, (None, None, None))
+        if action == "add":
+            pending.append(number)
+            if own_timers:
+                timers[number] = env.after(delay, due, number)
+            else:
+                deadlines.add(number)
+        elif action == "discard" and pending:
+            item = pending.pop(place % len(pending))
+            if own_timers:
+                timers.pop(item).cancel()
+            else:
+                deadlines.discard(item)
+        if gap is not None:
+            env.call_at(env.now + gap, step, number + 1)
+
+    env.call_at(env.now, step, 0)
+    env.run()
+    return fired, env.now
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([10, FAR_US + 5]),
+       st.lists(st.tuples(st.sampled_from([0, 1, 9, 10, 11, 30]),
+                          st.sampled_from(["add", "discard", "nothing"]),
+                          st.integers(0, 5)), max_size=40))
+def test_deadlines_fire_as_the_items_own_timers_would(delay, plan):
+    """``Deadlines`` (one timer at a time, in the order taken when each item was added) fires
+    what a cancellable timer per item fires, in the same place among the other timers due at
+    the same microsecond, and the run ends at the same time (no timer left for nothing)."""
+    gaps = [(gap * delay // 10, action, place) for gap, action, place in plan]
+    assert _deadlines_run(gaps, delay, False) == _deadlines_run(gaps, delay, True)
 
 
 def test_models_import_nothing_of_the_engine_but_the_api():

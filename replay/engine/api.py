@@ -9,7 +9,8 @@ engine is their only writer, so it may later keep them as columns without changi
 
 What-if models (discrete events, one write at a time):
 
-- ``Simulation``: time and timers (``now``, ``at``, ``after`` returning a cancellable ``Timer``),
+- ``Simulation``: time and timers (``now``, ``at``, ``after`` returning a cancellable ``Timer``;
+  ``call_at``, ``call_after`` for one never cancelled; ``deadlines`` for times to live),
   watchers' ``View``s, reactions to applied writes, commits, attempts, messages between peers;
 - ``Scheduler``: the scheduling loop every what-if model shares (queue, backoff, attempts, node
   selection by a ``NodeSelector`` or ``GodelNodeSelector``, assume/forget); ``Assumptions``:

@@ -4,7 +4,7 @@ kube-scheduler's cache assumes a pod on its node as soon as the scheduler decide
 (``AssumePod``) and forgets it when the binding comes back through the watch or the binding
 fails (``ForgetPod``); an assumption never confirmed expires after a time to live (Gödel: 15
 minutes in a scheduler, 5 in the binder).  ``Assumptions`` keeps that bookkeeping for one view,
-with one cancellable timer per assumption.
+the times to live as ``Deadlines`` (nearly all are confirmed long before: no timer each).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from replay.engine.cluster import Attempt, Pod
-from replay.engine.core import Timer
 from replay.engine.view import View
 
 if TYPE_CHECKING:
@@ -28,20 +27,21 @@ class Assumptions:
 
     def __init__(self, sim: Simulation, view: View, ttl_us: int | None = None,
                  on_forgotten: Callable[[Attempt, int], None] | None = None):
-        self._sim, self._view, self._ttl_us = sim, view, ttl_us
+        self._view = view
         self._on_forgotten = on_forgotten
-        self._held: dict[Pod, tuple[Attempt, Timer | None]] = {}
+        self._held: dict[Pod, Attempt] = {}
+        self._expiry = sim.deadlines(ttl_us, self.forget) if ttl_us is not None else None
         view.on_forget = self._forgotten
 
     def assume(self, attempt: Attempt) -> None:
         """Count ``attempt``'s pod on its node in the view from now on."""
         self._view.assume(attempt.pod, attempt.node)
-        previous = self._held.get(attempt.pod)
-        if previous is not None and previous[1] is not None:
-            previous[1].cancel()
-        expiry = (self._sim.after(self._ttl_us, self._expire, attempt)
-                  if self._ttl_us is not None else None)
-        self._held[attempt.pod] = (attempt, expiry)
+        if self._expiry is not None:
+            previous = self._held.get(attempt.pod)
+            if previous is not None:
+                self._expiry.discard(previous)
+            self._expiry.add(attempt)
+        self._held[attempt.pod] = attempt
 
     def forget(self, attempt: Attempt) -> None:
         """Drop ``attempt``'s assumption now (its write was refused or its placement failed)."""
@@ -49,18 +49,13 @@ class Assumptions:
 
     def holds(self, attempt: Attempt) -> bool:
         """Whether ``attempt`` is still assumed (not confirmed, failed or expired)."""
-        held = self._held.get(attempt.pod)
-        return held is not None and held[0] is attempt
-
-    def _expire(self, attempt: Attempt) -> None:
-        self.forget(attempt)
+        return self._held.get(attempt.pod) is attempt
 
     def _forgotten(self, pod: Pod, at: int) -> None:
-        held = self._held.pop(pod, None)
-        if held is None:
+        attempt = self._held.pop(pod, None)
+        if attempt is None:
             return
-        attempt, expiry = held
-        if expiry is not None:
-            expiry.cancel()
+        if self._expiry is not None:
+            self._expiry.discard(attempt)
         if self._on_forgotten is not None:
             self._on_forgotten(attempt, at)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from replay.engine.cluster import Attempt
-from replay.engine.core import Environment, Timer
+from replay.engine.core import Environment
 
 
 class TokenBucket:
@@ -49,11 +49,12 @@ class Client:
         self.bucket = TokenBucket(qps, burst, env.now)
 
     def send(self, write: Callable[..., Any], *args: Any,
-             for_attempts: Iterable[Attempt] = ()) -> Timer:
+             for_attempts: Iterable[Attempt] = ()) -> None:
         """Request a write now: ``write(*args)`` runs (and commits it) once the rate limiter has
         let the request through and ``latency_us`` has passed; the wait is charged to the
-        attempts the write is for."""
+        attempts the write is for.  (A request sent is not taken back: its timer is never
+        cancelled, so it needs no ``Timer``.)"""
         wait = self.bucket.reserve(self._env.now)
         for attempt in for_attempts:
             attempt.throttled_us += wait
-        return self._env.after(wait + self.latency_us, write, *args)
+        self._env.call_at(self._env.now + wait + self.latency_us, write, *args)

@@ -95,7 +95,7 @@ class Scheduler:
     def enqueue(self, pod: Pod, backoff: bool = False) -> None:
         """Put ``pod`` in the queue now, or once its backoff has passed."""
         if backoff:
-            self.sim.after(self.backoff_us(pod), self._push, pod)
+            self.sim.call_after(self.backoff_us(pod), self._push, pod)
         else:
             self._push(pod)
 
@@ -114,7 +114,7 @@ class Scheduler:
         heapq.heappush(self._queue, (-pod.priority, now, self._order, pod))
         if not self._busy:
             self._busy = True
-            self.sim.after(0, self._start)
+            self.sim.call_after(0, self._start)
 
     def capacity_returned(self) -> None:
         """The view has given capacity back: unschedulable pods may fit now."""
@@ -159,7 +159,7 @@ class Scheduler:
                                                 cycle=attempts[0] if attempts else None))
         decision = (self._per_attempt + round(self._per_pod * len(pods))
                     + round(self._per_node * evaluated))
-        sim.after(decision, self._decided, attempts, view.give_backs)
+        sim.call_after(decision, self._decided, attempts, view.give_backs)
 
     def _decided(self, attempts: list[Attempt], give_backs_at_start: int) -> None:
         sim = self.sim
@@ -181,7 +181,7 @@ class Scheduler:
             for attempt in placed:
                 self._assumptions.assume(attempt)
             self._on_assumed(self, placed)
-        sim.after(0, self._start)
+        sim.call_after(0, self._start)
 
     def _wait_for_capacity(self, pod: Pod, give_backs_at_start: int) -> None:
         """Wait, unschedulable, for capacity; if some came back during the attempt, retry after
@@ -194,7 +194,7 @@ class Scheduler:
         self._unschedulable[pod] = (self.view.give_backs, timeout)
         due = self.view.next_due(GIVES_BACK)
         if due is not None:  # committed, on its way to this view: do not sleep through it
-            self.sim.at(max(due, self.sim.now), self.capacity_returned)
+            self.sim.call_at(max(due, self.sim.now), self.capacity_returned)
 
     def _stop_waiting(self, pod: Pod) -> None:
         waiting = self._unschedulable.pop(pod, None)

@@ -31,7 +31,7 @@ from replay.engine.client import Client
 from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome, Pod, Reason,
                                    Request, Truth, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
-from replay.engine.core import Environment, Timer
+from replay.engine.core import Deadlines, Environment, Item, Timer
 from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
 from replay.engine.rundir import ROW_GROUP_ROWS, RunTables
 from replay.engine.view import Inboxes, View
@@ -58,11 +58,11 @@ _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteK
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
 # What the engine does with a watcher's deliveries: its view (None: it has none), the kinds of
-# write it reacts to (None: none) and which of them it wants
-_Sink = tuple[View | None, frozenset[WriteKind] | None, Wants | None]
+# write it reacts to (None: none), which of them it wants and its handler
+_Sink = tuple[View | None, frozenset[WriteKind] | None, Wants | None, Handler | None]
 # a piped target's reaction to a kind of write in a ``_Fan``: its place among the fan's watches,
-# its number, and which writes of the kind it wants
-_FanSink = tuple[int, int, Wants | None]
+# its handler, and which writes of the kind it wants
+_FanSink = tuple[int, Handler, Wants | None]
 
 
 class _Fan:
@@ -91,9 +91,10 @@ class _Fan:
         """``sinks``' reactions for the piped targets, by kind of write (and ``views``,
         ``positions``), remade when the engine's have changed."""
         if self.made_for is not sinks:
-            self.sinks = [[(j, watcher, wants) for j, watcher in enumerate(self._piped)
-                           for _, kinds, wants in [sinks[watcher]]
-                           if kinds is not None and kind in kinds] for kind in WriteKind]
+            self.sinks = [[(j, handler, wants) for j, watcher in enumerate(self._piped)
+                           for _, kinds, wants, handler in [sinks[watcher]]
+                           if kinds is not None and handler is not None and kind in kinds]
+                          for kind in WriteKind]
             viewed = [(view._index, j) for j, watcher in enumerate(self._piped)
                       for view in [sinks[watcher][0]] if view is not None]
             self.views, self.positions = np.array(viewed, dtype=np.int64).reshape(-1, 2).T.copy()
@@ -169,6 +170,20 @@ class Simulation:
         """Run ``callback(*args)`` ``delay`` µs from now; ``cancel()`` the timer to stop it."""
         return self._env.at(self._env.now + delay, callback, *args)
 
+    def deadlines(self, delay: int, fire: Callable[[Item], Any]) -> Deadlines[Item]:
+        """Items that each fall due ``delay`` µs after they are ``add``ed, unless ``discard``ed
+        before: ``fire(item)`` then (a time to live: no timer per item)."""
+        return Deadlines(self._env, delay, fire)
+
+    def call_at(self, time: int, callback: Callable[..., Any], *args: Any) -> None:
+        """``at`` for a timer never cancelled: no ``Timer`` is made (the shared scheduler, a
+        worker and a client set several a pod, millions in a large replay)."""
+        self._env.call_at(time, callback, *args)
+
+    def call_after(self, delay: int, callback: Callable[..., Any], *args: Any) -> None:
+        """``after`` for a timer never cancelled (see ``call_at``)."""
+        self._env.call_at(self._env.now + delay, callback, *args)
+
     def random(self, name: str) -> np.random.Generator:
         """A generator of the model's own, named, derived from the run's seed."""
         return stream(self._config.seed, "model", name)
@@ -190,7 +205,8 @@ class Simulation:
               wants: Wants | None = None) -> None:
         """Call ``handler(write)`` when ``watcher`` has applied a write of one of ``kinds`` (and,
         with ``wants``, for which ``wants(write)``, asked when the write commits); its view has
-        applied every delivery due by then."""
+        applied every delivery due by then.  (The handler set when the write commits is the one
+        called: its timer calls it directly.)"""
         self._reactions[self._index[watcher]] = (frozenset(kinds), wants, handler)
         self._sinks = None
 
@@ -338,7 +354,7 @@ class Simulation:
         if attempt is not None and attempt.committed < 0:
             attempt.committed = now
         if kind == _BIND and pod is not None and pod.run_us != NEVER:
-            self._env.at(now + pod.run_us, self._end_of_run, pod)
+            self._env.call_at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
         if kind == _DELETE and pod is not None:
             self._name_freed(pod)
@@ -353,7 +369,7 @@ class Simulation:
         self._pod_ids.pop(pod, None)
         waiting = self._waiting_for_name.get(key)
         if waiting:
-            self._env.at(self._env.now, self._create, *waiting.pop(0), True)
+            self._env.call_at(self._env.now, self._create, *waiting.pop(0), True)
             if not waiting:
                 del self._waiting_for_name[key]
 
@@ -376,7 +392,7 @@ class Simulation:
             self._commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
                          by_model=False)
         if i + 1 < len(w.row):
-            self._env.at(int(w.ts[i + 1]), self._feed, i + 1)
+            self._env.call_at(int(w.ts[i + 1]), self._feed, i + 1)
 
     def _create(self, incarnation: int, row: int, waited: bool = False) -> None:
         """Create a pod of the workload now, or once the previous incarnation of its name is
@@ -506,18 +522,19 @@ class Simulation:
         a write other than ``current`` was held back by the pipeline and expected by the view."""
         if not deliveries:
             return
-        call_at, react = self._env.call_at, self._react
+        call_at = self._env.call_at
         sinks = self._sinks if self._sinks is not None else self._make_sinks()
         if piped and not self._all_piped:  # from the pipeline's numbering to the watchers'
             of = self._watcher_of_piped
             deliveries = [(of[d[0]], *d[1:]) for d in deliveries]
         self._log.delivered(deliveries)
         for watcher, rv, write, _, _, _, applied, _, _ in deliveries:
-            view, kinds, wants = sinks[watcher]
+            view, kinds, wants, handler = sinks[watcher]
             if view is not None:
                 view._deliver(applied, write, rv != current)
-            if kinds is not None and write.kind in kinds and (wants is None or wants(write)):
-                call_at(applied, react, watcher, write)
+            if (kinds is not None and write.kind in kinds and handler is not None
+                    and (wants is None or wants(write))):
+                call_at(applied, handler, write)
 
     def _hand_over_fanned(self, fan: _Fan, write: Write) -> None:
         """``_hand_over`` of ``write``'s deliveries to every watch of ``fan``, made by the
@@ -527,19 +544,19 @@ class Simulation:
         self._log.fanned(fan.watches.columns, fan.watchers, fan.zeros)
         if len(fan.views):
             self._inboxes.push(fan.views, fan.positions, fan.applied, write)
-        call_at, react, applied = self._env.call_at, self._react, fan.applied_at
-        for j, watcher, wants in reactions[write.kind]:
+        call_at, applied = self._env.call_at, fan.applied_at
+        for j, handler, wants in reactions[write.kind]:
             if wants is None or wants(write):
-                call_at(applied[j], react, watcher, write)
+                call_at(applied[j], handler, write)
 
     def _make_sinks(self) -> list[_Sink]:
         """Per watcher, what ``_hand_over`` does with its deliveries: its view (None: no
-        view), the kinds it reacts to (None: none) and its ``wants``.  Made again after
+        view), the kinds it reacts to (None: none), its ``wants`` and handler.  Made again after
         ``view`` or ``react`` changed them."""
         sinks: list[_Sink] = []
         for index in range(len(self._watchers)):
-            kinds, wants, _ = self._reactions.get(index, (None, None, None))
-            sinks.append((self._views.get(index), kinds, wants))
+            kinds, wants, handler = self._reactions.get(index, (None, None, None))
+            sinks.append((self._views.get(index), kinds, wants, handler))
         self._sinks = sinks
         return sinks
 
@@ -560,9 +577,6 @@ class Simulation:
         self._wakeup = None
         self._hand_over(self._pipeline.advance(self._env.now), 0)
         self._arm()
-
-    def _react(self, watcher: int, write: Write) -> None:
-        self._reactions[watcher][2](write)
 
     def _clock(self) -> int:
         return self._env.now
@@ -585,7 +599,7 @@ class Simulation:
     def _tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         w, log = self._workload, self._log
         if len(w.row):
-            self._env.at(int(w.ts[0]), self._feed, 0)
+            self._env.call_at(int(w.ts[0]), self._feed, 0)
         end = int(w.ts[-1]) if len(w.ts) else 0
         with progress(max(end - self._env.now, 1) // 1_000_000, "what-if replay", "s") as bar:
             start, done = self._env.now, [0]

@@ -25,11 +25,11 @@ class Worker(Generic[Item]):
         self._queue.append(item)
         if not self._busy:
             self._busy = True
-            self._sim.after(self._service_us, self._done)
+            self._sim.call_after(self._service_us, self._done)
 
     def _done(self) -> None:
         self._handle(self._queue.popleft())
         if self._queue:
-            self._sim.after(self._service_us, self._done)
+            self._sim.call_after(self._service_us, self._done)
         else:
             self._busy = False
