@@ -213,13 +213,14 @@ def _giving_back(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]]
 def _read(trace_path: str | os.PathLike,
           name: str | None) -> tuple[pl.DataFrame, type[Model]]:
     """The trace (only the columns the model reads) and the model to run it through.  Without a
-    name the guess is ``observe``, right for any trace with bindings."""
+    name the guess is ``observe``, right for any trace with bindings.  A model is looked up once
+    when the guess stands (each lookup reads every installed distribution's entry points)."""
     guess = models.load(name or "observe")
     trace = read_trace(trace_path, columns=_columns(guess))
+    if name is not None or has_bindings(trace):
+        return trace, guess
     model_class = choose_model(name, trace, str(trace_path))
-    if model_class is not guess:
-        trace = read_trace(trace_path, columns=_columns(model_class))
-    return trace, model_class
+    return read_trace(trace_path, columns=_columns(model_class)), model_class
 
 
 def _columns(model_class: type[Model]) -> list[str] | None:
