@@ -221,6 +221,23 @@ def test_failed_binding_is_a_conflict_and_reaches_nobody(tmp_path):
     assert kubelet == [1, 3, 4]  # its node, the binding, the delete; not the second pod
 
 
+@pytest.mark.parametrize("name", [None, "observe"])
+def test_a_replay_looks_its_model_up_once(tmp_path, monkeypatch, name):
+    """Each lookup of the models reads every installed distribution's entry points (a few
+    milliseconds of a replay step's tenths of a second): a trace with bindings, named observe
+    or not, is replayed after one."""
+    lookups = []
+    registered = models.registered
+
+    def counted():
+        lookups.append(1)
+        return registered()
+
+    monkeypatch.setattr(models, "registered", counted)
+    result = run_replay(SAMPLE_TRACE, load_config(None, model=name), out=tmp_path / "run")
+    assert result.model == "observe" and len(lookups) == 1
+
+
 def test_no_bindings_and_no_what_if_model_names_the_models(cli, tmp_path, monkeypatch):
     from replay import models
 
@@ -274,6 +291,36 @@ def test_wide_encoder_batches_write_the_same_bytes(tmp_path, monkeypatch):
     monkeypatch.setattr("replay.engine.rundir._batch_size", lambda part: None)
     for name, table in (("deliveries", deliveries), ("names", names)):
         assert _write_file(tmp_path / f"{name}.parquet", table) == wide[name], name
+
+
+def test_a_table_files_digest_taken_as_it_grows_is_the_whole_files(tmp_path, monkeypatch):
+    """``TableFile`` hashes each part's bytes after writing it and only the footer at the end:
+    the manifest's size and SHA-256 must be the finished file's, and the parts must have been
+    hashed before the close (else the digest is taken after the last part, as before)."""
+    import hashlib
+
+    from replay.engine import rundir
+
+    rng = np.random.default_rng(3)
+    path = tmp_path / "t.parquet"
+    file = TableFile(path)
+    hashed_before_close = []
+    catch_up = rundir._Digest.catch_up
+
+    def counting(digest):
+        catch_up(digest)
+        hashed_before_close.append(digest.size)
+
+    monkeypatch.setattr(rundir._Digest, "catch_up", counting)
+    for rows in (5_000, 70_000, 1, 20_000):
+        file.add(pa.table({"rv": pa.array(np.sort(rng.integers(0, 10**9, rows))),
+                           "name": pa.array([f"p-{i % 977}" for i in range(rows)])}))
+    file._done[-1].result()
+    before = list(hashed_before_close)
+    file.close()
+    data = path.read_bytes()
+    assert file.digest == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert len(before) == 4 and 0 < before[0] < before[-1] < len(data)
 
 
 def test_a_table_file_queues_at_most_ahead_parts(tmp_path, monkeypatch):
