@@ -268,10 +268,12 @@ def _add_delays(part: pa.Table | pl.DataFrame, delays: dict[str, list[np.ndarray
 
 
 def _delay_by_role(delays: dict[str, list[np.ndarray]]) -> pl.DataFrame:
-    """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay."""
+    """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay.  A role's delays
+    from one part are the summary's own array already, reordered in place, not copied (an
+    observe replay's deliveries come sorted by watcher, so most roles are in one part)."""
     summary = []
     for role, parts in sorted(delays.items()):
-        mine = np.concatenate(parts)
+        mine = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if len(mine):
             summary.append((role, len(mine), *_nearest_ms(mine, (0.5, 0.99))))
     return pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,

@@ -9,6 +9,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay import models
 from replay.analysis.check import check_run, failed
@@ -367,3 +369,38 @@ def test_freed_memory_goes_back_between_table_parts_at_most_every_few_seconds(mo
     trims.clear()
     monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 3600.0)
     assert list(api._giving_back(iter(parts))) == parts and trims == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(["binder", "kubelet", "scheduler"]),
+                                   st.integers(0, 10**7)), min_size=0, max_size=40),
+                min_size=1, max_size=4), st.booleans())
+def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionary):
+    """The run's delay by role (``RunResult.delay_by_role``) from deliveries given in parts: the
+    nearest-rank p50 and p99 of each role's end-to-end delays, as polars computes them on the
+    whole table, whether a role's deliveries are in one part (summarised without a copy) or in
+    several, and whether the role column is an Arrow dictionary (observe) or plain strings."""
+    from replay.api import _summarised
+
+    def table(rows):
+        roles = pa.array([role for role, _ in rows], pa.string())
+        delay = np.array([d for _, d in rows], dtype=np.int64)
+        commit = np.arange(len(rows), dtype=np.int64) * 1_000
+        times = {c: pa.array(commit).view(pa.timestamp("us", tz="UTC"))
+                 for c in ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts",
+                           "received_ts", "dequeued_ts")}
+        return pa.table({
+            "rv": pa.array(np.arange(len(rows), dtype=np.int64)), "watcher": roles,
+            "role": roles.dictionary_encode() if dictionary else roles, **times,
+            "applied_ts": pa.array(commit + delay).view(pa.timestamp("us", tz="UTC")),
+            "source": pa.array(["watch"] * len(rows)), "coalesced": pa.array([False] * len(rows))})
+
+    summary: dict = {}
+    list(_summarised([("deliveries", table(rows)) for rows in parts], summary))
+    every = pl.DataFrame([row for rows in parts for row in rows], schema=["role", "delay"],
+                         orient="row")
+    expected = every.group_by("role").agg(
+        pl.len().alias("deliveries"), pl.col("delay").quantile(0.5, "nearest").alias("p50"),
+        pl.col("delay").quantile(0.99, "nearest").alias("p99")).sort("role")
+    assert summary["delay"].rows() == [(role, n, float(p50) / 1000, float(p99) / 1000)
+                                       for role, n, p50, p99 in expected.rows()]
