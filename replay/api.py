@@ -262,7 +262,7 @@ def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watche
 def _add_delays(part: pa.Table | pl.DataFrame, delays: dict[str, list[np.ndarray]]) -> None:
     """The end-to-end delay of each of a part's deliveries, appended to its role's."""
     part = conform_table("deliveries", part)
-    delay_us = _us(part.column("applied_ts")) - _us(part.column("commit_ts"))
+    delay_us = _minus_us(part.column("applied_ts"), part.column("commit_ts"))
     for role, at in _where(part.column("role")).items():
         delays.setdefault(role, []).append(delay_us if at is None else delay_us[at])
 
@@ -306,6 +306,20 @@ def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray | None]:
         elif count[mine].sum():
             where[label] = codes == mine[0] if len(mine) == 1 else np.isin(codes, mine)
     return where
+
+
+def _minus_us(later: pa.ChunkedArray, earlier: pa.ChunkedArray) -> np.ndarray:
+    """``later - earlier`` (timestamp columns) in integer microseconds, into one new array, a
+    chunk of ``earlier`` at a time (observe's ``commit_ts`` comes in chunks)."""
+    minuend = _us(later)
+    out = np.empty(len(minuend), dtype=np.int64)
+    at = 0
+    for chunk in earlier.chunks:
+        size = len(chunk)
+        np.subtract(minuend[at:at + size], chunk.view(pa.int64()).to_numpy(zero_copy_only=False),
+                    out=out[at:at + size])
+        at += size
+    return out
 
 
 def _us(column: pa.ChunkedArray) -> np.ndarray:

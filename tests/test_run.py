@@ -374,12 +374,13 @@ def test_freed_memory_goes_back_between_table_parts_at_most_every_few_seconds(mo
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(["binder", "kubelet", "scheduler"]),
                                    st.integers(0, 10**7)), min_size=0, max_size=40),
-                min_size=1, max_size=4), st.booleans())
-def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionary):
+                min_size=1, max_size=4), st.booleans(), st.integers(1, 3))
+def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionary, chunks):
     """The run's delay by role (``RunResult.delay_by_role``) from deliveries given in parts: the
     nearest-rank p50 and p99 of each role's end-to-end delays, as polars computes them on the
     whole table, whether a role's deliveries are in one part (summarised without a copy) or in
-    several, and whether the role column is an Arrow dictionary (observe) or plain strings."""
+    several, whether the role column is an Arrow dictionary (observe) or plain strings, and
+    whatever the chunks of ``commit_ts`` (observe's come in chunks)."""
     from replay.api import _summarised
 
     def table(rows):
@@ -387,8 +388,11 @@ def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionar
         delay = np.array([d for _, d in rows], dtype=np.int64)
         commit = np.arange(len(rows), dtype=np.int64) * 1_000
         times = {c: pa.array(commit).view(pa.timestamp("us", tz="UTC"))
-                 for c in ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts",
-                           "received_ts", "dequeued_ts")}
+                 for c in ("cached_ts", "dispatched_ts", "sent_ts", "received_ts",
+                           "dequeued_ts")}
+        times["commit_ts"] = pa.chunked_array(
+            [pa.array(c).view(pa.timestamp("us", tz="UTC"))
+             for c in np.array_split(commit, chunks)], pa.timestamp("us", tz="UTC"))
         return pa.table({
             "rv": pa.array(np.arange(len(rows), dtype=np.int64)), "watcher": roles,
             "role": roles.dictionary_encode() if dictionary else roles, **times,
@@ -404,3 +408,33 @@ def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionar
         pl.col("delay").quantile(0.99, "nearest").alias("p99")).sort("role")
     assert summary["delay"].rows() == [(role, n, float(p50) / 1000, float(p99) / 1000)
                                        for role, n, p50, p99 in expected.rows()]
+
+
+@pytest.mark.parametrize("part", [97, 1000, 1 << 20])
+def test_observe_deliveries_take_their_writes_shared_stage_times(monkeypatch, part):
+    """observe's deliveries take their writes' commit, cached and dispatched times in chunks (a
+    resource's writes' times sliced for each watcher of the whole cluster, the kubelets'
+    gathered): each must be its write's, in parts of any size (a stream split between parts,
+    kubelets and schedulers in one part), and the tables the same as in one part."""
+    from replay.models.observe import _Replay
+
+    monkeypatch.setattr("replay.models.observe.PART", part)
+    trace = read_trace(SAMPLE_TRACE)
+    config = load_config(None, model="observe")
+    watchers = ObserveModel(config.model_params).default_watchers(trace)
+    assert any(w.node is None for w in watchers) and any(w.node for w in watchers)
+    replay = _Replay(trace, config, watchers)
+    parts = list(replay.deliveries())
+    assert len(parts) == -(-sum(p.num_rows for p in parts) // part)
+    for part_table in parts:
+        write = part_table.column("rv").to_numpy() - 1
+        for name, times in zip(("commit_ts", "cached_ts", "dispatched_ts"), replay.scan.shared):
+            column = part_table.column(name)
+            assert column.type == pa.timestamp("us", tz="UTC")
+            assert np.array_equal(column.to_numpy().view(np.int64), times[write]), name
+    if part < 1000:
+        assert any(p.column("commit_ts").num_chunks > 1 for p in parts)
+    whole = pa.concat_tables(parts).combine_chunks()
+    monkeypatch.setattr("replay.models.observe.PART", 1 << 20)
+    assert whole.equals(pa.concat_tables(list(_Replay(trace, config, watchers).deliveries()))
+                        .combine_chunks())
