@@ -389,7 +389,8 @@ class _OfWrite:
         for s in np.flatnonzero(self.whole).tolist():  # before any delivery's write is its rv
             writes = scan.write[starts[s]:starts[s + 1]]
             for name, times in self.times.items():
-                self.by_resource.setdefault((name, int(resource[s])), times[writes])
+                if (name, int(resource[s])) not in self.by_resource:
+                    self.by_resource[name, int(resource[s])] = times[writes]
 
     def columns(self, part: slice) -> dict[str, pa.ChunkedArray]:
         """The part's deliveries' times of their writes, by column."""
