@@ -213,13 +213,14 @@ def _giving_back(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]]
 def _read(trace_path: str | os.PathLike,
           name: str | None) -> tuple[pl.DataFrame, type[Model]]:
     """The trace (only the columns the model reads) and the model to run it through.  Without a
-    name the guess is ``observe``, right for any trace with bindings."""
+    name the guess is ``observe``, right for any trace with bindings.  A model is looked up once
+    when the guess stands (each lookup reads every installed distribution's entry points)."""
     guess = models.load(name or "observe")
     trace = read_trace(trace_path, columns=_columns(guess))
+    if name is not None or has_bindings(trace):
+        return trace, guess
     model_class = choose_model(name, trace, str(trace_path))
-    if model_class is not guess:
-        trace = read_trace(trace_path, columns=_columns(model_class))
-    return trace, model_class
+    return read_trace(trace_path, columns=_columns(model_class)), model_class
 
 
 def _columns(model_class: type[Model]) -> list[str] | None:
@@ -261,16 +262,18 @@ def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watche
 def _add_delays(part: pa.Table | pl.DataFrame, delays: dict[str, list[np.ndarray]]) -> None:
     """The end-to-end delay of each of a part's deliveries, appended to its role's."""
     part = conform_table("deliveries", part)
-    delay_us = _us(part.column("applied_ts")) - _us(part.column("commit_ts"))
+    delay_us = _minus_us(part.column("applied_ts"), part.column("commit_ts"))
     for role, at in _where(part.column("role")).items():
         delays.setdefault(role, []).append(delay_us if at is None else delay_us[at])
 
 
 def _delay_by_role(delays: dict[str, list[np.ndarray]]) -> pl.DataFrame:
-    """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay."""
+    """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay.  A role's delays
+    from one part are the summary's own array already, reordered in place, not copied (an
+    observe replay's deliveries come sorted by watcher, so most roles are in one part)."""
     summary = []
     for role, parts in sorted(delays.items()):
-        mine = np.concatenate(parts)
+        mine = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if len(mine):
             summary.append((role, len(mine), *_nearest_ms(mine, (0.5, 0.99))))
     return pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,
@@ -303,6 +306,20 @@ def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray | None]:
         elif count[mine].sum():
             where[label] = codes == mine[0] if len(mine) == 1 else np.isin(codes, mine)
     return where
+
+
+def _minus_us(later: pa.ChunkedArray, earlier: pa.ChunkedArray) -> np.ndarray:
+    """``later - earlier`` (timestamp columns) in integer microseconds, into one new array, a
+    chunk of ``earlier`` at a time (observe's ``commit_ts`` comes in chunks)."""
+    minuend = _us(later)
+    out = np.empty(len(minuend), dtype=np.int64)
+    at = 0
+    for chunk in earlier.chunks:
+        size = len(chunk)
+        np.subtract(minuend[at:at + size], chunk.view(pa.int64()).to_numpy(zero_copy_only=False),
+                    out=out[at:at + size])
+        at += size
+    return out
 
 
 def _us(column: pa.ChunkedArray) -> np.ndarray:

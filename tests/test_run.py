@@ -9,6 +9,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from replay import models
 from replay.analysis.check import check_run, failed
@@ -221,6 +223,23 @@ def test_failed_binding_is_a_conflict_and_reaches_nobody(tmp_path):
     assert kubelet == [1, 3, 4]  # its node, the binding, the delete; not the second pod
 
 
+@pytest.mark.parametrize("name", [None, "observe"])
+def test_a_replay_looks_its_model_up_once(tmp_path, monkeypatch, name):
+    """Each lookup of the models reads every installed distribution's entry points (a few
+    milliseconds of a replay step's tenths of a second): a trace with bindings, named observe
+    or not, is replayed after one."""
+    lookups = []
+    registered = models.registered
+
+    def counted():
+        lookups.append(1)
+        return registered()
+
+    monkeypatch.setattr(models, "registered", counted)
+    result = run_replay(SAMPLE_TRACE, load_config(None, model=name), out=tmp_path / "run")
+    assert result.model == "observe" and len(lookups) == 1
+
+
 def test_no_bindings_and_no_what_if_model_names_the_models(cli, tmp_path, monkeypatch):
     from replay import models
 
@@ -276,6 +295,36 @@ def test_wide_encoder_batches_write_the_same_bytes(tmp_path, monkeypatch):
         assert _write_file(tmp_path / f"{name}.parquet", table) == wide[name], name
 
 
+def test_a_table_files_digest_taken_as_it_grows_is_the_whole_files(tmp_path, monkeypatch):
+    """``TableFile`` hashes each part's bytes after writing it and only the footer at the end:
+    the manifest's size and SHA-256 must be the finished file's, and the parts must have been
+    hashed before the close (else the digest is taken after the last part, as before)."""
+    import hashlib
+
+    from replay.engine import rundir
+
+    rng = np.random.default_rng(3)
+    path = tmp_path / "t.parquet"
+    file = TableFile(path)
+    hashed_before_close = []
+    catch_up = rundir._Digest.catch_up
+
+    def counting(digest):
+        catch_up(digest)
+        hashed_before_close.append(digest.size)
+
+    monkeypatch.setattr(rundir._Digest, "catch_up", counting)
+    for rows in (5_000, 70_000, 1, 20_000):
+        file.add(pa.table({"rv": pa.array(np.sort(rng.integers(0, 10**9, rows))),
+                           "name": pa.array([f"p-{i % 977}" for i in range(rows)])}))
+    file._done[-1].result()
+    before = list(hashed_before_close)
+    file.close()
+    data = path.read_bytes()
+    assert file.digest == {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    assert len(before) == 4 and 0 < before[0] < before[-1] < len(data)
+
+
 def test_a_table_file_queues_at_most_ahead_parts(tmp_path, monkeypatch):
     """``TableFile(ahead=n)``: ``add`` waits while more than n parts are not yet written, so a
     caller quicker than the encoder does not hold a whole table in its queue."""
@@ -320,3 +369,72 @@ def test_freed_memory_goes_back_between_table_parts_at_most_every_few_seconds(mo
     trims.clear()
     monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 3600.0)
     assert list(api._giving_back(iter(parts))) == parts and trims == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.tuples(st.sampled_from(["binder", "kubelet", "scheduler"]),
+                                   st.integers(0, 10**7)), min_size=0, max_size=40),
+                min_size=1, max_size=4), st.booleans(), st.integers(1, 3))
+def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionary, chunks):
+    """The run's delay by role (``RunResult.delay_by_role``) from deliveries given in parts: the
+    nearest-rank p50 and p99 of each role's end-to-end delays, as polars computes them on the
+    whole table, whether a role's deliveries are in one part (summarised without a copy) or in
+    several, whether the role column is an Arrow dictionary (observe) or plain strings, and
+    whatever the chunks of ``commit_ts`` (observe's come in chunks)."""
+    from replay.api import _summarised
+
+    def table(rows):
+        roles = pa.array([role for role, _ in rows], pa.string())
+        delay = np.array([d for _, d in rows], dtype=np.int64)
+        commit = np.arange(len(rows), dtype=np.int64) * 1_000
+        times = {c: pa.array(commit).view(pa.timestamp("us", tz="UTC"))
+                 for c in ("cached_ts", "dispatched_ts", "sent_ts", "received_ts",
+                           "dequeued_ts")}
+        times["commit_ts"] = pa.chunked_array(
+            [pa.array(c).view(pa.timestamp("us", tz="UTC"))
+             for c in np.array_split(commit, chunks)], pa.timestamp("us", tz="UTC"))
+        return pa.table({
+            "rv": pa.array(np.arange(len(rows), dtype=np.int64)), "watcher": roles,
+            "role": roles.dictionary_encode() if dictionary else roles, **times,
+            "applied_ts": pa.array(commit + delay).view(pa.timestamp("us", tz="UTC")),
+            "source": pa.array(["watch"] * len(rows)), "coalesced": pa.array([False] * len(rows))})
+
+    summary: dict = {}
+    list(_summarised([("deliveries", table(rows)) for rows in parts], summary))
+    every = pl.DataFrame([row for rows in parts for row in rows], schema=["role", "delay"],
+                         orient="row")
+    expected = every.group_by("role").agg(
+        pl.len().alias("deliveries"), pl.col("delay").quantile(0.5, "nearest").alias("p50"),
+        pl.col("delay").quantile(0.99, "nearest").alias("p99")).sort("role")
+    assert summary["delay"].rows() == [(role, n, float(p50) / 1000, float(p99) / 1000)
+                                       for role, n, p50, p99 in expected.rows()]
+
+
+@pytest.mark.parametrize("part", [97, 1000, 1 << 20])
+def test_observe_deliveries_take_their_writes_shared_stage_times(monkeypatch, part):
+    """observe's deliveries take their writes' commit, cached and dispatched times in chunks (a
+    resource's writes' times sliced for each watcher of the whole cluster, the kubelets'
+    gathered): each must be its write's, in parts of any size (a stream split between parts,
+    kubelets and schedulers in one part), and the tables the same as in one part."""
+    from replay.models.observe import _Replay
+
+    monkeypatch.setattr("replay.models.observe.PART", part)
+    trace = read_trace(SAMPLE_TRACE)
+    config = load_config(None, model="observe")
+    watchers = ObserveModel(config.model_params).default_watchers(trace)
+    assert any(w.node is None for w in watchers) and any(w.node for w in watchers)
+    replay = _Replay(trace, config, watchers)
+    parts = list(replay.deliveries())
+    assert len(parts) == -(-sum(p.num_rows for p in parts) // part)
+    for part_table in parts:
+        write = part_table.column("rv").to_numpy() - 1
+        for name, times in zip(("commit_ts", "cached_ts", "dispatched_ts"), replay.scan.shared):
+            column = part_table.column(name)
+            assert column.type == pa.timestamp("us", tz="UTC")
+            assert np.array_equal(column.to_numpy().view(np.int64), times[write]), name
+    if part < 1000:
+        assert any(p.column("commit_ts").num_chunks > 1 for p in parts)
+    whole = pa.concat_tables(parts).combine_chunks()
+    monkeypatch.setattr("replay.models.observe.PART", 1 << 20)
+    assert whole.equals(pa.concat_tables(list(_Replay(trace, config, watchers).deliveries()))
+                        .combine_chunks())

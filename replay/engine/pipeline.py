@@ -1393,9 +1393,11 @@ class Scan:
         return {"received_ts": received, "dequeued_ts": applied - service, "applied_ts": applied,
                 "service": service}
 
-    def parts(self, size: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    def parts(self, size: int | None = None,
+              shared: bool = True) -> Iterator[dict[str, np.ndarray]]:
         """Every delivery's times (``STAGE_COLUMNS``, ``source``, ``coalesced``), a part of
-        ``size`` deliveries at a time."""
+        ``size`` deliveries at a time; without the shared stages' (``commit_ts``, ``cached_ts``,
+        ``dispatched_ts``: its write's, in ``self.shared``) unless ``shared``."""
         size = size or self.part
         commit, cached, dispatched = self.shared
         resume = None
@@ -1410,8 +1412,9 @@ class Scan:
             more = start + size < len(self.write) and self.stream[start + size] == stream[-1]
             resume = Resume.after({"sent_ts": sent, **times}, stream, resume) if (
                 more and len(stream)) else None
-            out = {"commit_ts": commit[write], "cached_ts": cached[write],
-                   "dispatched_ts": dispatched[write], "sent_ts": sent, **times,
+            of_write = {"commit_ts": commit[write], "cached_ts": cached[write],
+                        "dispatched_ts": dispatched[write]} if shared else {}
+            out = {**of_write, "sent_ts": sent, **times,
                    "source": np.zeros(len(write), dtype=np.int8),
                    "coalesced": np.zeros(len(write), dtype=bool)}
             if len(fixed) and len(stream):

@@ -150,7 +150,8 @@ class TableFile:
     strings (not as Arrow dictionaries) and times as UTC microsecond timestamps.
 
     Parts are written in order by a thread of the file's own (pyarrow releases the GIL while it
-    encodes), so the caller computes the next part, or the next table, meanwhile.
+    encodes), so the caller computes the next part, or the next table, meanwhile; that thread
+    also hashes each part's bytes once written (``_Digest``).
     """
 
     def __init__(self, path: Path, ahead: int | None = None):
@@ -161,6 +162,7 @@ class TableFile:
         self.ahead = ahead
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-table-file")
         self._writer: pq.ParquetWriter | None = None
+        self._digest = _Digest(path)
         self._done: list[Future[None]] = []
         self.digest: dict[str, Any] = {}  # once closed: {"bytes": size, "sha256": hex digest}
 
@@ -204,11 +206,12 @@ class TableFile:
                 write_statistics=summarised, store_schema=False, write_page_checksum=True,
                 write_batch_size=_batch_size(part))
         self._writer.write_table(part, row_group_size=ROW_GROUP_ROWS)
+        self._digest.catch_up()
 
     def _finish(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            self.digest = file_digest(self.path)
+            self.digest = self._digest.result()
 
 
 def _batch_size(part: pa.Table) -> int | None:
@@ -236,17 +239,37 @@ def _batch_size(part: pa.Table) -> int | None:
     return WIDE_BATCH
 
 
+class _Digest:
+    """A file's size and SHA-256, taken as it grows: ``catch_up`` hashes what was appended since
+    the last call.  A Parquet writer only appends, so the bytes hashed never change after.
+
+    A table file's writer thread catches up after each part, while the caller computes the
+    next, so that closing the file hashes only its footer: hashing the whole deliveries' file
+    after its last part (a twentieth of its writer's time) was the end of the replay step."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path, self.size, self._hash = path, 0, hashlib.sha256()
+
+    def catch_up(self) -> None:
+        with open(self.path, "rb") as handle:
+            handle.seek(self.size)
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                self._hash.update(block)
+                self.size += len(block)
+
+    def result(self) -> dict[str, Any]:
+        """The whole file's size in bytes and SHA-256, once it is complete."""
+        self.catch_up()
+        return {"bytes": self.size, "sha256": self._hash.hexdigest()}
+
+
 def file_digest(path: str | os.PathLike[str]) -> dict[str, Any]:
     """What the manifest records of a table file: its size in bytes and its SHA-256."""
-    return {"bytes": os.path.getsize(path), "sha256": sha256_of(path)}
+    return _Digest(path).result()
 
 
 def sha256_of(path: str | os.PathLike[str]) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return str(_Digest(path).result()["sha256"])
 
 
 def write_run(dest: str | os.PathLike[str],
