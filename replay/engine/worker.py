@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Generic
+
+from replay.engine.core import Item
 
 if TYPE_CHECKING:
     from replay.engine.simulation import Simulation
-
-Item = TypeVar("Item")
 
 
 class Worker(Generic[Item]):
