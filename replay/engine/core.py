@@ -60,11 +60,13 @@ SWEEP_AT_LEAST = 1 << 12
 # soon (a reaction, a decision, a client's latency: most timers) stays small, and each push and
 # pop touches a few lines of memory instead of the 20 levels, most of them out of the CPU's cache,
 # of a heap of the half million pods running in a large replay (0.4 against 0.9 to 5 us a timer).
-# The far timers wait in one list per FAR_US of due time (its "slot"), appended to, unsorted: a
-# heap of them cost the same 20 levels twice per timer, a push when set and a pop when moved to
-# the near heap (8% of a 1M-pod Gödel replay), where a slot costs an append and a push into the
-# near heap.
+# The far timers wait in one list per 2^SLOT_SHIFT us of due time (a "slot"), appended to,
+# unsorted: a heap of them cost the same 20 levels twice per timer, a push when set and a pop
+# when moved to the near heap, where a slot costs an append, and a push into the near heap once
+# the near heap reaches the slot's start.  A slot spans 65.5 ms, so that the timers it moves
+# early into the near heap are few.
 FAR_US = 1_000_000
+SLOT_SHIFT = 16
 # Later than any time: the first far slot's start while there is none
 _LAST = 1 << 62
 
@@ -75,8 +77,9 @@ class Environment:
     def __init__(self, start: int = 0):
         self.now = start
         self._queue: list[_Entry] = []  # due within FAR_US of when they were set
-        # the others, until the near queue reaches their slot: per slot (due time // FAR_US),
-        # its timers in the order set; the slots that have any, as a heap; the first one's start
+        # the others, until the near queue reaches their slot: per slot (due time >>
+        # SLOT_SHIFT), its timers in the order set; the slots that have any, as a heap; the
+        # first one's start
         self._far: dict[int, list[_Entry]] = {}
         self._slots: list[int] = []
         self._far_first = _LAST
@@ -119,14 +122,14 @@ class Environment:
             heapq.heappush(self._queue, (time, order, callback, args, timer))
             return
         self._far_count += 1
-        slot = time // FAR_US
+        slot = time >> SLOT_SHIFT
         if (timers := self._far.get(slot)) is not None:
             timers.append((time, order, callback, args, timer))
             return
         self._far[slot] = [(time, order, callback, args, timer)]
         heapq.heappush(self._slots, slot)
-        if slot * FAR_US < self._far_first:
-            self._far_first = slot * FAR_US
+        if slot << SLOT_SHIFT < self._far_first:
+            self._far_first = slot << SLOT_SHIFT
 
     def _bring_near(self) -> bool:
         """Move the far slots that start by the near queue's first timer (the first slot, if
@@ -138,7 +141,7 @@ class Environment:
             self._far_count -= len(timers)
             for entry in timers:
                 push(queue, entry)
-            self._far_first = slots[0] * FAR_US if slots else _LAST
+            self._far_first = slots[0] << SLOT_SHIFT if slots else _LAST
         return bool(queue)
 
     def peek(self) -> int | None:
@@ -208,7 +211,7 @@ class Environment:
                          if (kept := _uncancelled(timers))}
             self._slots = sorted(self._far)
             self._far_count = sum(map(len, self._far.values()))
-            self._far_first = self._slots[0] * FAR_US if self._slots else _LAST
+            self._far_first = self._slots[0] << SLOT_SHIFT if self._slots else _LAST
             self._cancelled = 0
 
     def __len__(self) -> int:
