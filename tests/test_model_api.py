@@ -18,13 +18,14 @@ import re
 import sys
 import types
 from pathlib import Path
+from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from conftest import REPO, SAMPLE_TRACE
-from replay.engine import api
+from replay.engine import api, core
 from replay.engine.core import FAR_US, Deadlines, Environment
 
 MODELS = REPO / "replay" / "models"
@@ -215,14 +216,26 @@ def _fired(env, plan):
     return fired, env.now
 
 
+# the first far slot's start more than FAR_US after 5 (when ``_fired`` starts)
+_SLOT_START = (FAR_US // (1 << core.SLOT_SHIFT) + 1) << core.SLOT_SHIFT
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0, 1, 2, FAR_US - 1, FAR_US, FAR_US + 1,
-                                           FAR_US + 2, 2 * FAR_US, 3 * FAR_US + 1]),
+                                           FAR_US + 2, _SLOT_START - 6, _SLOT_START - 5,
+                                           2 * FAR_US, 3 * FAR_US + 1]),
                           st.booleans(), st.booleans()), max_size=60))
+# a far timer due at a slot's start and a near one due then too, set later (so after it), while
+# the far one waits in its slot
+@example([(_SLOT_START - 6, False, True), (_SLOT_START - 5, False, True), (1, False, True)])
 def test_near_and_far_timers_fire_in_due_time_then_order_set(plan):
-    """Timers due more than FAR_US ahead wait in the far queue; they still fire as if all
-    were in one (ties at a microsecond included: delays that meet across the two queues)."""
+    """Timers due more than FAR_US ahead wait in far slots; they still fire as if all were in
+    one queue (ties at a microsecond included: delays that meet across the near queue and the
+    slots; due times on either side of a slot's start, the run starting at 5)."""
     assert _fired(Environment(5), plan) == _fired(_PlainEnvironment(5), plan)
+    # and with the cancelled timers swept out of the near queue and the slots at each chance
+    with mock.patch.object(core, "SWEEP_AT_LEAST", 1):
+        assert _fired(Environment(5), plan) == _fired(_PlainEnvironment(5), plan)
 
 
 def _deadlines_run(plan, delay, own_timers):

@@ -21,9 +21,11 @@ from hypothesis import strategies as st
 
 from replay.analysis import windows
 from replay.analysis.derive import derive
+from replay.api import run_replay
+from replay.engine.config import load_config
 from test_derive import stored_is_the_whole_query, sweeps_in_numpy
 from test_queries import FAILED_D, WORKED, edited_run, learn_of_conflicts_late, network, \
-    replay_rows
+    replay_rows, sample_prefix
 
 
 def test_integrals_are_exact_beyond_64_bits():
@@ -274,3 +276,25 @@ def test_a_run_whose_deliveries_the_file_read_declines_derives_the_same_bytes(tm
     assert sweeps_in_numpy(run_dir)
     derive(run_dir)
     assert table.read_bytes() == read_from_file
+
+
+def test_the_sweeps_parts_on_threads_derive_the_bytes_of_one_part(tmp_path, monkeypatch):
+    """The sweep's parts, small enough that the sample's Gödel run makes dozens, swept on two
+    threads: the same file, byte for byte, as one part on one thread, and what the SQL
+    computes."""
+    run_dir = tmp_path / "run"
+    run_replay(sample_prefix(tmp_path), load_config(model="godel"), out=run_dir)
+    table = run_dir / "capacity_windows.parquet"
+    monkeypatch.setattr(windows, "SWEEP_ROWS", 1 << 40)
+    monkeypatch.setattr(windows, "SWEEP_THREADS", 1)
+    derive(run_dir)
+    whole = table.read_bytes()
+    parts = []
+    bounds = windows._part_bounds
+    monkeypatch.setattr(windows, "_part_bounds", lambda *a: parts.append(bounds(*a)) or parts[-1])
+    monkeypatch.setattr(windows, "SWEEP_ROWS", 1 << 5)
+    monkeypatch.setattr(windows, "SWEEP_THREADS", 2)
+    derive(run_dir)
+    assert len(parts) == 1 and len(parts[0]) > 20
+    assert table.read_bytes() == whole
+    stored_is_the_whole_query(run_dir)

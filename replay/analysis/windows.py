@@ -27,6 +27,7 @@ the 64-bit packing.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,9 @@ SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_window
          "instants", "stepped", "merged_segments", "windows", "stale_segments")
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
 SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
+# parts swept at once, on threads of their own (numpy, Arrow and the kernels release the GIL;
+# the parts' results are taken in order, so the tables do not depend on which finishes first)
+SWEEP_THREADS = 2
 _NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
 
 Columns = dict[str, np.ndarray]
@@ -445,29 +449,39 @@ def sweep(con: duckdb.DuckDBPyConnection, lags: Lags, nodes: int, rvs: int) -> S
     by_pair = np.argsort(held_pair, kind="stable")
     held, held_pair = held.take(by_pair), held_pair[by_pair]
     pair = _ints(lags["viewer_id"]) * nodes + lags["node_id"]
-    parts: list[Part] = []
-    stale: list[pa.Table] = []
+
+    def swept(bounds: tuple[int, int, int, int]) -> tuple[Part, pa.Table]:
+        start, end, first, last = bounds
+        part = Lags(lags.changes, {name: column[start:end] for name, column in lags.own.items()})
+        lone, merged, segments = _sweep_part(part, pair[start:end],
+                                             held.slice(first, last - first),
+                                             held_pair[first:last], nodes, rvs)
+        return Part(np.union1d(pair[start:end], held_pair[first:last]), lone, merged), segments
+
+    with ThreadPoolExecutor(SWEEP_THREADS) as pool:
+        parts, stale = zip(*pool.map(swept, _part_bounds(pair, held_pair)))
+    return Sweep(list(parts), pa.concat_tables(stale), nodes)
+
+
+def _part_bounds(pair: np.ndarray, held_pair: np.ndarray) -> list[tuple[int, int, int, int]]:
+    """The sweep's parts of the lags (their pairs, ``pair``, sorted), at most SWEEP_ROWS lags
+    each unless one pair has more, and at least one part: each part's first and end lag, and
+    first and end held assumption (those of its pairs, and in the first and last parts those of
+    any pair before or after every lag's)."""
+    bounds: list[tuple[int, int, int, int]] = []
     start, count = 0, len(pair)
-    while not parts or start < count:
+    while not bounds or start < count:
         end = min(start + SWEEP_ROWS, count)
         if end < count:  # end at a pair's first lag, after at least one whole pair
             end = int(np.searchsorted(pair, pair[end], side="left"))
             if end == start:
                 end = int(np.searchsorted(pair, pair[start], side="right"))
-        # the held assumptions of this part's pairs, and in the first and last parts of any
-        # pair before or after every lag's
         first = 0 if start == 0 else int(np.searchsorted(held_pair, pair[start], side="left"))
         last = (len(held_pair) if end >= count
                 else int(np.searchsorted(held_pair, pair[end], side="left")))
-        part = Lags(lags.changes, {name: column[start:end] for name, column in lags.own.items()})
-        lone, merged, segments = _sweep_part(part, pair[start:end],
-                                             held.slice(first, last - first),
-                                             held_pair[first:last], nodes, rvs)
-        pairs = np.union1d(pair[start:end], held_pair[first:last])
-        parts.append(Part(pairs, lone, merged))
-        stale.append(segments)
+        bounds.append((start, end, first, last))
         start = end
-    return Sweep(parts, pa.concat_tables(stale), nodes)
+    return bounds
 
 
 def _sweep_part(lags: Lags, pair: np.ndarray, held: pa.Table, held_pair: np.ndarray,
@@ -605,7 +619,7 @@ def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
     return windows, stale
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
     """``hi * 2**64 + lo += a[i] * b[i]`` for non-negative int64 ``a`` and ``b``, exactly."""
     mask = np.uint64(0xFFFFFFFF)
@@ -626,7 +640,7 @@ def mul_add128(a, b, hi, lo):  # pragma: no cover - compiled
         hi[i] += np.int64(product_hi + carry)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _sweep_kernel(order, pair, ts, rv, gaps, truths, at_end):  # pragma: no cover - compiled
     """The SQL's ``instants``, ``stepped``, ``merged_segments`` and their windows over points
     taken in ``order`` (by pair and time; read through it rather than gathered by it: nine

@@ -55,14 +55,19 @@ _Deadline = tuple[int, int, Item]
 # confirmed within a second) would otherwise stay queued until then, hundreds of thousands of
 # them in a large replay
 SWEEP_AT_LEAST = 1 << 12
-# Timers due more than this long after they are set wait in a queue of their own (a pod's end of
-# run, an assumption's time to live, a backoff) until the near queue reaches their time: a heap
-# of the few due soon (a reaction, a decision, a client's latency: most timers) stays small, and
-# each push and pop touches a few lines of memory instead of the 20 levels, most of them out of
-# the CPU's cache, of a heap of the half million pods running in a large replay (0.4 against 0.9
-# to 5 us a timer)
+# Timers due more than this long after they are set wait outside the heap (a pod's end of run, an
+# assumption's time to live, a backoff) until the heap reaches their time: the heap of the few due
+# soon (a reaction, a decision, a client's latency: most timers) stays small, and each push and
+# pop touches a few lines of memory instead of the 20 levels, most of them out of the CPU's cache,
+# of a heap of the half million pods running in a large replay (0.4 against 0.9 to 5 us a timer).
+# The far timers wait in one list per 2^SLOT_SHIFT us of due time (a "slot"), appended to,
+# unsorted: a heap of them cost the same 20 levels twice per timer, a push when set and a pop
+# when moved to the near heap, where a slot costs an append, and a push into the near heap once
+# the near heap reaches the slot's start.  A slot spans 65.5 ms, so that the timers it moves
+# early into the near heap are few.
 FAR_US = 1_000_000
-# Later than any time: the far queue's first time while it is empty
+SLOT_SHIFT = 16
+# Later than any time: the first far slot's start while there is none
 _LAST = 1 << 62
 
 
@@ -72,8 +77,13 @@ class Environment:
     def __init__(self, start: int = 0):
         self.now = start
         self._queue: list[_Entry] = []  # due within FAR_US of when they were set
-        self._far: list[_Entry] = []  # the others, until the near queue reaches their time
-        self._far_first = _LAST  # the first due time in ``_far``
+        # the others, until the near queue reaches their slot: per slot (due time >>
+        # SLOT_SHIFT), its timers in the order set; the slots that have any, as a heap; the
+        # first one's start
+        self._far: dict[int, list[_Entry]] = {}
+        self._slots: list[int] = []
+        self._far_first = _LAST
+        self._far_count = 0
         self._order = 0
         self._cancelled = 0  # cancelled timers still in the queues
 
@@ -102,26 +112,36 @@ class Environment:
 
     def _put(self, time: int, order: int, callback: Callable[..., Any], args: tuple[Any, ...],
              timer: Timer | None) -> None:
-        """Queue a timer, in the near queue or, due more than FAR_US from now, the far one
-        (which of the two changes nothing but the cost: ``_bring_near`` moves a far timer to
-        the near queue before any later one fires)."""
+        """Queue a timer, in the near queue or, due more than FAR_US from now, in its far slot
+        (which of the two changes nothing but the cost: ``_bring_near`` moves a slot to the
+        near queue before any timer due after the slot's start fires)."""
         now = self.now
         if time < now:
             raise ValueError(f"cannot schedule at {time}, before now ({now})")
         if time - now <= FAR_US:
             heapq.heappush(self._queue, (time, order, callback, args, timer))
             return
-        heapq.heappush(self._far, (time, order, callback, args, timer))
-        if time < self._far_first:
-            self._far_first = time
+        self._far_count += 1
+        slot = time >> SLOT_SHIFT
+        if (timers := self._far.get(slot)) is not None:
+            timers.append((time, order, callback, args, timer))
+            return
+        self._far[slot] = [(time, order, callback, args, timer)]
+        heapq.heappush(self._slots, slot)
+        if slot << SLOT_SHIFT < self._far_first:
+            self._far_first = slot << SLOT_SHIFT
 
     def _bring_near(self) -> bool:
-        """Move the far timers due by the near queue's first (all of them up to the first far
-        one, if it is empty) to the near queue; whether it has any timer."""
-        queue, far = self._queue, self._far
-        while far and (not queue or far[0][0] <= queue[0][0]):
-            heapq.heappush(queue, heapq.heappop(far))
-        self._far_first = far[0][0] if far else _LAST
+        """Move the far slots that start by the near queue's first timer (the first slot, if
+        it is empty) to the near queue; whether it has any timer.  (A slot starts after now,
+        as its timers are due more than FAR_US after they were set.)"""
+        queue, slots, push = self._queue, self._slots, heapq.heappush
+        while slots and (not queue or self._far_first <= queue[0][0]):
+            timers = self._far.pop(heapq.heappop(slots))
+            self._far_count -= len(timers)
+            for entry in timers:
+                push(queue, entry)
+            self._far_first = slots[0] << SLOT_SHIFT if slots else _LAST
         return bool(queue)
 
     def peek(self) -> int | None:
@@ -185,15 +205,23 @@ class Environment:
         order set), which no two entries share, so what fires, and when, does not change."""
         self._cancelled += 1
         if self._cancelled >= SWEEP_AT_LEAST and 2 * self._cancelled > len(self):
-            for queue in (self._queue, self._far):
-                queue[:] = [entry for entry in queue if entry[4] is None or not entry[4].cancelled]
-                heapq.heapify(queue)
-            self._far_first = self._far[0][0] if self._far else _LAST
+            self._queue[:] = _uncancelled(self._queue)
+            heapq.heapify(self._queue)
+            self._far = {slot: kept for slot, timers in self._far.items()
+                         if (kept := _uncancelled(timers))}
+            self._slots = sorted(self._far)
+            self._far_count = sum(map(len, self._far.values()))
+            self._far_first = self._slots[0] << SLOT_SHIFT if self._slots else _LAST
             self._cancelled = 0
 
     def __len__(self) -> int:
         """Timers still set (cancelled ones included until they come up or are swept out)."""
-        return len(self._queue) + len(self._far)
+        return len(self._queue) + self._far_count
+
+
+def _uncancelled(entries: list[_Entry]) -> list[_Entry]:
+    """``entries`` without the cancelled timers, in the same order."""
+    return [entry for entry in entries if entry[4] is None or not entry[4].cancelled]
 
 
 class Deadlines(Generic[Item]):
