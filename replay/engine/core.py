@@ -133,8 +133,9 @@ class Environment:
 
     def _bring_near(self) -> bool:
         """Move the far slots that start by the near queue's first timer (the first slot, if
-        it is empty) to the near queue; whether it has any timer.  (A slot starts after now,
-        as its timers are due more than FAR_US after they were set.)"""
+        it is empty) to the near queue; whether it has any timer.  (A slot starts later than
+        any of its timers was set, as they are due more than FAR_US after: no timer is put in a
+        slot whose time has come.)"""
         queue, slots, push = self._queue, self._slots, heapq.heappush
         while slots and (not queue or self._far_first <= queue[0][0]):
             timers = self._far.pop(heapq.heappop(slots))
