@@ -77,9 +77,10 @@ class Environment:
     def __init__(self, start: int = 0):
         self.now = start
         self._queue: list[_Entry] = []  # due within FAR_US of when they were set
-        # the others, until the near queue reaches their slot: per slot (due time >>
-        # SLOT_SHIFT), its timers in the order set; the slots that have any, as a heap; the
-        # first one's start
+        # the others, until the near queue reaches their slot: per slot (by its start, the due
+        # time with its low SLOT_SHIFT bits cleared), its timers in the order set; the slots'
+        # starts, as a heap; the first one (read by ``run`` at every timer); how many timers the
+        # slots hold (``len``, read at every cancel)
         self._far: dict[int, list[_Entry]] = {}
         self._slots: list[int] = []
         self._far_first = _LAST
@@ -122,14 +123,14 @@ class Environment:
             heapq.heappush(self._queue, (time, order, callback, args, timer))
             return
         self._far_count += 1
-        slot = time >> SLOT_SHIFT
-        if (timers := self._far.get(slot)) is not None:
+        start = time >> SLOT_SHIFT << SLOT_SHIFT
+        if (timers := self._far.get(start)) is not None:
             timers.append((time, order, callback, args, timer))
             return
-        self._far[slot] = [(time, order, callback, args, timer)]
-        heapq.heappush(self._slots, slot)
-        if slot << SLOT_SHIFT < self._far_first:
-            self._far_first = slot << SLOT_SHIFT
+        self._far[start] = [(time, order, callback, args, timer)]
+        heapq.heappush(self._slots, start)
+        if start < self._far_first:
+            self._far_first = start
 
     def _bring_near(self) -> bool:
         """Move the far slots that start by the near queue's first timer (the first slot, if
@@ -142,7 +143,7 @@ class Environment:
             self._far_count -= len(timers)
             for entry in timers:
                 push(queue, entry)
-            self._far_first = slots[0] << SLOT_SHIFT if slots else _LAST
+            self._far_first = slots[0] if slots else _LAST
         return bool(queue)
 
     def peek(self) -> int | None:
@@ -208,11 +209,11 @@ class Environment:
         if self._cancelled >= SWEEP_AT_LEAST and 2 * self._cancelled > len(self):
             self._queue[:] = _uncancelled(self._queue)
             heapq.heapify(self._queue)
-            self._far = {slot: kept for slot, timers in self._far.items()
+            self._far = {start: kept for start, timers in self._far.items()
                          if (kept := _uncancelled(timers))}
             self._slots = sorted(self._far)
             self._far_count = sum(map(len, self._far.values()))
-            self._far_first = self._slots[0] << SLOT_SHIFT if self._slots else _LAST
+            self._far_first = self._slots[0] if self._slots else _LAST
             self._cancelled = 0
 
     def __len__(self) -> int:
