@@ -179,7 +179,7 @@ CREATE OR REPLACE MACRO cdf_fractions() AS
 -- the product a * b as the sum of two doubles (Dekker's split), the sum with c as two more
 -- (Knuth's two-sum), the small part rounded to odd, then one rounding to nearest.  It lets a
 -- query find the two neighbours by counting instead of making quantile_cont select them among
--- every value (delay_cdf.sql).
+-- every value (delay_cdf.sql, per_component_delay.sql).
 CREATE OR REPLACE MACRO two_sum_error(a, b, s) AS (a - (s - (s - a))) + (b - (s - a));
 CREATE OR REPLACE MACRO split_high(a) AS 134217729::DOUBLE * a - (134217729::DOUBLE * a - a);
 CREATE OR REPLACE MACRO two_product_error(a, b, p) AS

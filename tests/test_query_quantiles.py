@@ -10,6 +10,7 @@ arithmetic, the interpolation against ``quantile_cont`` on two values, and the q
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import math
 from fractions import Fraction
@@ -20,7 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from replay.analysis.catalog import load_query, views_sql
-from replay.analysis.runs import open_runs, run_query
+from replay.analysis.runs import open_runs, run_query, set_variables
 from replay.api import run_replay
 from replay.engine.config import load_config
 
@@ -115,6 +116,99 @@ def test_delay_cdf_is_quantile_cont_bit_for_bit(tmp_path):
     plain.execute(PLAIN_INTERPOLATION)
     moved = plain.sql(load_query("delay_cdf").sql).pl()
     assert not moved["delay_ms"].equals(expected["delay_ms"])
+
+
+STAGES = ("storage_to_cache", "cacher_queue", "watcher_queue", "network", "client_queue",
+          "handler", "end_to_end")
+
+# per_component_delay as it was written before it counted: delay_stats of every stage, each
+# selected by quantile_cont among every delivery
+DELAY_STATS_OF_EACH_STAGE = f"""
+WITH per_role AS (
+    SELECT run, watcher_role, count(*) AS events,
+           [{", ".join(f"delay_stats({stage})" for stage in STAGES)}] AS stats
+    FROM delivery_delays_us
+    WHERE in_time_window(commit_ts) AND watcher_selected(watcher)
+    GROUP BY run, watcher_role
+), per_component AS (
+    SELECT run, watcher_role, events, stats[7].mean_ms AS end_to_end_mean_ms,
+           unnest({list(STAGES)!r}) AS component, unnest(range(1, 8)) AS position,
+           unnest(stats, recursive := true)
+    FROM per_role
+)
+SELECT run, watcher_role, component, events, mean_ms, percentiles[1] AS p50_ms,
+       percentiles[2] AS p90_ms, percentiles[3] AS p99_ms, max_ms,
+       mean_ms / nullif(end_to_end_mean_ms, 0) AS share
+FROM per_component
+ORDER BY run, watcher_role, position
+"""
+
+# a Godel run whose scheduler's watch of nodes is terminated and resumed (two-event buffers)
+SMALL_BUFFERS = """
+[stages.watcher_queue]
+buffer = 2
+[[watchers]]
+name = "godel-scheduler-0"
+role = "scheduler"
+[watchers.stages.watcher_queue]
+service = { dist = "exponential", mean_ms = 0.8 }
+[[watchers]]
+name = "godel-scheduler-1"
+role = "scheduler"
+[[watchers]]
+name = "godel-scheduler-2"
+role = "scheduler"
+[[watchers]]
+name = "godel-binder"
+role = "binder"
+[[watchers]]
+name = "godel-dispatcher"
+role = "dispatcher"
+resources = ["pods"]
+"""
+
+
+def test_per_component_delay_is_delay_stats_bit_for_bit(tmp_path):
+    """Counted, per_component_delay is every stage's delay_stats to the last bit: on two runs
+    at once, and with each parameter."""
+    config = tmp_path / "small-buffers.toml"
+    config.write_text(SMALL_BUFFERS)
+    trace = sample_prefix(tmp_path, seconds=20.0)
+    godel, observe = tmp_path / "godel", tmp_path / "observe"
+    run_replay(trace, load_config(config, model="godel"), out=godel)
+    run_replay(trace, load_config(model="observe"), out=observe)
+    con = open_runs([str(godel), str(observe)])
+    [(start,)] = con.execute("SELECT min(commit_ts) FROM deliveries").fetchall()
+    for variables in ({}, {"watcher": "godel-scheduler-*"},
+                      {"from_ts": start + dt.timedelta(seconds=2),
+                       "to_ts": start + dt.timedelta(seconds=9)}):
+        got = run_query(con, load_query("per_component_delay"), variables).pl()
+        expected = con.sql(DELAY_STATS_OF_EACH_STAGE).pl()
+        assert got.height == expected.height >= 7, variables
+        assert got.schema == expected.schema
+        assert_bits_equal(got, expected)
+        set_variables(con, dict.fromkeys(variables))
+
+
+delays = st.integers(-2_000, 2_000) | st.integers(-4 * 10**15, 4 * 10**15)
+
+
+@settings(max_examples=budget(40), deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b"]), st.sampled_from(["binder", "scheduler"]),
+                          st.lists(delays, min_size=len(STAGES), max_size=len(STAGES))),
+                min_size=1, max_size=60))
+def test_counted_percentiles_are_quantile_conts(deliveries):
+    """Whatever the delays (ties, one delivery, negative, far apart, a mean of 0), the counted
+    per_component_delay answers what delay_stats does, bit for bit."""
+    con = macros()
+    con.execute(
+        "CREATE OR REPLACE TABLE delivery_delays_us AS SELECT d.run, d.role AS watcher_role, "
+        "d.role AS watcher, TIMESTAMPTZ '2026-01-01 00:00:00+00' AS commit_ts, "
+        + ", ".join(f"d.us[{i}] AS {stage}" for i, stage in enumerate(STAGES, 1))
+        + " FROM (SELECT unnest(?::STRUCT(run VARCHAR, role VARCHAR, us BIGINT[])[]) AS d)",
+        [[{"run": run, "role": role, "us": us} for run, role, us in deliveries]])
+    got = con.sql(load_query("per_component_delay").sql).pl()
+    assert_bits_equal(got, con.sql(DELAY_STATS_OF_EACH_STAGE).pl())
 
 
 def assert_bits_equal(got: pl.DataFrame, expected: pl.DataFrame) -> None:
