@@ -28,13 +28,19 @@
 -- thousand distinct delays in whole microseconds against millions of deliveries), in one pass
 -- over the deliveries with a grouping set per stage, and each percentile's two neighbours are
 -- found by their running counts.  Selecting them with quantile_cont among every delivery, seven
--- times, took 2.5 times as long on the 27M deliveries of a 1M-pod what-if run (11.1 s against
--- 4.5 s).  The timeline (per_component_delay_timeline.sql) does not count: a minute's role has
--- almost as many distinct delays as deliveries.
-WITH counted AS (
-    -- deliveries per run, role, stage and delay; position is the stage's place in the pipeline
-    -- (1 to 6, then 7 for end_to_end): the one grouping set its row belongs to
-    SELECT run, watcher_role,
+-- times, took 1.5 times as long on the 27M deliveries of a 1M-pod what-if run, 1.3 times as long
+-- on that run and a 1M-pod observe run together, and 5.5 times the memory (3.9 GB).  The
+-- timeline (per_component_delay_timeline.sql) does not count: a minute's role has almost as many
+-- distinct delays as deliveries, and counting them took 2.4 times as long.
+WITH pairs AS (
+    -- each run and watcher role as a number, for the deliveries to be counted by (numbers rather
+    -- than two names made the counting 1.4 times as fast on two 1M-pod runs)
+    SELECT run, role AS watcher_role, row_number() OVER (ORDER BY run, role) AS pair
+    FROM (SELECT DISTINCT run, role FROM watchers)
+), counted AS (
+    -- deliveries per run and role, stage and delay; position is the stage's place in the
+    -- pipeline (1 to 6, then 7 for end_to_end): the one grouping set its row belongs to
+    SELECT pair,
            list_position([grouping(storage_to_cache), grouping(cacher_queue),
                           grouping(watcher_queue), grouping(network), grouping(client_queue),
                           grouping(handler), grouping(end_to_end)], 0) AS position,
@@ -42,25 +48,25 @@ WITH counted AS (
                     end_to_end) AS us,
            count(*) AS deliveries
     FROM delivery_delays_us
+    JOIN pairs USING (run, watcher_role)
     WHERE in_time_window(commit_ts) AND watcher_selected(watcher)
-    GROUP BY run, watcher_role,
+    GROUP BY pair,
              GROUPING SETS ((storage_to_cache), (cacher_queue), (watcher_queue), (network),
                             (client_queue), (handler), (end_to_end))
 ), ranked AS (
     -- rank_end: how many of the stage's deliveries are delayed by at most us
-    SELECT run, watcher_role, position, us,
-           sum(deliveries) OVER (PARTITION BY run, watcher_role, position ORDER BY us)
-               AS rank_end
+    SELECT pair, position, us,
+           sum(deliveries) OVER (PARTITION BY pair, position ORDER BY us) AS rank_end
     FROM counted
     WHERE us IS NOT NULL
 ), stages AS (
     -- the mean adds whole microseconds, as delay_stats does
-    SELECT run, watcher_role, position, sum(deliveries)::BIGINT AS events,
+    SELECT pair, position, sum(deliveries)::BIGINT AS events,
            sum(deliveries) FILTER (us IS NOT NULL) AS measured,
            sum(us::HUGEINT * deliveries) / measured / 1000 AS mean_ms,
            max(us) / 1000.0 AS max_ms
     FROM counted
-    GROUP BY run, watcher_role, position
+    GROUP BY pair, position
 ), points AS (
     -- as quantile_cont places a fraction of n sorted values: (n - 1) * fraction places after the
     -- smallest, between the values at places below and above (0-based)
@@ -69,17 +75,15 @@ WITH counted AS (
     FROM (SELECT *, unnest([0.5, 0.9, 0.99]) AS fraction FROM stages),
          LATERAL (SELECT (measured - 1)::DOUBLE * fraction AS place)
 ), percentiles AS (
-    SELECT p.run, p.watcher_role, p.position, p.events, p.mean_ms, p.max_ms,
+    SELECT p.pair, p.position, p.events, p.mean_ms, p.max_ms,
            list(CASE WHEN p.below = p.above THEN lo.us / 1000.0
                      ELSE quantile_between(lo.us / 1000.0, hi.us / 1000.0, p.d) END
                 ORDER BY p.fraction) AS percentiles
     FROM points AS p
     ASOF LEFT JOIN ranked AS lo
-        ON lo.run = p.run AND lo.watcher_role = p.watcher_role AND lo.position = p.position
-           AND lo.rank_end > p.below
+        ON lo.pair = p.pair AND lo.position = p.position AND lo.rank_end > p.below
     ASOF LEFT JOIN ranked AS hi
-        ON hi.run = p.run AND hi.watcher_role = p.watcher_role AND hi.position = p.position
-           AND hi.rank_end > p.above
+        ON hi.pair = p.pair AND hi.position = p.position AND hi.rank_end > p.above
     GROUP BY ALL
 )
 SELECT run, watcher_role,
@@ -87,7 +91,8 @@ SELECT run, watcher_role,
         'end_to_end'][position] AS component,
        events, mean_ms,
        percentiles[1] AS p50_ms, percentiles[2] AS p90_ms, percentiles[3] AS p99_ms, max_ms,
-       mean_ms / nullif(any_value(mean_ms) FILTER (position = 7)
-                            OVER (PARTITION BY run, watcher_role), 0) AS share
+       mean_ms / nullif(any_value(mean_ms) FILTER (position = 7) OVER (PARTITION BY pair), 0)
+           AS share
 FROM percentiles
+JOIN pairs USING (pair)
 ORDER BY run, watcher_role, position;

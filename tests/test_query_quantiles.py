@@ -207,6 +207,8 @@ def test_counted_percentiles_are_quantile_conts(deliveries):
         + ", ".join(f"d.us[{i}] AS {stage}" for i, stage in enumerate(STAGES, 1))
         + " FROM (SELECT unnest(?::STRUCT(run VARCHAR, role VARCHAR, us BIGINT[])[]) AS d)",
         [[{"run": run, "role": role, "us": us} for run, role, us in deliveries]])
+    con.execute("CREATE OR REPLACE TABLE watchers AS SELECT DISTINCT run, watcher_role AS role "
+                "FROM delivery_delays_us")
     got = con.sql(load_query("per_component_delay").sql).pl()
     assert_bits_equal(got, con.sql(DELAY_STATS_OF_EACH_STAGE).pl())
 
