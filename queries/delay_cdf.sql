@@ -19,8 +19,8 @@
 -- The delays are counted (a role has tens of thousands of distinct delays in whole microseconds
 -- against millions of deliveries) and each fraction's two neighbours found by their running
 -- counts, rather than selected by quantile_cont among every delivery once per fraction; the
--- interpolation between them is quantile_cont's own, bit for bit (quantile_between in
--- views.sql).
+-- interpolation between them is quantile_cont's own, bit for bit (quantile_place and
+-- quantile_at in views.sql).
 WITH delays AS (
     SELECT run, watcher_role, end_to_end AS us, count(*) AS deliveries
     FROM delivery_delays_us
@@ -38,20 +38,14 @@ WITH delays AS (
     FROM delays
     GROUP BY run, watcher_role
 ), points AS (
-    -- as quantile_cont places a fraction of n sorted values: (n - 1) * fraction places after the
-    -- smallest, between the values at places below and above (0-based)
-    SELECT run, watcher_role, events, fraction, place - floor(place) AS d,
-           floor(place)::BIGINT AS below, ceil(place)::BIGINT AS above
-    FROM (SELECT *, unnest(cdf_fractions()) AS fraction FROM roles),
-         LATERAL (SELECT (measured - 1)::DOUBLE * fraction AS place)
+    SELECT run, watcher_role, events, fraction, quantile_place(measured, fraction) AS place
+    FROM (SELECT *, unnest(cdf_fractions()) AS fraction FROM roles)
 )
 SELECT p.run, p.watcher_role, p.fraction,
-       CASE WHEN p.below = p.above THEN lo.us / 1000.0
-            ELSE quantile_between(lo.us / 1000.0, hi.us / 1000.0, p.d) END AS delay_ms,
-       p.events
+       quantile_at(lo.us / 1000.0, hi.us / 1000.0, p.place) AS delay_ms, p.events
 FROM points AS p
 ASOF LEFT JOIN ranked AS lo
-    ON lo.run = p.run AND lo.watcher_role = p.watcher_role AND lo.rank_end > p.below
+    ON lo.run = p.run AND lo.watcher_role = p.watcher_role AND lo.rank_end > p.place.below
 ASOF LEFT JOIN ranked AS hi
-    ON hi.run = p.run AND hi.watcher_role = p.watcher_role AND hi.rank_end > p.above
+    ON hi.run = p.run AND hi.watcher_role = p.watcher_role AND hi.rank_end > p.place.above
 ORDER BY p.run, p.watcher_role, p.fraction;

@@ -68,22 +68,17 @@ WITH pairs AS (
     FROM counted
     GROUP BY pair, position
 ), points AS (
-    -- as quantile_cont places a fraction of n sorted values: (n - 1) * fraction places after the
-    -- smallest, between the values at places below and above (0-based)
-    SELECT *, place - floor(place) AS d, floor(place)::BIGINT AS below,
-           ceil(place)::BIGINT AS above
-    FROM (SELECT *, unnest([0.5, 0.9, 0.99]) AS fraction FROM stages),
-         LATERAL (SELECT (measured - 1)::DOUBLE * fraction AS place)
+    SELECT *, quantile_place(measured, fraction) AS place
+    FROM (SELECT *, unnest([0.5, 0.9, 0.99]) AS fraction FROM stages)
 ), percentiles AS (
     SELECT p.pair, p.position, p.events, p.mean_ms, p.max_ms,
-           list(CASE WHEN p.below = p.above THEN lo.us / 1000.0
-                     ELSE quantile_between(lo.us / 1000.0, hi.us / 1000.0, p.d) END
-                ORDER BY p.fraction) AS percentiles
+           list(quantile_at(lo.us / 1000.0, hi.us / 1000.0, p.place) ORDER BY p.fraction)
+               AS percentiles
     FROM points AS p
     ASOF LEFT JOIN ranked AS lo
-        ON lo.pair = p.pair AND lo.position = p.position AND lo.rank_end > p.below
+        ON lo.pair = p.pair AND lo.position = p.position AND lo.rank_end > p.place.below
     ASOF LEFT JOIN ranked AS hi
-        ON hi.pair = p.pair AND hi.position = p.position AND hi.rank_end > p.above
+        ON hi.pair = p.pair AND hi.position = p.position AND hi.rank_end > p.place.above
     GROUP BY ALL
 )
 SELECT run, watcher_role,

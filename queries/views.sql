@@ -199,6 +199,19 @@ CREATE OR REPLACE MACRO fused_multiply_add(a, b, c) AS
     sum_rounded_once(a * b, two_product_error(a, b, a * b), c);
 CREATE OR REPLACE MACRO quantile_between(lo, hi, d) AS fused_multiply_add(lo, 1 - d, hi * d);
 
+-- quantile_place(n, fraction): where quantile_cont places a fraction of n sorted values, as a
+-- struct: (n - 1) * fraction places after the smallest, between the values at places below and
+-- above (0-based), d of the way from the one below.  quantile_at(lo, hi, place): the quantile
+-- there, from the values at those two places, as quantile_cont answers, bit for bit.  A query
+-- that counts its values finds the two by their running counts (delay_cdf.sql).
+CREATE OR REPLACE MACRO quantile_place(n, fraction) AS {
+    'below': floor((n - 1)::DOUBLE * fraction)::BIGINT,
+    'above': ceil((n - 1)::DOUBLE * fraction)::BIGINT,
+    'd': (n - 1)::DOUBLE * fraction - floor((n - 1)::DOUBLE * fraction)
+};
+CREATE OR REPLACE MACRO quantile_at(lo, hi, place) AS
+    CASE WHEN place.below = place.above THEN lo ELSE quantile_between(lo, hi, place.d) END;
+
 
 ---------------------------------------------------------------------------------------------------
 -- Free capacity: the truth, each watcher's view, and where they differ

@@ -26,6 +26,7 @@ from replay.api import run_replay
 from replay.engine.config import load_config
 
 from conftest import budget
+from test_check import STRESS, godel_run_of_the_sample
 from test_queries import sample_prefix
 
 
@@ -143,40 +144,13 @@ FROM per_component
 ORDER BY run, watcher_role, position
 """
 
-# a Godel run whose scheduler's watch of nodes is terminated and resumed (two-event buffers)
-SMALL_BUFFERS = """
-[stages.watcher_queue]
-buffer = 2
-[[watchers]]
-name = "godel-scheduler-0"
-role = "scheduler"
-[watchers.stages.watcher_queue]
-service = { dist = "exponential", mean_ms = 0.8 }
-[[watchers]]
-name = "godel-scheduler-1"
-role = "scheduler"
-[[watchers]]
-name = "godel-scheduler-2"
-role = "scheduler"
-[[watchers]]
-name = "godel-binder"
-role = "binder"
-[[watchers]]
-name = "godel-dispatcher"
-role = "dispatcher"
-resources = ["pods"]
-"""
-
-
 def test_per_component_delay_is_delay_stats_bit_for_bit(tmp_path):
     """Counted, per_component_delay is every stage's delay_stats to the last bit: on two runs
-    at once, and with each parameter."""
-    config = tmp_path / "small-buffers.toml"
-    config.write_text(SMALL_BUFFERS)
-    trace = sample_prefix(tmp_path, seconds=20.0)
-    godel, observe = tmp_path / "godel", tmp_path / "observe"
-    run_replay(trace, load_config(config, model="godel"), out=godel)
-    run_replay(trace, load_config(model="observe"), out=observe)
+    at once (one whose watches are terminated again and again, and re-listed), and with each
+    parameter."""
+    godel = godel_run_of_the_sample(tmp_path, dt.timedelta(seconds=17.5), STRESS)
+    observe = tmp_path / "observe"
+    run_replay(tmp_path / "trace.parquet", load_config(model="observe"), out=observe)
     con = open_runs([str(godel), str(observe)])
     [(start,)] = con.execute("SELECT min(commit_ts) FROM deliveries").fetchall()
     for variables in ({}, {"watcher": "godel-scheduler-*"},
