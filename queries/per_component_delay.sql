@@ -28,8 +28,8 @@
 -- thousand distinct delays in whole microseconds against millions of deliveries), in one pass
 -- over the deliveries with a grouping set per stage, and each percentile's two neighbours are
 -- found by their running counts.  Selecting them with quantile_cont among every delivery, seven
--- times, took 1.5 times as long on the 27M deliveries of a 1M-pod what-if run, 1.3 times as long
--- on that run and a 1M-pod observe run together, and 5.5 times the memory (3.9 GB).  The
+-- times, took 1.5 times as long on the 27M deliveries of a 1M-pod what-if run, 1.2-1.3 times as
+-- long on that run and a 1M-pod observe run together, and 5.5 times the memory (3.9 GB).  The
 -- timeline (per_component_delay_timeline.sql) does not count: a minute's role has almost as many
 -- distinct delays as deliveries, and counting them took 2.4 times as long.
 WITH pairs AS (

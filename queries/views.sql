@@ -203,7 +203,8 @@ CREATE OR REPLACE MACRO quantile_between(lo, hi, d) AS fused_multiply_add(lo, 1 
 -- struct: (n - 1) * fraction places after the smallest, between the values at places below and
 -- above (0-based), d of the way from the one below.  quantile_at(lo, hi, place): the quantile
 -- there, from the values at those two places, as quantile_cont answers, bit for bit.  A query
--- that counts its values finds the two by their running counts (delay_cdf.sql).
+-- that counts its values finds the two by their running counts (delay_cdf.sql,
+-- per_component_delay.sql).
 CREATE OR REPLACE MACRO quantile_place(n, fraction) AS {
     'below': floor((n - 1)::DOUBLE * fraction)::BIGINT,
     'above': ceil((n - 1)::DOUBLE * fraction)::BIGINT,

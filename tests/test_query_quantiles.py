@@ -144,10 +144,10 @@ FROM per_component
 ORDER BY run, watcher_role, position
 """
 
+
 def test_per_component_delay_is_delay_stats_bit_for_bit(tmp_path):
     """Counted, per_component_delay is every stage's delay_stats to the last bit: on two runs
-    at once (one whose watches are terminated again and again, and re-listed), and with each
-    parameter."""
+    at once (one whose watches are terminated again and again), and with each parameter."""
     godel = godel_run_of_the_sample(tmp_path, dt.timedelta(seconds=17.5), STRESS)
     observe = tmp_path / "observe"
     run_replay(tmp_path / "trace.parquet", load_config(model="observe"), out=observe)
