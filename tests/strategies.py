@@ -63,7 +63,13 @@ def delete(ms, name):
 
 def rows_to_trace(path, rows: list[dict]) -> Path:
     """A trace from rows of dicts with ``ms`` (milliseconds after T0); other columns as named."""
-    frame = pl.DataFrame([
+    write_trace(trace_frame(rows), path, source="test", source_args={})
+    return Path(path)
+
+
+def trace_frame(rows: list[dict]) -> pl.DataFrame:
+    """``rows_to_trace``'s trace as a data frame, in time order."""
+    return pl.DataFrame([
         {"ts": T0 + dt.timedelta(milliseconds=r["ms"]),
          "received_ts": T0 + dt.timedelta(milliseconds=r.get("received_ms", r["ms"])),
          "verb": r["verb"], "resource": r["resource"], "subresource": r.get("subresource"),
@@ -75,8 +81,6 @@ def rows_to_trace(path, rows: list[dict]) -> Path:
         schema_overrides={"cpu_milli": pl.Int64, "memory_bytes": pl.Int64, "gpu_milli": pl.Int64,
                           "subresource": pl.String, "node": pl.String, "namespace": pl.String,
                           "group": pl.String})
-    write_trace(frame, path, source="test", source_args={})
-    return Path(path)
 
 
 # --- a pipeline under load ---------------------------------------------------------------------

@@ -73,6 +73,36 @@ class RowMasks:
         return mask(self.trace, IS_POD & pl.col("name").ne(""))
 
 
+def by_name(names: pl.Series) -> tuple[np.ndarray, np.ndarray]:
+    """The order that puts ``names`` together by name, each name's rows in their own order, and
+    per row of that order whether it begins a name.
+
+    The rows are sorted by a 64-bit hash of the name, two to three times faster than by the
+    strings.  Two names can share a hash (with about 2**-65 times the squared number of names as
+    probability, 3e-8 for a million pods), and would then be one pod.  A second hash, with
+    another seed, checks every name's rows; where it differs within one first hash, the rows
+    are sorted again by the first hash and then by the name itself.  What remains is two names
+    sharing both hashes: 2**-128 for a pair."""
+    key = name_hash(names, seed=0)
+    order, sorted_key = stable_sort(key)
+    if len(order) == 0:
+        return order, np.zeros(0, dtype=bool)
+    new_name = np.r_[True, sorted_key[1:] != sorted_key[:-1]]
+    check = name_hash(names, seed=1)[order]
+    if np.any((check[1:] != check[:-1]) & ~new_name[1:]):
+        exact = names.rank("dense").to_numpy()
+        order = np.lexsort((exact, key))  # stable: each name's rows stay in their order
+        sorted_key, sorted_name = key[order], exact[order]
+        new_name = np.r_[True, (sorted_key[1:] != sorted_key[:-1])
+                         | (sorted_name[1:] != sorted_name[:-1])]
+    return order, new_name
+
+
+def name_hash(names: pl.Series, seed: int) -> np.ndarray:
+    """polars' 64-bit hash of each name."""
+    return names.hash(seed=seed).to_numpy()
+
+
 @dataclass
 class PodHistory:
     """Per trace row (all rows, -1 for rows that are not pod writes): the pod incarnation it
@@ -91,10 +121,8 @@ class PodHistory:
         pod_rows = np.flatnonzero(masks.named_pod)
         names = (trace.select("namespace", "name").filter(pl.Series(masks.named_pod))
                  .select(pod_name()).to_series().rechunk())  # one chunk: gathers 15x faster
-        key = names.hash(seed=0).to_numpy()
-        order, sorted_key = stable_sort(key)  # by name, each name's rows in trace order
+        order, new_name = by_name(names)
         rows = pod_rows[order]
-        new_name = np.r_[True, sorted_key[1:] != sorted_key[:-1]] if len(rows) else np.zeros(0, bool)
         incarnation = np.cumsum(new_name | masks.ok_create[rows]) - 1
         binding_at = np.where(masks.ok_binding[rows], rows, -1)
 

@@ -1,0 +1,77 @@
+"""``PodHistory`` finds a recorded trace's pod incarnations exactly, even where two names share
+the 64-bit hash it sorts them by."""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import numpy as np
+import polars as pl
+import pytest
+from conftest import budget
+from hypothesis import given, settings
+from strategies import trace_frame, workloads
+
+from replay.trace import recorded
+from replay.trace.recorded import PodHistory, RowMasks
+
+
+def by_length(names: pl.Series, seed: int) -> np.ndarray:
+    """A hash under which every name of one length collides (all of ``workloads``' pods)."""
+    return names.str.len_bytes().cast(pl.UInt64).to_numpy() + np.uint64(seed)
+
+
+POLARS = recorded.name_hash
+HASHES = {
+    "polars' hashes": POLARS,
+    "the first hash colliding": lambda names, seed: (
+        by_length(names, seed) if seed == 0 else POLARS(names, seed)),
+}
+
+
+def reference(trace: pl.DataFrame) -> tuple[list[tuple[str, int] | None], list[int]]:
+    """Row by row: each pod write's incarnation as (its name, how many incarnations of that
+    name came before), and the row of that incarnation's latest committed binding so far."""
+    masks = RowMasks(trace)
+    labels: list[tuple[str, int] | None] = []
+    last_binding: list[int] = []
+    seen: dict[str, int] = {}
+    bound: dict[tuple[str, int], int] = {}
+    for row, (namespace, name) in enumerate(trace.select("namespace", "name").iter_rows()):
+        if not masks.named_pod[row]:
+            labels.append(None)
+            last_binding.append(-1)
+            continue
+        pod = f"{namespace}/{name}" if namespace is not None else name
+        if pod not in seen or masks.ok_create[row]:
+            seen[pod] = seen.get(pod, -1) + 1
+        label = (pod, seen[pod])
+        if masks.ok_binding[row]:
+            bound[label] = row
+        labels.append(label)
+        last_binding.append(bound.get(label, -1))
+    return labels, last_binding
+
+
+@pytest.mark.parametrize("hashes", HASHES)
+@settings(max_examples=budget(60))
+@given(rows=workloads(max_pods=8))
+def test_pod_history_is_the_name_by_name_reference(hashes, rows):
+    trace = trace_frame(rows)
+    with mock.patch.object(recorded, "name_hash", HASHES[hashes]):
+        history = PodHistory.of(trace)
+    labels, last_binding = reference(trace)
+    pods = history.pods.to_list()
+    found = [None if i < 0 else (pods[i], i) for i in history.incarnation.tolist()]
+    ids: dict[tuple[str, int], int] = {}
+    for label, got in zip(labels, found):
+        assert (label is None) == (got is None)
+        if label is not None:
+            assert got[0] == label[0]  # the incarnation of the row's own pod
+            assert ids.setdefault(label, got[1]) == got[1]  # one id per incarnation...
+    assert len(set(ids.values())) == len(ids) == history.incarnations  # ...and one per id
+    assert history.last_binding.tolist() == last_binding
+    assert history.rows.tolist() == [row for i in range(history.incarnations)
+                                     for row in np.flatnonzero(history.incarnation == i)]
+    assert history.starts.tolist() == np.searchsorted(
+        history.incarnation[history.rows], np.arange(history.incarnations)).tolist()
