@@ -7,6 +7,8 @@ from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
+import pytest
+from conftest import SAMPLE_TRACE
 
 from replay.analysis.changes import truths
 from replay.analysis.claims import capacity_changes
@@ -18,6 +20,8 @@ from replay.analysis.steps import _quote, run_steps, split_steps
 from replay.analysis import wasted as wasted_module
 from replay.analysis.pending import pending
 from replay.analysis.wasted import wasted
+from replay.api import run_replay
+from replay.engine.config import load_config
 from replay.engine.rundir import DERIVED_TABLES
 
 TRICKY = '''-- a comment with a ( and a WITH x AS (
@@ -234,3 +238,24 @@ def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path)
         monkeypatch.setattr(derive_module, "available_mib", lambda available=available: available)
         settings = derive_module._memory_settings(tmp_path)
         assert settings == {"temp_directory": str(tmp_path), "memory_limit": f"{limit}MiB"}
+
+
+def test_the_derivation_runs_without_numpys_huge_pages_and_puts_them_back(monkeypatch, tmp_path):
+    switch = derive_module._huge_page_switch()
+    if switch is None:
+        pytest.skip("this numpy has no switch for its huge pages")
+    during = []
+    write = derive_module._write
+
+    def watched(*args):
+        during.append(switch(False))  # (returns the setting it replaces)
+        return write(*args)
+
+    monkeypatch.setattr(derive_module, "_write", watched)
+    before = switch(True)
+    try:
+        run_replay(SAMPLE_TRACE, load_config(), out=tmp_path / "run")
+        assert during == [False] * len(DERIVED_TABLES)
+        assert switch(True) is True  # as before the run
+    finally:
+        switch(before)
