@@ -16,6 +16,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import budget
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -298,3 +299,20 @@ def test_the_sweeps_parts_on_threads_derive_the_bytes_of_one_part(tmp_path, monk
     assert len(parts) == 1 and len(parts[0]) > 20
     assert table.read_bytes() == whole
     stored_is_the_whole_query(run_dir)
+
+
+@settings(max_examples=budget(100))
+@given(lags=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 9)),
+                     max_size=40),
+       in_rv_order=st.booleans())
+def test_lags_are_ordered_by_their_whole_key_whether_or_not_they_come_in_rv_order(lags,
+                                                                                 in_rv_order):
+    nodes, rvs = 5, 10
+    if in_rv_order:  # as every model writes its deliveries
+        lags = sorted(lags, key=lambda lag: lag[2])
+    key = np.array([(viewer * nodes + node) * rvs + rv for viewer, node, rv in lags],
+                   dtype=np.int64)
+    order, ordered = windows._in_lag_order(key, rvs)
+    assert ordered.tolist() == sorted(key.tolist())
+    assert key[order].tolist() == ordered.tolist()
+    assert order.tolist() == np.argsort(key, kind="stable").tolist()
