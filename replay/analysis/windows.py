@@ -305,19 +305,19 @@ def _delivered(file: pq.ParquetFile, viewers: list[tuple[str, int]]) -> Columns 
     """``_deliveries``' columns from the deliveries' ``watcher``, ``rv`` and ``applied_ts``:
     each row's viewer found by its code in a table of its row group's dictionary (made again
     only where it differs from the one before; ``viewers``' ids are positive, as the SQL's
-    ``row_number()``), and the rows of watchers that are no viewer's dropped (an inner join);
-    None where the join is not that: a watcher of two viewers, a null watcher or rv."""
+    ``row_number()``), and the rows of watchers that are no viewer's dropped (an inner join)
+    from each row group before it is copied into the columns (after it, on the 1M-pod what-if
+    run's 27M deliveries, the copies took 2.6 s of the derivation); None where the join is not
+    that: a watcher of two viewers, a null watcher or rv."""
     ids = dict(viewers)
     if len(ids) < len(viewers):
         return None
     rows = file.metadata.num_rows
     cols = {"viewer_id": np.empty(rows, np.int64), "rv": np.empty(rows, np.int64),
-            "applied_us": np.empty(rows, np.int64), "missed": np.zeros(rows, dtype=bool)}
+            "applied_us": np.empty(rows, np.int64), "missed": np.empty(rows, dtype=bool)}
     names, lookup, at = None, np.zeros(1, dtype=np.int64), 0
     for group in range(file.metadata.num_row_groups):
         table = file.read_row_group(group, columns=["watcher", "rv", "applied_ts"])
-        part = slice(at, at + table.num_rows)
-        at += table.num_rows
         watcher, rv, applied = (table.column(name).combine_chunks()
                                 for name in ("watcher", "rv", "applied_ts"))
         if watcher.null_count or rv.null_count:
@@ -326,13 +326,17 @@ def _delivered(file: pq.ParquetFile, viewers: list[tuple[str, int]]) -> Columns 
             names = watcher.dictionary
             lookup = np.array([ids.get(name, 0) for name in names.to_pylist()] or [0],
                               dtype=np.int64)
-        np.take(lookup, watcher.indices.to_numpy(), out=cols["viewer_id"][part])
-        cols["rv"][part] = rv.to_numpy()
-        cols["applied_us"][part] = applied.fill_null(_NEVER).cast(pa.int64()).to_numpy()
-        if applied.null_count:
-            cols["missed"][part] = applied.is_null().to_numpy(zero_copy_only=False)
-    kept = cols["viewer_id"] > 0
-    return cols if kept.all() else {name: column[kept] for name, column in cols.items()}
+        viewer_id = lookup[watcher.indices.to_numpy()]
+        kept = viewer_id > 0
+        group_cols = {"viewer_id": viewer_id, "rv": rv.to_numpy(),
+                      "applied_us": applied.fill_null(_NEVER).cast(pa.int64()).to_numpy(),
+                      "missed": applied.is_null().to_numpy(zero_copy_only=False)
+                      if applied.null_count else np.zeros(len(kept), dtype=bool)}
+        count = int(np.count_nonzero(kept))
+        for name, column in group_cols.items():  # each row group's kept rows after the last's
+            cols[name][at:at + count] = column if count == len(kept) else column[kept]
+        at += count
+    return {name: column[:at] for name, column in cols.items()}
 
 
 def _change_of(change_key: np.ndarray, rvs: int) -> np.ndarray | None:
