@@ -97,11 +97,10 @@ def _without_huge_pages() -> Iterator[None]:
     kernel compacts memory to find them when asked (defrag ``madvise``, the kernel's default
     since Linux 4.6, and this machine's), the derivation's hundreds of fresh arrays of millions
     of elements cost system time, the more the more fragmented the memory is.  On the 1M-pod
-    what-if run, nine pairs alternated: system time 12.5 s without the switch, 10.4 s with it,
-    and wall time 36.6 against 32.7 s (medians; per pair from 12 % more to 25 % less, user
-    time the same); on the 1M-pod observe run 5-11 % less wall time in two pairs of three, the
-    same in the third.  numpy has no public switch for this; where its private one is gone,
-    nothing changes."""
+    what-if run, while the derivation spent 15-19 s of system time with them, it spent 9-10 s
+    without, and 29-33 s of wall time against 37-44 s (three pairs alternated, user time the
+    same); later, with 9-12 s of system time either way, the two took the same time.  numpy has
+    no public switch for this; where its private one is gone, nothing changes."""
     switch = _huge_page_switch()
     if switch is None:
         yield
