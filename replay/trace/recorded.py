@@ -92,9 +92,8 @@ def by_name(names: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     if np.any((check[1:] != check[:-1]) & ~new_name[1:]):
         exact = names.rank("dense").to_numpy()
         order = np.lexsort((exact, key))  # stable: each name's rows stay in their order
-        sorted_key, sorted_name = key[order], exact[order]
-        new_name = np.r_[True, (sorted_key[1:] != sorted_key[:-1])
-                         | (sorted_name[1:] != sorted_name[:-1])]
+        sorted_name = exact[order]  # one rank per name: where it changes, a name begins
+        new_name = np.r_[True, sorted_name[1:] != sorted_name[:-1]]
     return order, new_name
 
 
