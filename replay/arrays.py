@@ -16,6 +16,9 @@ import numpy as np
 # Up to this many segments, a running maximum runs over each one's slice in turn; with more (a
 # watch per kubelet), over the whole array at once, each segment lifted above those before it.
 FEW_SEGMENTS = 64
+# ``stable_sort`` leaves keys to numpy's timsort when at most one in this many is below the one
+# before it (``mostly_sorted``)
+MOSTLY_SORTED = 4
 
 
 def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
@@ -127,17 +130,22 @@ class Segments:
             self._begin[0] -= self.done
         return self._begin
 
-def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``np.argsort(keys, kind="stable")`` for integer keys, and the sorted keys, two to three
-    times faster.
 
-    Each key (less the smallest) goes in the high bits of a uint64 and its index in the low
-    bits, and numpy sorts those plain integers with SIMD instructions.  When the keys need more
-    bits than are left, only their high bits fit: the result is right if the full keys come out
-    in order, and a stable sort of the full keys is the fallback when they do not.
+def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.argsort(keys, kind="stable")`` for integer keys, and the sorted keys, faster.
+
+    Keys mostly in order already (``mostly_sorted``) are numpy's own stable sort, a timsort,
+    which merges runs already in order instead of sorting them again.  Otherwise each key (less
+    the smallest) goes in the high bits of a uint64 and its index in the low bits, and numpy
+    sorts those plain integers with SIMD instructions.  When the keys need more bits than are
+    left, only their high bits fit: the result is right if the full keys come out in order, and
+    a stable sort of the full keys is the fallback when they do not.
     """
     if len(keys) == 0:
         return np.zeros(0, dtype=np.int64), keys
+    if mostly_sorted(keys):
+        order = np.argsort(keys, kind="stable")
+        return order, keys[order]
     low = keys.min()
     bits = max(1, (len(keys) - 1).bit_length())
     shifted = (keys - low).astype(np.uint64)  # wraps around into the right value
@@ -153,6 +161,18 @@ def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         order = np.argsort(keys, kind="stable")
         ordered = keys[order]
     return order, ordered
+
+
+def mostly_sorted(keys: np.ndarray) -> bool:
+    """Whether at most one key in ``MOSTLY_SORTED`` is below the one before it.
+
+    numpy's timsort is the faster stable sort for such keys, which it merges in runs: on the
+    1M-pod runs' derivations, the capacity windows' sweep points (1.9M, in order but for a few)
+    0.010 against 0.18 s packed, a part of the final rows' keys (3.4-4.3M, one in seven below
+    the one before or none) 0.025-0.029 against 0.24-0.50 s.  For keys in little order the
+    packed sort is the faster: the capacity changes (2-4M, 43-50 % below the one before)
+    0.15-0.38 against 0.19-0.59 s (medians of 5), 10M random keys 0.95 against 1.6 s."""
+    return int(np.count_nonzero(keys[1:] < keys[:-1])) * MOSTLY_SORTED <= len(keys)
 
 
 def lex_order(keys: Sequence[np.ndarray]) -> np.ndarray:

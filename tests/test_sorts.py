@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.arrays import lex_order, stable_order, stable_sort
+from replay.arrays import lex_order, mostly_sorted, stable_order, stable_sort
 
 int64s = st.integers(-2**63, 2**63 - 1)
 
@@ -52,3 +52,27 @@ def test_lex_order_of_keys_one_bit_too_wide_to_pack():
     flag = np.array([True, False, True, False, True])
     for keys in ((flag, wide), (wide, flag), (flag, wide >> 1)):
         assert lex_order(keys).tolist() == np.lexsort(keys).tolist()
+
+
+@given(st.lists(st.lists(st.integers(-5, 5), max_size=80), max_size=6),
+       st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)), max_size=3))
+def test_stable_sort_of_keys_mostly_in_order_is_numpys(runs, swaps):
+    """Sorted runs of keys with many ties, a few swapped: numpy's timsort's side of
+    ``stable_sort``, which must be stable too."""
+    keys = np.concatenate([np.sort(np.array(run, dtype=np.int64)) for run in runs] or
+                          [np.zeros(0, dtype=np.int64)])
+    for i, j in swaps:
+        if len(keys):
+            i, j = i % len(keys), j % len(keys)
+            keys[[i, j]] = keys[[j, i]]
+    order, ordered = stable_sort(keys)
+    expected = np.argsort(keys, kind="stable")
+    assert order.tolist() == expected.tolist()
+    assert ordered.tolist() == keys[expected].tolist()
+
+
+def test_keys_in_runs_are_mostly_sorted_and_random_keys_are_not():
+    rng = np.random.default_rng(0)
+    random = rng.integers(0, 2**40, 10_000)
+    assert not mostly_sorted(random)
+    assert mostly_sorted(np.concatenate([np.sort(part) for part in np.array_split(random, 50)]))
