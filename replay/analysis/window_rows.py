@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128, resource_code
+from replay.arrays import stable_sort
 from replay.jit import njit
 
 BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for a sorted result
@@ -116,8 +117,7 @@ def _part_rows(part: Part, nodes: int, first: int, shift: int, wasted: Marks,
                 hi[lone_rows], lo[lone_rows])
     keys = _keys(part.pairs, cols["viewer_id"] * nodes + cols["node_id"], cols["resource"],
                  cols["start_ts"], first, shift)
-    order = np.argsort(keys)
-    keys = keys[order]
+    order, keys = stable_sort(keys)
     cols = {name: column[order] for name, column in cols.items()}
     hi, lo = hi[order], lo[order]
     is_wasted = _marked(keys, part, wasted, first, shift, np.zeros(len(keys), np.int64)) > 0
