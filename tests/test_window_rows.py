@@ -6,9 +6,12 @@ and the batches that become the file's row groups."""
 
 from __future__ import annotations
 
+import time
+
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -78,3 +81,38 @@ def test_a_sort_key_too_wide_leaves_the_final_query_to_the_sql(tmp_path, monkeyp
     assert calls == [None]
     assert (run_dir / "capacity_windows.parquet").read_bytes() == ours
     stored_is_the_whole_query(run_dir)
+
+
+def test_the_parts_rows_come_in_order_each_made_once_the_next_one_ahead():
+    made: list[int] = []
+    taken: list[int] = []
+
+    def make(part):
+        made.append(part)
+        return part * 10
+
+    for rows in window_rows._one_ahead(make, [3, 1, 2]):
+        taken.append(rows)
+        ahead = min(len(taken) + 1, 3)  # the next part is made while this one is held
+        deadline = time.monotonic() + 30
+        while len(made) < ahead and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert len(made) == ahead
+    assert taken == [30, 10, 20] and sorted(made) == [1, 2, 3]
+    assert list(window_rows._one_ahead(make, [])) == []
+
+
+def test_an_error_making_a_part_reaches_the_caller_and_stops_the_parts():
+    made: list[int] = []
+
+    def make(part):
+        made.append(part)
+        if part == 2:
+            raise ValueError("part 2")
+        return part
+
+    rows = window_rows._one_ahead(make, [1, 2, 3, 4])
+    assert next(rows) == 1
+    with pytest.raises(ValueError, match="part 2"):
+        next(rows)
+    assert made == [1, 2, 3]  # 3 was ahead; 4 never begun
