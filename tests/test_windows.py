@@ -76,9 +76,10 @@ def test_a_change_received_twice_is_left_to_the_sql(tmp_path):
 
 
 def received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, change_key,
-                       change_node, change_rv, nodes, rvs):
+                       change_node, change_rv, nodes, rvs, first_pair):
     """What ``_receive_kernel`` replaced: a binary search of each delivery's key in the
-    changes sorted by key, then the kubelets' filter and the lag key, in numpy."""
+    changes sorted by key, then the kubelets' filter, the lag key and the pair's number, in
+    numpy."""
     if not len(change_key):  # no change: nothing received
         viewer_id, rv = viewer_id[:0], rv[:0]
     by_key = np.argsort(change_key)
@@ -91,8 +92,10 @@ def received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, chan
     hit &= ~only_one[viewer] | (change_node[change] == only_node_id[viewer])
     rows = np.flatnonzero(hit)
     change = change[rows]
+    viewer = viewer[rows]
+    pair = first_pair[viewer] + np.where(only_one[viewer], 0, change_node[change])
     return rows, change, windows._lag_key(viewer_id[rows], change_node[change],
-                                          change_rv[change], nodes, rvs)
+                                          change_rv[change], nodes, rvs), pair
 
 
 @settings(max_examples=300, deadline=None)
@@ -121,10 +124,12 @@ def test_each_delivery_finds_the_change_a_binary_search_finds(data, viewers, nod
     change_key = change_rv * 3 + change_class + 1
     change_of = windows._change_of(change_key, rvs)
     assert change_of is not None
+    first_pair, _ = windows._pair_numbers(only_one, nodes)
     got = windows._receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id,
-                                  change_of, change_node, change_rv, nodes, rvs)
+                                  change_of, change_node, change_rv, nodes, rvs, first_pair)
     want = received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, change_key,
-                              change_node, change_rv, nodes, rvs)
+                              change_node, change_rv, nodes, rvs, first_pair)
+    assert len(got) == len(want) == 4
     for g, w in zip(got, want):
         assert g.tolist() == w.tolist()
 
@@ -302,17 +307,29 @@ def test_the_sweeps_parts_on_threads_derive_the_bytes_of_one_part(tmp_path, monk
 
 
 @settings(max_examples=budget(100))
-@given(lags=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(0, 9)),
+@given(lags=st.lists(st.tuples(st.integers(1, 4), st.integers(0, 4), st.integers(0, 9)),
                      max_size=40),
+       only_node=st.lists(st.one_of(st.none(), st.integers(0, 4)), min_size=4, max_size=4),
        in_rv_order=st.booleans())
-def test_lags_are_ordered_by_their_whole_key_whether_or_not_they_come_in_rv_order(lags,
-                                                                                 in_rv_order):
+def test_lags_are_ordered_by_their_whole_key_whether_or_not_they_come_in_rv_order(
+        lags, only_node, in_rv_order):
+    """Viewers 1 to 4, each of every node or of one (a kubelet: its lags all of that node)."""
     nodes, rvs = 5, 10
+    lags = [(viewer, node if only_node[viewer - 1] is None else only_node[viewer - 1], rv)
+            for viewer, node, rv in lags]
     if in_rv_order:  # as every model writes its deliveries
         lags = sorted(lags, key=lambda lag: lag[2])
     key = np.array([(viewer * nodes + node) * rvs + rv for viewer, node, rv in lags],
                    dtype=np.int64)
-    order, ordered = windows._in_lag_order(key, rvs)
+    only_one = np.array([n is not None for n in only_node])
+    first_pair, pairs = windows._pair_numbers(only_one, nodes)
+    pair = np.array([first_pair[viewer - 1] + (0 if only_one[viewer - 1] else node)
+                     for viewer, node, _ in lags], dtype=np.int64)
+    assert pairs == sum(1 if one else nodes for one in only_one)
+    assert ((0 <= pair) & (pair < pairs)).all()
+    order, ordered = windows._in_lag_order(key, pair, pairs)
+    if in_rv_order:  # the pairs' numbers alone order them, with no fallback
+        assert windows.counting_order(pair, pairs).tolist() == order.tolist()
     assert ordered.tolist() == sorted(key.tolist())
     assert key[order].tolist() == ordered.tolist()
     assert order.tolist() == np.argsort(key, kind="stable").tolist()
