@@ -60,9 +60,24 @@ def test_a_run_the_arrays_cannot_hold_is_left_to_the_sql(tmp_path, monkeypatch):
     """When the sweep declines (here forced), the SQL computes every expression: the same
     table."""
     run_dir = replay_rows(tmp_path, WORKED, network(2))
-    monkeypatch.setattr(windows, "_received", lambda con, nodes, rvs: None)
+    monkeypatch.setattr(windows, "_received", lambda con, nodes, rvs, reading=None: None)
     derive(run_dir)
     stored_is_the_whole_query(run_dir, swept=False)
+
+
+def test_the_deliveries_are_read_once_begun_before_received(tmp_path, monkeypatch):
+    """The read begins as soon as ``viewers`` exists, and ``received`` takes it rather than
+    reading again."""
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    calls: list[str] = []
+    reading, received = windows._reading_deliveries, windows._received
+    monkeypatch.setattr(windows, "_reading_deliveries",
+                        lambda *a: calls.append("read") or reading(*a))
+    monkeypatch.setattr(windows, "_received",
+                        lambda *a, **k: calls.append("received") or received(*a, **k))
+    derive(run_dir)
+    assert calls == ["read", "received"]
+    stored_is_the_whole_query(run_dir)
 
 
 def test_a_change_received_twice_is_left_to_the_sql(tmp_path):
