@@ -128,7 +128,7 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
         if name == "received":
             state["sizes"] = _sizes(con)
             state["received"] = _received(con, *state["sizes"],  # type: ignore[misc]
-                                          reading=reading.take())
+                                          reading=reading)
             if state["received"] is None:
                 return False
             state["numpy"] = True
@@ -220,19 +220,27 @@ class _EarlyRead:
 
     def step(self, name: str) -> None:
         """Called before each step is made: the one after ``viewers`` begins the read."""
-        if self.viewers_made and not self.begun:
-            self.begun = True
-            if _one_run(self.con):
-                self.pool = ThreadPoolExecutor(max_workers=1,
-                                               thread_name_prefix="replay-deliveries")
-                self.reading = _reading_deliveries(self.con, self.pool)
+        if self.viewers_made:
+            self.begin()
         self.viewers_made = self.viewers_made or name == "viewers"
 
-    def take(self) -> Future[Columns | None] | None:
-        """The read begun, if any (its thread ends once it is done)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=False)
-        return self.reading
+    def result(self) -> Columns | None:
+        """The deliveries (None where ``_delivered`` declines), once read."""
+        self.begin()
+        assert self.pool is not None and self.reading is not None
+        try:
+            return self.reading.result()
+        finally:
+            self.pool.shutdown()
+
+    def begin(self) -> None:
+        """Begin the read on a thread of its own, unless it has begun (one run only)."""
+        if self.begun:
+            return
+        self.begun = True
+        if _one_run(self.con):
+            self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-deliveries")
+            self.reading = _reading_deliveries(self.con, self.pool)
 
 
 def _one_run(con: duckdb.DuckDBPyConnection) -> bool:
@@ -240,20 +248,19 @@ def _one_run(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int,
-              reading: Future[Columns | None] | None = None) -> Lags | None:
+              reading: _EarlyRead | None = None) -> Lags | None:
     """The SQL's ``received``: each change as each viewer received it, by looking each
     delivery's rv and its viewer's class up in a table of the changes by rv and class.  None
     (left to the SQL) unless the run is one run whose changes have one row per rv and class
     and whose viewers received each change once: the SQL's joins would multiply rows
-    otherwise.  ``reading``: the deliveries' read, begun earlier (``_EarlyRead``); begun here
-    if None."""
+    otherwise.  ``reading``: the deliveries' read, if begun earlier (``_EarlyRead``); it
+    overlaps the queries of the viewers and changes here in any case."""
     if not _one_run(con):
         return None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-deliveries") as pool:
-        if reading is None:
-            reading = _reading_deliveries(con, pool)
-        viewers, changes = _viewers_and_changes(con)
-        delivered = reading.result()
+    reading = reading if reading is not None else _EarlyRead(con)
+    reading.begin()  # if it has not begun: beside the queries below
+    viewers, changes = _viewers_and_changes(con)
+    delivered = reading.result()
     if viewers is None:
         return None
     deliveries = delivered if delivered is not None else _deliveries_by_sql(con)
@@ -349,8 +356,8 @@ def _reading_deliveries(con: duckdb.DuckDBPyConnection,
     """Each delivery of the connection's one run as ``deliveries JOIN viewers USING
     (watcher)`` gives it: its viewer, rv, applied time (``_NEVER`` where null) and whether it
     was never applied (``missed``), in no particular order (``_received`` sorts the lags); read
-    on ``pool``'s thread while the caller queries the changes (on the 1M-pod runs, 1.6 s of
-    reading beside DuckDB's 1 s); None where ``_delivered`` declines, for the SQL to join them.
+    on ``pool``'s thread while the caller goes on (``_EarlyRead``); None where ``_delivered``
+    declines, for the SQL to join them.
 
     Read from the run's file a row group at a time into the columns, with the watchers as
     Parquet's dictionary codes, each dictionary's names looked up among the viewers once
