@@ -29,5 +29,4 @@ SELECT run, watcher, node, resource, start_ts, end_ts,
        conflicts
 FROM stored_rows('capacity_windows')
 WHERE kind = 'phantom' AND in_time_window(start_ts) AND watcher_selected(watcher)
--- by run, watcher, node, resource and start_ts, as stored (views.sql, stored_rows)
-ORDER BY run_place, row_place;
+-- in order of run, watcher, node, resource and start_ts: as stored (views.sql, stored_rows)

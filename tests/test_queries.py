@@ -434,17 +434,19 @@ def test_several_runs_answer_as_each_alone(tmp_path):
 
 
 
-def test_window_queries_are_ordered_by_run_and_names(tmp_path):
-    """The window queries order by the run's place among the runs' names and the table's stored
-    order (views.sql, stored_rows), which must be the order of run, watcher, node, resource and
-    start_ts, whatever order the runs are given in."""
+def test_window_queries_are_ordered_by_run_and_names(tmp_path, monkeypatch):
+    """The window queries keep the runs' order by name and the table's stored order (views.sql,
+    stored_rows), which must be the order of run, watcher, node, resource and start_ts, whatever
+    order the runs are given in, and however many threads read however many row groups."""
+    monkeypatch.setattr("replay.engine.rundir.ROW_GROUP_ROWS", 16)
     trace = sample_prefix(tmp_path)
     runs = [tmp_path / "zeta", tmp_path / "alpha"]
     for run, model in zip(runs, ("godel", "observe")):
         run_replay(trace, load_config(model=model), out=run, force=True)
+    con = open_runs([str(run) for run in runs], settings={"threads": "4"})
     key = ["run", "watcher", "node", "resource", "start_ts"]
     for name in ("stale_capacity_windows", "phantom_capacity_windows"):
-        got = query(runs, name)
+        got = run_query(con, load_query(name), dict.fromkeys(PARAMETERS)).pl()
         assert got["run"].n_unique() == 2 and got["watcher"].n_unique() > 1, name
         assert got["node"].n_unique() > 1 and got["resource"].n_unique() > 1, name
         assert got.equals(got.sort(key, maintain_order=True)), name

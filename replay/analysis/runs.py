@@ -86,9 +86,13 @@ def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False
 
     Each run is verified, in full with ``verify``.  ``settings`` are DuckDB settings to make
     before the configuration is locked (``temp_directory``, ``memory_limit``).  Times are shown
-    in UTC whatever the machine's time zone, so output is the same everywhere."""
+    in UTC whatever the machine's time zone, so output is the same everywhere; and insertion
+    order is preserved, which the window queries' order relies on."""
     con = interruptible(duckdb.connect())
     con.execute("SET TimeZone = 'UTC'")
+    # the window queries' order is the stored order, which DuckDB keeps only with this (views.sql,
+    # stored_rows); it is the default, set here so that no configuration can unset it
+    con.execute("SET preserve_insertion_order = true")
     for name, value in (settings or {}).items():
         con.execute(f"SET {name} = ?", [value])
     point_at(con, run_dirs, derived, verify=verify)
