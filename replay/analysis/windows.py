@@ -752,10 +752,10 @@ def _sweep_kernel(order, pair, ts, rv, gaps, truths, at_end):  # pragma: no cove
     # instants: (pair, ts) groups
     i_pair = np.empty(n, np.int64)
     i_ts = np.empty(n, np.int64)
-    i_step = np.zeros((3, n), np.int64)
-    i_ends = np.zeros((3, n), np.bool_)
-    i_truth = np.zeros((3, n), np.int64)
-    i_has_truth = np.zeros(n, np.bool_)
+    i_step = np.empty((3, n), np.int64)
+    i_ends = np.empty((3, n), np.bool_)
+    i_truth = np.empty((3, n), np.int64)
+    i_has_truth = np.empty(n, np.bool_)
     ended = np.zeros(3, np.int64)
     count = 0
     k = 0
@@ -764,6 +764,8 @@ def _sweep_kernel(order, pair, ts, rv, gaps, truths, at_end):  # pragma: no cove
         j = k
         best_rv = -1
         ended[:] = 0
+        for r in range(3):
+            i_step[r, count] = 0
         while j < n and pair[order[j]] == pair[first] and ts[order[j]] == ts[first]:
             p = order[j]
             for r in range(3):
@@ -787,11 +789,11 @@ def _sweep_kernel(order, pair, ts, rv, gaps, truths, at_end):  # pragma: no cove
     w_res = np.empty(3 * count, np.int8)
     w_start = np.empty(3 * count, np.int64)
     w_end = np.empty(3 * count, np.int64)
-    w_open = np.zeros(3 * count, np.bool_)
-    w_stale = np.zeros(3 * count, np.bool_)
-    w_max = np.zeros(3 * count, np.int64)
-    w_hi = np.zeros(3 * count, np.int64)
-    w_lo = np.zeros(3 * count, np.uint64)
+    w_open = np.empty(3 * count, np.bool_)
+    w_stale = np.empty(3 * count, np.bool_)
+    w_max = np.empty(3 * count, np.int64)
+    w_hi = np.empty(3 * count, np.int64)
+    w_lo = np.empty(3 * count, np.uint64)
     s_pair = np.empty(3 * count, np.int64)
     s_res = np.empty(3 * count, np.int8)
     s_start = np.empty(3 * count, np.int64)
@@ -829,7 +831,11 @@ def _sweep_kernel(order, pair, ts, rv, gaps, truths, at_end):  # pragma: no cove
                 w_res[windows] = r
                 w_start[windows] = i_ts[i]
                 w_end[windows] = i_ts[i]
+                w_open[windows] = False
                 w_stale[windows] = gap[r] < 0
+                w_max[windows] = 0
+                w_hi[windows] = 0
+                w_lo[windows] = 0
                 windows += 1
             if last:  # cannot happen: every step is undone within its pair
                 raise ValueError("a difference left open at the end of a pair")
