@@ -25,6 +25,7 @@ from replay.analysis.counting import counting_order
 from replay.arrays import lex_order
 
 STEPS = ("binding", "delete", "assumed", "rejected", "failed")  # a step's change, by its code
+DENSE_RVS = 4  # the moves' rvs are counted if they span at most this many times their number
 
 
 def capacity_changes(con: duckdb.DuckDBPyConnection) -> bool:
@@ -113,6 +114,24 @@ def _pod_writes(con: duckdb.DuckDBPyConnection) -> PodWrites | None:
         order=order)
 
 
+def move_order(rv: np.ndarray, node: np.ndarray, takes: np.ndarray,
+               counts_assumed: np.ndarray) -> np.ndarray:
+    """``lex_order((counts_assumed, takes, node, rv))``: as two counting sorts where the rvs are
+    dense (a run's rvs number its writes), by node, takes and counts_assumed, then by rv.  In
+    the derivation, alternated on the 1M-pod runs' 4M moves: 0.53-0.91 s against 0.92-1.42 s
+    (the packed sort's wide keys and buffers are fresh memory); 0.25 against 0.35 s alone.
+    Sparse rvs (a trace's own may span billions) are left to ``lex_order``."""
+    if not len(rv):
+        return np.zeros(0, dtype=np.int64)
+    low = int(rv.min())
+    span = int(rv.max()) - low + 1
+    if span > DENSE_RVS * len(rv):
+        return lex_order((counts_assumed, takes, node, rv))
+    minor = ((node.astype(np.int64) - int(node.min())) * 2 + takes) * 2 + counts_assumed
+    by_minor = counting_order(minor, int(minor.max()) + 1)
+    return by_minor[counting_order(rv[by_minor] - low, span)]
+
+
 def pod_order(pod: np.ndarray, rv: np.ndarray, pods: int) -> np.ndarray:
     """``np.lexsort((rv, pod))`` for pod codes in ``[0, pods)``, as two stable sorts, each fast
     on these writes: by rv (DuckDB hands them over in rv order but for a few batches, which
@@ -151,7 +170,7 @@ def _claims(w: PodWrites) -> pa.Table:
     counts_assumed = np.concatenate([p[3] for p in parts])
     # a move both kinds of cache see is one row, for every cache (the SQL's GROUP BY ALL)
     rv = w.rv[rows]
-    order = lex_order((counts_assumed, takes, node, rv))
+    order = move_order(rv, node, takes, counts_assumed)
     rows, node, takes, counts_assumed, rv = (rows[order], node[order], takes[order],
                                              counts_assumed[order], rv[order])
     same = np.zeros(len(rows), dtype=bool)
