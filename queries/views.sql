@@ -445,7 +445,8 @@ CREATE OR REPLACE VIEW capacity_windows AS FROM run_table('capacity_windows');
 -- (replay's connections set it true, and lock it).  So a query that selects from this and only
 -- filters and projects needs no ORDER BY; one that joins or groups does.  Sorting the 21M
 -- windows of two 1M-pod runs back into this order took three quarters of stale_capacity_windows'
--- time (11.3 s of it, against 2.9 s).
+-- time (11.3 s of it, against 2.9 s).  (struct_extract, not file.path: DuckDB reads a column
+-- reference among a table function's arguments as the string 'file.path'.)
 CREATE OR REPLACE MACRO stored_rows(table_name) AS TABLE
 SELECT parse_path(filename)[-2] AS run, * EXCLUDE (filename)
 FROM read_parquet(

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.analysis.counting import counting_order
+from replay.analysis.runs import one_run
 from replay.arrays import lex_order
 
 STEPS = ("binding", "delete", "assumed", "rejected", "failed")  # a step's change, by its code
@@ -31,7 +32,7 @@ DENSE_RVS = 4  # the moves' rvs are counted if they span at most this many times
 def capacity_changes(con: duckdb.DuckDBPyConnection) -> bool:
     """Make the temporary table ``every_change`` from ``capacity_changes``' definition, the
     claims computed here; False (nothing made) where the SQL must compute them."""
-    if con.sql("SELECT count(*) FROM manifests").fetchall()[0][0] != 1:
+    if not one_run(con):
         return False
     writes = _pod_writes(con)
     if writes is None:

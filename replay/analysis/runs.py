@@ -152,6 +152,12 @@ def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool 
     con.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [[str(Path(p)) for p in run_dirs]])
 
 
+def one_run(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection's views point at one run (the derivation's arrays handle one run
+    only, and leave several to the SQL)."""
+    return bool(con.sql("SELECT count(*) FROM manifests").fetchall()[0][0] == 1)
+
+
 def points_of(path: str) -> list[str]:
     """``path`` itself, or for a sweep's directory, the run directory of each point its index
     records as done, in the index's order."""

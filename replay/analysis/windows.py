@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from replay import interrupts
 from replay.analysis.changes import CLASS
 from replay.analysis.counting import counting_order
-from replay.analysis.runs import RUNS_VARIABLE
+from replay.analysis.runs import RUNS_VARIABLE, one_run
 from replay.arrays import lex_order
 from replay.jit import njit
 
@@ -238,13 +238,9 @@ class _EarlyRead:
         if self.begun:
             return
         self.begun = True
-        if _one_run(self.con):
+        if one_run(self.con):
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-deliveries")
             self.reading = _reading_deliveries(self.con, self.pool)
-
-
-def _one_run(con: duckdb.DuckDBPyConnection) -> bool:
-    return bool(con.sql("SELECT count(*) FROM manifests").fetchall()[0][0] == 1)
 
 
 def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int,
@@ -255,7 +251,7 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int,
     and whose viewers received each change once: the SQL's joins would multiply rows
     otherwise.  ``reading``: the deliveries' read, if begun earlier (``_EarlyRead``); it
     overlaps the queries of the viewers and changes here in any case."""
-    if not _one_run(con):
+    if not one_run(con):
         return None
     reading = reading if reading is not None else _EarlyRead(con)
     reading.begin()  # if it has not begun: beside the queries below
