@@ -342,14 +342,22 @@ class RunTables:
         return (namespace * (int(name.max(initial=0)) + 1) + name) * (
             int(resource.max(initial=0)) + 1) + resource
 
+    @cached_property
+    def object_numbers(self) -> np.ndarray:
+        """Per event (in rv order), its object (``object_keys``) as a small number from 1.
+
+        Numbered among the events, not among the deliveries: the sort of their keys this takes
+        is of the writes (5M on a 1M-pod what-if run), not of the deliveries (27.1M: 11.7 s)."""
+        return np.unique(self.object_keys, return_inverse=True)[1].reshape(-1) \
+            .astype(np.int64) + 1
+
     def object_of(self, rv: np.ndarray) -> np.ndarray:
-        """A small number per rv for its event's object (equal rvs, equal objects), -1 where
+        """A small number per rv for its event's object (equal rvs, equal objects), 0 where
         there is no event with that rv."""
         at, known = self.at_rv(rv)
         if not len(at):
             return np.zeros(0, dtype=np.int64)
-        key = np.where(known, self.object_keys[at], -1)
-        return np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        return np.where(known, self.object_numbers[at], 0)
 
     def watcher_flags(self, names: list[str], test: Callable[[dict], bool]) -> np.ndarray:
         """Whether ``test(row)`` holds of each watcher of ``names``, by its row of watchers."""
