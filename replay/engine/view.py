@@ -30,6 +30,7 @@ assume patch), or the placement failed.  This is the definition the analysis que
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple, TypeVar
 
@@ -37,9 +38,9 @@ import numpy as np
 import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
-from replay.engine.viewkernel import (ALLOC, APPLIED, BASE, DONE, END, FIELDS, FIRST, FREE,
-                                      GIVE_BACKS, GROW, KIND, LIMIT, NOTHING_DUE, SLOTS,
-                                      VERSION_ROW, apply_due, oldest, push)
+from replay.engine.viewkernel import (ALLOC, BASE, DONE, END, FIELDS, FIRST, FREE, GIVE_BACKS,
+                                      GROW, LIMIT, NOTHING_DUE, SLOTS, VERSION_ROW, apply_due,
+                                      next_due, oldest, push)
 
 Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
@@ -226,15 +227,9 @@ class View:
     def next_due(self, kinds: Collection[WriteKind]) -> int | None:
         """When the next delivery of one of ``kinds`` already on its way will be applied."""
         self._catch_up()
-        inboxes, wanted = self._inboxes, [int(kind) for kind in kinds]
-        due = []
-        for slot in range(self._index * SLOTS, self._index * SLOTS + SLOTS):
-            first, end = inboxes.ends[slot, FIRST:END + 1]
-            waiting = inboxes.entries[first:end]
-            hits = np.flatnonzero(np.isin(waiting[:, KIND], wanted))
-            if len(hits):
-                due.append(int(waiting[hits[0], APPLIED]))
-        return min(due, default=None)
+        inboxes = self._inboxes
+        due = next_due(inboxes.entries, inboxes.ends, self._index, _kinds_mask(frozenset(kinds)))
+        return None if due == NOTHING_DUE else due
 
     def _take(self, node: int, request: Request, sign: int) -> None:
         self._add(node, request, sign)
@@ -305,6 +300,15 @@ class View:
     def _forgot(self, pod: Pod, at: int) -> None:
         if self.on_forget is not None:
             self.on_forget(pod, at)
+
+
+@functools.lru_cache(maxsize=64)
+def _kinds_mask(kinds: frozenset[WriteKind]) -> npt.NDArray[np.bool_]:
+    """``kinds`` as a mask indexed by kind, for ``next_due``'s kernel (one per set asked for:
+    a scheduler asks each time a pod turns out unschedulable)."""
+    mask = np.zeros(max(WriteKind) + 1, dtype=bool)
+    mask[[int(kind) for kind in kinds]] = True
+    return mask
 
 
 class _Holding:

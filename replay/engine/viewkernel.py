@@ -174,6 +174,18 @@ def _oldest(entries: Ints, ends: Ints, view: int) -> tuple[int, int]:
     return rv, commit
 
 
+def _next_due(entries: Ints, ends: Ints, view: int, wanted: Bools) -> int:
+    """When ``view``'s first entry of a kind in ``wanted`` (indexed by kind) applies, the
+    earliest among its informers (NOTHING_DUE: none waiting)."""
+    due = NOTHING_DUE
+    for slot in range(view * SLOTS, view * SLOTS + SLOTS):
+        for i in range(ends[slot, FIRST], ends[slot, END]):
+            if wanted[entries[i, KIND]]:
+                due = min(due, entries[i, APPLIED])
+                break
+    return due
+
+
 _I, _I2 = "int64[::1]", "int64[:, ::1]"
 push: Callable[..., int] = compiled_entry(  # type: ignore[assignment]
     _push, f"int64({_I2}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 10) + ")")
@@ -182,3 +194,5 @@ apply_due: Callable[..., tuple[int, int]] = compiled_entry(  # type: ignore[assi
                 f"boolean[::1], {_I}, boolean, {_I2})")
 oldest: Callable[[Ints, Ints, int], tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
     _oldest, f"UniTuple(int64, 2)({_I2}, {_I2}, int64)")
+next_due: Callable[[Ints, Ints, int, Bools], int] = compiled_entry(  # type: ignore[assignment]
+    _next_due, f"int64({_I2}, {_I2}, int64, boolean[::1])")
