@@ -12,9 +12,14 @@ import json
 import subprocess
 import sys
 
-from conftest import REPO
+import numpy as np
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import REPO, SAMPLE_TRACE, budget, settings
 
 sys.path.insert(0, str(REPO / "benchmarks"))
+import lookahead  # noqa: E402
 import run_all  # noqa: E402
 
 # A child that starts two workers holding 300 MiB each for a second while it burns CPU itself,
@@ -73,3 +78,37 @@ def test_the_timeline_marks_each_phase_of_a_run_in_order(tmp_path):
     places = [phases.index(phase) for phase in expected]
     assert places == sorted(places)
     assert (tmp_path / "run" / "capacity_windows.parquet").is_file()
+
+
+def test_lookahead_cuts_the_writes_greedily():
+    """Hand-worked: with 1 ms, the first batch holds what commits before 1,000 µs, the next
+    starts at 1,000 µs; with none, each write is alone, even at the same instant."""
+    commits = np.array([0, 500, 999, 1000, 1000, 3000])
+    assert lookahead.batch_sizes(commits, 1000).tolist() == [3, 2, 1]
+    assert lookahead.batch_sizes(commits, 0).tolist() == [1] * 6
+
+
+@settings(max_examples=budget(50))
+@given(st.lists(st.integers(0, 10_000), max_size=60), st.integers(0, 3_000))
+def test_lookahead_batches_are_the_greedy_cut(times, lookahead_us):
+    """Every write is in one batch; a batch spans less than the lookahead (or holds one write),
+    and the write after it commits at least the lookahead after the batch's first."""
+    commits = np.sort(np.asarray(times, dtype=np.int64))
+    sizes = lookahead.batch_sizes(commits, lookahead_us)
+    assert sizes.sum() == len(commits) and (sizes > 0).all()
+    starts = np.r_[0, np.cumsum(sizes)]
+    for lo, hi in zip(starts[:-1], starts[1:]):
+        assert hi - lo == 1 or commits[hi - 1] - commits[lo] < lookahead_us
+        assert hi == len(commits) or commits[hi] - commits[lo] >= lookahead_us
+
+
+def test_lookahead_reads_a_run_and_refuses_a_directory_that_is_not_one(tmp_path, cli, capsys):
+    assert cli("run", SAMPLE_TRACE, "--model", "kube", "--seed", "7",
+               "--out", tmp_path / "run").code == 0
+    assert lookahead.main([str(tmp_path / "run"), "--lookahead-ms", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("the run's smallest delay (")
+    assert "writes alone (100.0%)" in lines[1]
+    assert lookahead.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no events.parquet (not a run directory)" in err
