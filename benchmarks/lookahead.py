@@ -23,23 +23,27 @@ import argparse
 import sys
 from pathlib import Path
 
-import duckdb
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _micros(run_dir: Path, table: str, column: str) -> np.ndarray:
+    """A timestamp column of a run's table as integer microseconds (the tables' unit)."""
+    times = pq.read_table(run_dir / f"{table}.parquet", columns=[column]).column(column)
+    return times.cast(pa.int64()).to_numpy()
 
 
 def commits_us(run_dir: Path) -> np.ndarray:
     """Every committed write's commit time in microseconds, sorted."""
-    rows = duckdb.sql(f"SELECT epoch_us(commit_ts) AS us FROM '{run_dir / 'events.parquet'}'")
-    times: np.ndarray = rows.fetchnumpy()["us"]
-    times.sort()
-    return times
+    return np.sort(_micros(run_dir, "events", "commit_ts"))
 
 
 def smallest_delay_us(run_dir: Path) -> int:
     """The smallest commit-to-applied delay of any delivery of the run."""
-    [(smallest,)] = duckdb.sql("SELECT min(epoch_us(applied_ts) - epoch_us(commit_ts)) "
-                               f"FROM '{run_dir / 'deliveries.parquet'}'").fetchall()
-    return int(smallest) if smallest is not None else 0
+    delays = (_micros(run_dir, "deliveries", "applied_ts")
+              - _micros(run_dir, "deliveries", "commit_ts"))
+    return int(delays.min()) if len(delays) else 0
 
 
 def batch_sizes(commits: np.ndarray, lookahead_us: int) -> np.ndarray:
@@ -76,8 +80,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"lookahead: {args.run_dir}: no {table}.parquet (not a run directory)",
                   file=sys.stderr)
             return 2
-    commits = commits_us(args.run_dir)
-    print(describe(commits, smallest_delay_us(args.run_dir), "the run's smallest delay"))
+    try:
+        commits, smallest = commits_us(args.run_dir), smallest_delay_us(args.run_dir)
+    except (OSError, pa.ArrowException) as err:
+        print(f"lookahead: {args.run_dir}: cannot read its tables ({err})", file=sys.stderr)
+        return 2
+    print(describe(commits, smallest, "the run's smallest delay"))
     for ms in args.lookahead_ms:
         print(describe(commits, round(ms * 1000), "lookahead"))
     return 0
