@@ -49,10 +49,10 @@ DELIVERY_PART = ROW_GROUP_ROWS
 # made since the last one that are still alive; CPython's (700, 10, 10) would run one every 700
 # objects made (a write, its deliveries, a timer: thousands a second of simulated time), 10-17 %
 # of a what-if replay's CPU time.  At (100_000, 50, 100) collections still took 5.3 s of a
-# 1M-pod Gödel replay, at these 1.4 s (benchmarks/README.md, eighteenth round): fewer of a
-# write's objects are still alive when a collection comes.  No shipped model makes garbage
+# 1M-pod Gödel replay, at these 1.4 s (benchmarks/README.md, eighteenth round): collections
+# further apart find more of a write's objects already freed.  No shipped model makes garbage
 # cycles while it runs, so rarer collections cost nothing in memory; a plugin's cycles are
-# still collected, at most a million objects after they are made.
+# still collected, only later.
 REPLAY_GC_THRESHOLDS = (1_000_000, 50, 100)
 # The kinds the engine tests once or twice per write, and each kind's HTTP status when a model
 # writes it, as module globals (quicker than an enum's members and properties)
