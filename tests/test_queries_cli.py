@@ -9,11 +9,13 @@ import sys
 
 import duckdb
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
 from replay.analysis.catalog import HEADLINE, queries_dir, shipped
 from replay.analysis.output import render_table, write_result
+from replay.engine.rundir import DERIVED_TABLES, TABLES
 
 from conftest import REPO
 
@@ -131,6 +133,26 @@ print(len(rows))
                           cwd=REPO.parent)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "4"
+
+
+@pytest.mark.parametrize("spelling", ["as given", "dotted, doubled, trailing", "glob"])
+def test_every_row_reaches_its_run_however_the_directories_are_written(runs, spelling):
+    """A view's rows meet their run by the name of the file read (views.sql, run_table), so
+    the names read_parquet reads and glob lists must agree however run_dirs writes a
+    directory; a row whose file matched no run would be dropped without a word."""
+    fast, slow = runs
+    written = {"as given": [str(fast), str(slow)],
+               "dotted, doubled, trailing": [f"{fast.parent}/./{fast.name}/",
+                                             f"{slow.parent}//{slow.name}"],
+               "glob": [f"{fast.parent.parent}/*/[fs][al]??"]}[spelling]
+    con = duckdb.connect()
+    con.execute("SET VARIABLE run_dirs = ?", [written])
+    con.execute((queries_dir() / "views.sql").read_text())
+    for table in (*TABLES, *DERIVED_TABLES):
+        counted = dict(con.sql(f"SELECT run, count(*) FROM {table} GROUP BY run").fetchall())
+        stored = {run.name: pq.read_metadata(run / f"{table}.parquet").num_rows
+                  for run in (fast, slow)}
+        assert counted == {run: rows for run, rows in stored.items() if rows}, table
 
 
 def test_derive_again(cli, runs, tmp_path):
