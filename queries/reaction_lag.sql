@@ -120,10 +120,13 @@ WITH pod_steps AS (
            make_timestamptz(write_key_us(trigger)) AS trigger_ts, answer_ts
     FROM first_answers
 ), owner_triggers AS (
-    -- writes of a controller's owner object that change what it wants
+    -- writes of a controller's owner object that change what it wants.  (resource <> 'pods'
+    -- says nothing new, but DuckDB filters by it as it reads, where it reads an IN list only
+    -- to skip whole row groups: the 1M-pod what-if run's scan hands on 20,000 rows, not 4M.)
     SELECT run, rv, commit_ts AS at_ts, namespace, name AS owner, resource AS owner_resource
     FROM events
     WHERE resource IN ('deployments', 'replicasets', 'statefulsets', 'daemonsets', 'jobs')
+      AND resource <> 'pods'
       AND verb IN ('create', 'update', 'patch') AND coalesce(subresource, 'scale') = 'scale'
 ), owner_kinds(kind, answer_resource, owner_resource, reaction) AS (
     VALUES (6, 'replicasets', 'deployments', 'deployment write -> replicaset write'),
