@@ -25,25 +25,29 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 
-def _micros(run_dir: Path, table: str, column: str) -> np.ndarray:
-    """A timestamp column of a run's table as integer microseconds (the tables' unit)."""
-    times = pq.read_table(run_dir / f"{table}.parquet", columns=[column]).column(column)
-    return times.cast(pa.int64()).to_numpy()
+def _micros(run_dir: Path, table: str, *columns: str) -> list[pa.ChunkedArray]:
+    """Timestamp columns of a run's table, read at once, as integer microseconds (the tables'
+    unit), nulls kept."""
+    read = pq.read_table(run_dir / f"{table}.parquet", columns=list(columns))
+    return [read.column(column).cast(pa.int64()) for column in columns]
 
 
 def commits_us(run_dir: Path) -> np.ndarray:
     """Every committed write's commit time in microseconds, sorted."""
-    return np.sort(_micros(run_dir, "events", "commit_ts"))
+    [commits] = _micros(run_dir, "events", "commit_ts")
+    return np.sort(commits.to_numpy())
 
 
 def smallest_delay_us(run_dir: Path) -> int:
-    """The smallest commit-to-applied delay of any delivery of the run."""
-    delays = (_micros(run_dir, "deliveries", "applied_ts")
-              - _micros(run_dir, "deliveries", "commit_ts"))
-    return int(delays.min()) if len(delays) else 0
+    """The smallest commit-to-applied delay of any delivery of the run (a delivery never
+    applied, to a watch terminated first, has none)."""
+    applied, committed = _micros(run_dir, "deliveries", "applied_ts", "commit_ts")
+    smallest = pc.min(pc.subtract(applied, committed)).as_py()
+    return int(smallest) if smallest is not None else 0
 
 
 def batch_sizes(commits: np.ndarray, lookahead_us: int) -> np.ndarray:
