@@ -4,16 +4,14 @@
     result = run_replay("traces/sample.parquet", load_config(), out="runs/sample-observe")
 
 ``run_replay`` reads a trace, picks the model and its watchers, replays, writes the run directory
-and derives its tables.  This is the only layer that changes the calling process beyond its own
-objects: while a replay runs, glibc's malloc keeps freed memory for reuse
-(``_reusing_freed_memory``), gives what it holds free back between table parts at most every few
-seconds (``_giving_back``), and gives it all back afterwards.
+and derives its tables.  While a replay runs, glibc's malloc keeps freed memory for reuse
+(``replay.memory``), gives what it holds free back between table parts at most every few seconds
+(``_giving_back``) and before the derivation, and gives it all back afterwards.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import gc
 import math
 import os
@@ -28,7 +26,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from replay import models
+from replay import memory, models
 from replay.analysis.derive import derive
 from replay.engine.config import RunConfig, WatcherSpec, load_config
 from replay.engine.rundir import check_replaceable, conform_table, sha256_of, write_run
@@ -45,7 +43,6 @@ __all__ = ["RunResult", "check_watchers", "choose_model", "default_out", "load_c
            "run_replay"]
 
 DEFAULT_WHAT_IF_MODEL = "kube"
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt options
 # While the tables pass, freed memory goes back to the system at most this often (seconds)
 GIVE_BACK_EVERY_S = 5.0
 
@@ -153,42 +150,20 @@ def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path:
             f"{MAX_DELIVERIES:,}; use fewer watchers or a shorter trace")
 
 
-def _libc() -> ctypes.CDLL | None:
-    """glibc's functions, if this process has them (``mallopt``, ``malloc_trim``)."""
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:
-        return None
-    return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
-
-
 @contextlib.contextmanager
-def _reusing_freed_memory() -> Iterator[Callable[[], object]]:
-    """Keep the memory that numpy frees for its next arrays while a replay runs; give it back to
-    the system afterwards, or when the function this yields is called.
-
-    A replay makes and drops hundreds of arrays of millions of elements.  glibc's malloc maps each
-    one above its threshold (adaptive, at most 32 MB) afresh and unmaps it when freed, and trims
-    freed memory above twice that, so most new arrays are faulted in and zeroed page by page
-    again: 10-15 % of a run's CPU time.  Outside glibc this changes nothing.
-    """
-    libc = _libc()
-    if libc is None:
-        yield gc.collect
-        return
-    for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
-        libc.mallopt(option, 1 << 30)
-
+def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
+    """Keep the memory that numpy frees for its next arrays while a replay runs
+    (``replay.memory``); yields the function that gives back what is free before the
+    derivation, which keeps freed memory in its turn."""
     def release() -> None:
         gc.collect()  # a simulation's objects refer to each other
-        for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
-            libc.mallopt(option, 128 * 1024)  # glibc's defaults
-        libc.malloc_trim(0)
+        memory.give_back()
 
-    try:
-        yield release
-    finally:
-        release()
+    with memory.keeping_freed_memory():
+        try:
+            yield release
+        finally:
+            gc.collect()
 
 
 def _giving_back(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]]
@@ -201,12 +176,11 @@ def _giving_back(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]]
     pods gone) lies in holes between live objects, which ``_reusing_freed_memory``'s settings
     never trim: 150 MiB of a 100k-pod Gödel run's 980 MiB at its end.  An observe replay's parts
     come a fraction of a second apart, and keeping their memory for the next is the point."""
-    libc = _libc()
     last = time.monotonic()
     for item in tables:
         yield item
-        if libc is not None and time.monotonic() - last >= GIVE_BACK_EVERY_S:
-            libc.malloc_trim(0)
+        if time.monotonic() - last >= GIVE_BACK_EVERY_S:
+            memory.give_back()
             last = time.monotonic()
 
 

@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "replay"
 LAYERS = (
     ("base", ("replay", "replay.errors", "replay.rng", "replay.arrays", "replay.atomic",
               "replay.outputs", "replay.limits", "replay.workers", "replay.interrupts",
-              "replay.progress", "replay.quantity", "replay.times", "replay.jit")),
+              "replay.progress", "replay.quantity", "replay.times", "replay.jit",
+              "replay.memory")),
     ("trace", ("replay.trace",)),
     ("engine", ("replay.engine",)),
     ("models", ("replay.models",)),

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay import models
+from replay import memory, models
 from replay.analysis.check import check_run, failed
 from replay.api import run_replay
 from replay.engine.config import load_config
@@ -351,24 +351,74 @@ def test_a_table_file_queues_at_most_ahead_parts(tmp_path, monkeypatch):
     assert len(added) == 5 and written == [1] * 5
 
 
+class _Malloc:
+    """glibc's malloc as ``replay.memory`` sees it, its calls recorded: the thresholds in force
+    (None: glibc's own, adaptive) and every trim."""
+
+    def __init__(self) -> None:
+        self.thresholds: dict[int, int | None] = {memory.M_MMAP_THRESHOLD: None,
+                                                  memory.M_TRIM_THRESHOLD: None}
+        self.trims: list[int] = []
+
+    def mallopt(self, option: int, value: int) -> int:
+        self.thresholds[option] = value
+        return 1
+
+    def malloc_trim(self, pad: int) -> int:
+        self.trims.append(pad)
+        return 1
+
+
 def test_freed_memory_goes_back_between_table_parts_at_most_every_few_seconds(monkeypatch):
     """A what-if replay's freed memory lies in holes that glibc never trims by itself: after a
     part has been taken, ``malloc_trim`` gives it back, unless it did so less than
     GIVE_BACK_EVERY_S ago (an observe replay's parts come too close together)."""
     import replay.api as api
-    trims: list[int] = []
-
-    class Libc:
-        def malloc_trim(self, pad: int) -> None:
-            trims.append(pad)
-
-    monkeypatch.setattr(api, "_libc", lambda: Libc())
+    malloc = _Malloc()
+    monkeypatch.setattr(memory, "_libc", lambda: malloc)
     parts = [("deliveries", 1), ("deliveries", 2), ("events", 3)]
     monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 0.0)
-    assert list(api._giving_back(iter(parts))) == parts and trims == [0, 0, 0]
-    trims.clear()
+    assert list(api._giving_back(iter(parts))) == parts and malloc.trims == [0, 0, 0]
+    malloc.trims.clear()
     monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 3600.0)
-    assert list(api._giving_back(iter(parts))) == parts and trims == []
+    assert list(api._giving_back(iter(parts))) == parts and malloc.trims == []
+
+
+def test_freed_memory_is_kept_until_the_outermost_keeping_ends(monkeypatch):
+    malloc = _Malloc()
+    monkeypatch.setattr(memory, "_libc", lambda: malloc)
+    kept = {memory.M_MMAP_THRESHOLD: memory.KEEP_BYTES, memory.M_TRIM_THRESHOLD: memory.KEEP_BYTES}
+    with memory.keeping_freed_memory():
+        assert malloc.thresholds == kept
+        with memory.keeping_freed_memory():
+            pass
+        assert malloc.thresholds == kept and malloc.trims == []
+    assert malloc.thresholds == {memory.M_MMAP_THRESHOLD: memory.AFTER_MMAP_BYTES,
+                                 memory.M_TRIM_THRESHOLD: memory.AFTER_TRIM_BYTES}
+    assert malloc.trims == [0]
+
+
+def test_a_run_derives_its_tables_with_freed_memory_kept(monkeypatch, tmp_path):
+    """The derivation makes and drops as many large arrays as the replay before it: glibc's
+    malloc keeps what it frees for the next ones there too (with the thresholds the replay left,
+    128 KiB, a 1M-pod run's derivation faulted in twice the pages and took a fifth longer), and
+    what the replay freed goes back to the system before it starts."""
+    import replay.analysis.derive as derive_module
+    malloc = _Malloc()
+    monkeypatch.setattr(memory, "_libc", lambda: malloc)
+    during: list[tuple[dict, int]] = []
+    write = derive_module._write
+
+    def watched(con, name, dest):
+        during.append((dict(malloc.thresholds), len(malloc.trims)))
+        return write(con, name, dest)
+
+    monkeypatch.setattr(derive_module, "_write", watched)
+    run_replay(SAMPLE_TRACE, load_config(), out=tmp_path / "run")
+    kept = {memory.M_MMAP_THRESHOLD: memory.KEEP_BYTES, memory.M_TRIM_THRESHOLD: memory.KEEP_BYTES}
+    assert during == [(kept, 1)]
+    assert malloc.thresholds == {memory.M_MMAP_THRESHOLD: memory.AFTER_MMAP_BYTES,
+                                 memory.M_TRIM_THRESHOLD: memory.AFTER_TRIM_BYTES}
 
 
 @settings(max_examples=60, deadline=None)

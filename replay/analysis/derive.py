@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
+from replay import memory
 from replay.analysis.catalog import queries_dir
 from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
 from replay.analysis.steps import run_steps, split_steps
@@ -71,13 +72,15 @@ def derive(run_dir: str | os.PathLike, accept_edits: bool = False) -> dict[str, 
     A table that differs from what the manifest records is refused, unless ``accept_edits``
     (it was edited on purpose): then its new size and checksum are recorded first.  DuckDB
     spills to a scratch folder inside the run directory (on the disk that holds the run, not in
-    a small /tmp), which a killed derivation leaves for the next one to remove."""
+    a small /tmp), which a killed derivation leaves for the next one to remove.  glibc's malloc
+    keeps what the derivation frees for its next arrays meanwhile (``replay.memory``)."""
     run_dir = Path(run_dir)
     if accept_edits:
         check_run_dir(str(run_dir), derived=False, verify=False)
         record_files(run_dir, TABLES)
     check_run_dir(str(run_dir), derived=False)
-    with temporary_dir(run_dir, "spill") as spill, _without_huge_pages():
+    with (temporary_dir(run_dir, "spill") as spill, _without_huge_pages(),
+          memory.keeping_freed_memory()):
         con = open_runs([str(run_dir)], derived=False, settings=_memory_settings(spill))
         try:
             files = {name: _write(con, name, run_dir / f"{name}.parquet")
