@@ -212,6 +212,28 @@ def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("model", WHAT_IF)
+def test_a_spent_replay_leaves_its_pods_to_reference_counting(busy_trace, model):
+    """Once its tables are taken a what-if model closes its simulation, so that the run's pods,
+    attempts and timers go by reference counting: the collector, which would traverse millions
+    of them before the derivation (2.1 s at 300k pods), finds only the components' own cycles
+    (about 1,000 objects here, against 5,000-6,000 without the close, 4,000 for kube while it
+    kept every bound pod's attempt), fewer than the busy trace's 1,500 pods."""
+    config = load_config(model=model)
+    trace = read_trace(busy_trace)
+    gc.collect()
+    gc.disable()
+    try:
+        instance = models.load(model)(config.model_params)
+        for _ in instance.tables(trace, config, instance.default_watchers(trace)):
+            pass
+        del instance, _
+        found = gc.collect()
+    finally:
+        gc.enable()
+    assert found < 1500
+
+
+@pytest.mark.parametrize("model", WHAT_IF)
 def test_a_replay_makes_no_garbage_cycles_as_it_runs(busy_trace, monkeypatch, model):
     """``REPLAY_GC_THRESHOLDS`` leaves a replay's cyclic garbage to rare collections, which
     costs no memory only while the engine and the models make none per event.  With the

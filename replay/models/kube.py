@@ -72,6 +72,7 @@ class KubeModel(WhatIfModel):
         used = [sum(r[i] for r in admitted.values()) for i in range(3)]
         if all(used[i] + pod.request[i] <= alloc[i] for i in range(3)):
             admitted[pod] = pod.request
+            self.attempt_of.pop(pod, None)  # admitted: its attempt is settled for good
             return
         self.sim.commit(WriteKind.POD_FAIL, pod, "kubelet")  # status.reason: OutOf<resource>
         attempt = self.attempt_of.pop(pod, None)

@@ -105,8 +105,10 @@ class WhatIfModel(Model):
     def tables(self, trace: pl.DataFrame, config: RunConfig,
                watchers: list[WatcherSpec]) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         """The deliveries in parts as the replay goes (each written while the run goes on),
-        then the other tables."""
-        return self._simulation(trace, config, watchers).tables()
+        then the other tables; then the simulation is closed."""
+        simulation = self._simulation(trace, config, watchers)
+        yield from simulation.tables()
+        simulation.close()
 
     def _simulation(self, trace: pl.DataFrame, config: RunConfig,
                     watchers: list[WatcherSpec]) -> Simulation:
