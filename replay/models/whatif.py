@@ -106,9 +106,7 @@ class WhatIfModel(Model):
                watchers: list[WatcherSpec]) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         """The deliveries in parts as the replay goes (each written while the run goes on),
         then the other tables; then the simulation is closed."""
-        simulation = self._simulation(trace, config, watchers)
-        yield from simulation.tables()
-        simulation.close()
+        return _closing(self._simulation(trace, config, watchers))
 
     def _simulation(self, trace: pl.DataFrame, config: RunConfig,
                     watchers: list[WatcherSpec]) -> Simulation:
@@ -129,6 +127,14 @@ class WhatIfModel(Model):
         """A component's API client: ``client_qps`` and ``client_burst``, then ``commit_ms``."""
         s = self.settings
         return sim.client(s["client_qps"], s["client_burst"], self.commit_us())
+
+
+def _closing(simulation: Simulation) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
+    """``simulation``'s tables, then ``simulation.close()``.  The caller builds the simulation
+    before the first table is asked for, so that a model's error in setting it up is raised
+    when ``tables`` is called, not when its first table is."""
+    yield from simulation.tables()
+    simulation.close()
 
 
 def scheduler_params() -> tuple[Param, ...]:
