@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import threading
 from collections.abc import Iterator
 
@@ -31,8 +32,10 @@ _lock = threading.Lock()
 _depth = 0  # how many keeping_freed_memory() are open: only the outermost sets and resets
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL | None:
-    """glibc's functions, if this process has them (``mallopt``, ``malloc_trim``)."""
+    """glibc's functions, if this process has them (``mallopt``, ``malloc_trim``); looked up
+    once, not at every give-back."""
     try:
         libc = ctypes.CDLL(None)
     except OSError:
