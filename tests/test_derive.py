@@ -232,6 +232,24 @@ def sweeps_in_numpy(run_dir: Path) -> bool:
         con.close()
 
 
+def test_a_derived_tables_names_and_integrals_are_written_as_chosen(tmp_path):
+    """The capacity windows' names go to the writer as Arrow dictionaries, which take no
+    statistics (as plain strings take none), and ``gap_seconds`` goes without a dictionary
+    (``PLAIN_COLUMNS``); the other columns keep theirs."""
+    run_replay(SAMPLE_TRACE, load_config(), out=tmp_path / "run")
+    meta = pq.ParquetFile(tmp_path / "run" / "capacity_windows.parquet").metadata
+    assert meta.num_rows > 0
+    for group in range(meta.num_row_groups):
+        columns = {meta.row_group(group).column(i).path_in_schema: meta.row_group(group).column(i)
+                   for i in range(meta.num_columns)}
+        for name in ("watcher", "node", "resource", "kind"):
+            assert columns[name].has_dictionary_page and not columns[name].is_stats_set, name
+        assert not columns["gap_seconds"].has_dictionary_page
+        assert "RLE_DICTIONARY" not in columns["gap_seconds"].encodings
+        assert columns["gap_max"].has_dictionary_page and columns["gap_max"].is_stats_set
+        assert columns["start_ts"].is_stats_set
+
+
 def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path):
     for available, limit in ((100_000, derive_module.MEMORY_CAP_MIB), (2_000, min(1_500, derive_module.MEMORY_CAP_MIB)),
                              (800, 1_024), (None, derive_module.MEMORY_CAP_MIB)):

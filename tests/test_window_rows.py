@@ -49,7 +49,7 @@ def test_the_ranks_walk_finds_what_a_binary_search_finds(pairs, runs):
 
 def test_batches_are_whole_row_groups_of_one_chunk(monkeypatch):
     monkeypatch.setattr(window_rows, "BATCH_ROWS", 4)
-    empty = window_rows.SCHEMA.empty_table()
+    empty = window_rows.NUMBERED.empty_table()
     parts = list(window_rows._batches(iter([_rows(3), _rows(0), _rows(6), _rows(2)])))
     assert [p.num_rows for p in parts] == [4, 4, 3]
     assert all(c.num_chunks == 1 for p in parts for c in p.columns)
@@ -59,8 +59,39 @@ def test_batches_are_whole_row_groups_of_one_chunk(monkeypatch):
 
 def _rows(count: int) -> pa.Table:
     """``count`` rows of the final query's schema."""
-    return pa.table({f.name: pa.array([None] * count, f.type) for f in window_rows.SCHEMA},
-                    schema=window_rows.SCHEMA)
+    return pa.table({f.name: pa.array([None] * count, f.type) for f in window_rows.NUMBERED},
+                    schema=window_rows.NUMBERED)
+
+
+@settings(max_examples=300, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 6), st.integers(0, 2),
+                               st.integers(0, 1)), max_size=40))
+def test_names_are_numbered_as_the_sqls_strings_are(rows):
+    """A batch's names become Arrow dictionaries numbered in the order of first appearance,
+    as ``derive._named`` numbers the strings of the SQL's final query, so that the two ways
+    write the same file: the same dictionaries, the same numbers."""
+    from replay.analysis.derive import _named
+    from replay.analysis.windows import RESOURCES
+
+    names = (pa.array([f"watcher-{i}" for i in range(5)]), pa.array([f"n{i}" for i in range(7)]),
+             pa.array(RESOURCES), window_rows.KINDS)
+    numbers = [np.array([row[at] for row in rows], dtype=np.int64) for at in range(4)]
+    batch = _rows(len(rows))
+    for at, column in enumerate(numbers):
+        batch = batch.set_column(at, window_rows.NAMES[at],
+                                 pa.array(column, window_rows.NUMBERED.field(at).type))
+    ours = window_rows._named(batch, names)
+    strings = batch
+    for at, column in enumerate(numbers):
+        strings = strings.set_column(at, window_rows.NAMES[at], names[at].take(column))
+    theirs = _named(strings)
+    assert ours.schema.equals(window_rows.SCHEMA)
+    for at, name in enumerate(window_rows.NAMES):
+        mine, sql = ours.column(name).combine_chunks(), theirs.column(name).combine_chunks()
+        assert mine.dictionary.to_pylist() == sql.dictionary.to_pylist(), name
+        assert mine.indices.to_pylist() == sql.indices.to_pylist(), name
+        assert mine.dictionary.take(mine.indices).to_pylist() == names[at].take(
+            numbers[at]).to_pylist()
 
 
 def test_a_sort_key_too_wide_leaves_the_final_query_to_the_sql(tmp_path, monkeypatch):

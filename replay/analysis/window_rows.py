@@ -13,6 +13,8 @@ converted to the nearest double, as DuckDB 2's cast does, then divided as the qu
 
 The tables come ``BATCH_ROWS`` rows at a time, each one chunk, as DuckDB hands out a sorted
 result: each becomes a row group of the file, which stays byte for byte what the SQL writes.
+The names stay numbers until a batch is cut, then become its Arrow dictionaries, numbered in
+the order of first appearance as ``replay.analysis.derive`` hands the SQL's strings over.
 ``rows`` returns None (the SQL's final query runs) where the names are not numbered 1, 2, ...
 or the sort's integer would not fit in 64 bits.
 """
@@ -36,11 +38,18 @@ BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for
 UNITS = np.array([{"cpu": 1000.0, "memory": 1073741824.0, "gpu": 1000.0}[r] for r in RESOURCES])
 # each resource's place in the order of their names ('cpu' < 'gpu' < 'memory'), by its code
 NAME_RANK = np.argsort(np.argsort(np.array(RESOURCES)))
-SCHEMA = pa.schema([("watcher", pa.string()), ("node", pa.string()), ("resource", pa.string()),
-                    ("kind", pa.string()), ("start_ts", pa.timestamp("us", tz="UTC")),
-                    ("end_ts", pa.timestamp("us", tz="UTC")), ("open_at_end", pa.bool_()),
-                    ("gap_max", pa.float64()), ("gap_seconds", pa.float64()),
-                    ("wasted", pa.bool_()), ("conflicts", pa.int64())])
+KINDS = pa.array(["phantom", "stale"])  # a window's kind by its ``stale`` flag
+NAMES = ("watcher", "node", "resource", "kind")
+# the rows as made, each name as a number: its place in the watchers', nodes', RESOURCES' or
+# KINDS' names
+NUMBERED = pa.schema([("watcher", pa.int64()), ("node", pa.int64()), ("resource", pa.int8()),
+                      ("kind", pa.int8()), ("start_ts", pa.timestamp("us", tz="UTC")),
+                      ("end_ts", pa.timestamp("us", tz="UTC")), ("open_at_end", pa.bool_()),
+                      ("gap_max", pa.float64()), ("gap_seconds", pa.float64()),
+                      ("wasted", pa.bool_()), ("conflicts", pa.int64())])
+# and as handed out
+SCHEMA = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string()))
+                    if f.name in NAMES else f for f in NUMBERED])
 _KEY_BITS = 63  # the sort's integer: non-negative int64
 
 
@@ -81,10 +90,10 @@ def rows(con: duckdb.DuckDBPyConnection, sweep: Sweep) -> Iterator[pa.Table] | N
     wasted = Marks(con, "SELECT *, 1 AS count FROM wasted", sweep.nodes)
     conflicted = Marks(con, """SELECT viewer_id, node_id, resource, start_ts, conflicts AS count
                                FROM conflicted""", sweep.nodes)
-    return _batches(_one_ahead(
+    names = (watchers, nodes, pa.array(RESOURCES), KINDS)
+    return (_named(batch, names) for batch in _batches(_one_ahead(
         functools.partial(_part_rows, nodes=sweep.nodes, first=first, shift=shift,
-                          wasted=wasted, conflicted=conflicted, watchers=watchers,
-                          node_names=nodes), sweep.parts))
+                          wasted=wasted, conflicted=conflicted), sweep.parts)))
 
 
 def _one_ahead(make: Callable[[Part], pa.Table], parts: list[Part]) -> Iterator[pa.Table]:
@@ -133,8 +142,8 @@ def _column(table: pa.Table, name: str) -> np.ndarray:
 
 
 def _part_rows(part: Part, nodes: int, first: int, shift: int, wasted: Marks,
-               conflicted: Marks, watchers: pa.Array, node_names: pa.Array) -> pa.Table:
-    """A part's windows, lone and merged, sorted, with their names and marks."""
+               conflicted: Marks) -> pa.Table:
+    """A part's windows, lone and merged, sorted, with their marks (``NUMBERED``)."""
     lone, merged = part.lone_windows, part.merged_windows
     cols = {name: np.concatenate([_column(lone, name), _column(merged, name)])
             for name in ("viewer_id", "node_id", "resource", "start_ts", "end_ts",
@@ -155,13 +164,12 @@ def _part_rows(part: Part, nodes: int, first: int, shift: int, wasted: Marks,
     code, stale = cols["resource"], cols["stale"]
     units = UNITS[code]
     return pa.table([
-        watchers.take(cols["viewer_id"] - 1), node_names.take(cols["node_id"] - 1),
-        pa.array(RESOURCES).take(code), pa.array(["phantom", "stale"]).take(stale.view(np.int8)),
-        pa.array(cols["start_ts"], type=SCHEMA.field("start_ts").type),
-        pa.array(cols["end_ts"], type=SCHEMA.field("end_ts").type),
+        cols["viewer_id"] - 1, cols["node_id"] - 1, code.astype(np.int8, copy=False),
+        stale.view(np.int8), pa.array(cols["start_ts"], type=NUMBERED.field("start_ts").type),
+        pa.array(cols["end_ts"], type=NUMBERED.field("end_ts").type),
         pa.array(cols["open_at_end"]), pa.array(cols["gap_max"] / units),
         pa.array(_to_double(hi, lo) / 1e6 / units),
-        pa.array(is_wasted, mask=~stale), pa.array(conflicts, mask=stale)], schema=SCHEMA)
+        pa.array(is_wasted, mask=~stale), pa.array(conflicts, mask=stale)], schema=NUMBERED)
 
 
 def _keys(pairs: np.ndarray, pair: np.ndarray, code: np.ndarray, start: np.ndarray,
@@ -200,7 +208,19 @@ def _batches(tables: Iterator[pa.Table]) -> Iterator[pa.Table]:
             yield _one_chunk(whole.slice(0, BATCH_ROWS))
             held, count, cut = [whole.slice(BATCH_ROWS)], count - BATCH_ROWS, True
     if count or not cut:
-        yield pa.concat_tables([SCHEMA.empty_table(), *held]).combine_chunks()
+        yield pa.concat_tables([NUMBERED.empty_table(), *held]).combine_chunks()
+
+
+def _named(batch: pa.Table, names: tuple[pa.Array, ...]) -> pa.Table:
+    """A batch of ``NUMBERED`` rows with its names (``names``: the watchers', the nodes', the
+    resources' and the kinds') as Arrow dictionaries, each numbered in the order of its
+    names' first appearance in the batch."""
+    columns = list(batch.columns)
+    for at, (name, values) in enumerate(zip(NAMES, names)):
+        number = batch.column(name).chunks[0].to_numpy() if batch.num_rows else np.zeros(0, int)
+        codes, seen = _first_seen(number, len(values))
+        columns[at] = pa.DictionaryArray.from_arrays(codes, values.take(seen))
+    return pa.Table.from_arrays(columns, schema=SCHEMA)
 
 
 def _one_chunk(table: pa.Table) -> pa.Table:
@@ -225,6 +245,24 @@ def _ranks(pairs, pair):  # pragma: no cover - compiled
             at += 1
         ranks[i] = at
     return ranks
+
+
+@njit(cache=True, nogil=True)
+def _first_seen(values, bound):  # pragma: no cover - compiled
+    """``values`` (each in ``[0, bound)``) numbered in the order of their first appearance:
+    each one's number (int32, as Arrow's ``dictionary_encode``), and the values so numbered."""
+    number_of = np.full(bound, -1, np.int32)
+    numbers = np.empty(len(values), np.int32)
+    seen = np.empty(min(len(values), bound), np.int64)
+    count = 0
+    for i in range(len(values)):
+        value = values[i]
+        if number_of[value] < 0:
+            number_of[value] = count
+            seen[count] = value
+            count += 1
+        numbers[i] = number_of[value]
+    return numbers, seen[:count]
 
 
 @njit(cache=True)
