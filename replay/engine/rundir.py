@@ -82,10 +82,6 @@ TABLES: dict[str, pa.Schema] = {
 # for their strings, handed to the writer as Arrow dictionaries, each part's numbered in the order
 # of first appearance (``replay.analysis.derive``), without statistics.
 DERIVED_TABLES = ("capacity_windows",)
-# Columns written without a dictionary (the others but integers and times have one).  Nearly every
-# window's integral is distinct, so that its dictionary saved no bytes (222.8 MB against 223.1 for
-# the 1M-pod observe run's windows) and cost the writer the hashing of every value: 0.3-0.5 s.
-PLAIN_COLUMNS: dict[str, tuple[str, ...]] = {"capacity_windows": ("gap_seconds",)}
 MANIFEST = "manifest.json"
 OWN_FILES = frozenset([MANIFEST, *(f"{name}.parquet" for name in (*TABLES, *DERIVED_TABLES))])
 # A table whose every column is a number, a time, a flag or an Arrow dictionary of at most this
@@ -160,16 +156,14 @@ class TableFile:
     also hashes each part's bytes once written (``_Digest``).
     """
 
-    def __init__(self, path: Path, ahead: int | None = None, *, plain: Iterable[str] = (),
+    def __init__(self, path: Path, ahead: int | None = None, *,
                  summarise_dictionaries: bool = True):
         """``ahead``: at most this many parts are added and not yet written (``add`` waits for
         the writer beyond it), so that a caller quicker than the encoder does not queue a whole
-        table.  ``plain``: columns written without a dictionary (``PLAIN_COLUMNS``).
-        ``summarise_dictionaries``: whether strings handed over as Arrow dictionaries get min/max
-        statistics, as plain strings do not."""
+        table.  ``summarise_dictionaries``: whether strings handed over as Arrow dictionaries
+        get min/max statistics (plain strings get none)."""
         self.path = path
         self.ahead = ahead
-        self.plain = frozenset(plain)
         self.summarise_dictionaries = summarise_dictionaries
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-table-file")
         self._writer: pq.ParquetWriter | None = None
@@ -205,15 +199,14 @@ class TableFile:
         if self._writer is None:
             delta = [f.name for f in part.schema
                      if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)]
-            dictionary = [f.name for f in part.schema
-                          if f.name not in delta and f.name not in self.plain]
+            strings = [f.name for f in part.schema if f.name not in delta]
             # Min/max statistics cost a sixth of the writing for plain strings and would prune
             # no row group (no table is sorted by one); Arrow dictionaries (a delivery's watcher
             # and role, by which the deliveries are sorted) keep theirs, unless told otherwise.
             summarised = [f.name for f in part.schema if not _is_string_like(f.type)
                           or pa.types.is_dictionary(f.type) and self.summarise_dictionaries]
             self._writer = pq.ParquetWriter(
-                self.path, part.schema, compression="zstd", use_dictionary=dictionary,
+                self.path, part.schema, compression="zstd", use_dictionary=strings,
                 column_encoding={name: "DELTA_BINARY_PACKED" for name in delta},
                 write_statistics=summarised, store_schema=False, write_page_checksum=True,
                 write_batch_size=_batch_size(part))
