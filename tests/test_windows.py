@@ -8,6 +8,7 @@ to the SQL."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import duckdb
@@ -140,13 +141,29 @@ def test_each_delivery_finds_the_change_a_binary_search_finds(data, viewers, nod
     change_of = windows._change_of(change_key, rvs)
     assert change_of is not None
     first_pair, _ = windows._pair_numbers(only_one, nodes)
-    got = windows._receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id,
-                                  change_of, change_node, change_rv, nodes, rvs, first_pair)
     want = received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, change_key,
                               change_node, change_rv, nodes, rvs, first_pair)
-    assert len(got) == len(want) == 4
-    for g, w in zip(got, want):
-        assert g.tolist() == w.tolist()
+    for threads in SHARES:
+        with shares_of(threads):
+            got = windows._receive(viewer_id, rv, viewer_class, only_one, only_node_id,
+                                   change_of, change_node, change_rv, nodes, rvs, first_pair)
+        assert len(got) == len(want) == 4
+        for g, w in zip(got, want):
+            assert g.tolist() == w.tolist(), threads
+
+
+SHARES = (1, 2, 3)  # the kernels' shares of the rows tried: one thread's, and several
+
+
+@contextlib.contextmanager
+def shares_of(threads: int):
+    """``windows.RECEIVE_THREADS`` set to ``threads`` while this lasts (hypothesis's tests
+    cannot take pytest's monkeypatch)."""
+    before, windows.RECEIVE_THREADS = windows.RECEIVE_THREADS, threads
+    try:
+        yield
+    finally:
+        windows.RECEIVE_THREADS = before
 
 
 def ints(data, low: int, high: int, size: int) -> np.ndarray:
@@ -186,13 +203,15 @@ def test_the_lags_are_gathered_as_numpy_gathers_them(data, viewers, changes, cou
     changed = [ints(data, low, high, changes) for low, high in ((-1, 3), (-1, 3), (0, 5), (0, 5))]
     order = np.argsort(key)
     args = (order, key[order], rows, change, viewer_id, applied_us, watcher_code, *changed)
-    repeated, *got = windows._lag_kernel(*args)
     want_repeated, want = lags_by_gathers(*args)
-    assert repeated == want_repeated
-    if not repeated:
-        for g, w in zip(got, want):
-            assert g.dtype == w.dtype
-            assert g.tolist() == w.tolist()
+    for threads in SHARES:
+        with shares_of(threads):
+            repeated, *got = windows._lags(*args)
+        assert repeated == want_repeated, threads
+        if not repeated:
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype
+                assert g.tolist() == w.tolist(), threads
 
 
 @settings(max_examples=200, deadline=None)

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import numpy as np
@@ -51,6 +52,10 @@ SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 2
 # parts swept at once, on threads of their own (numpy, Arrow and the kernels release the GIL;
 # the parts' results are taken in order, so the tables do not depend on which finishes first)
 SWEEP_THREADS = 2
+# threads that find the lags of the deliveries, a share of them each (``_on_shares``): the step
+# ``received`` of the 1M-pod observe run (15.1M deliveries, 10.1M lags) took 1.30-1.35 s instead of
+# 1.77-1.95 (derivations alternated), its two kernels half their 1.1 s on one thread
+RECEIVE_THREADS = 2
 _NEVER = np.iinfo(np.int64).max  # a null timestamp that compares after every other
 
 Columns = dict[str, np.ndarray]
@@ -268,13 +273,13 @@ def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int,
     if change_of is None:
         return None  # a write that changes two nodes' capacity (none does so far)
     first_pair, pairs = _pair_numbers(viewers["only_one"], nodes)
-    rows, change, key, pair = _receive_kernel(
+    rows, change, key, pair = _receive(
         deliveries["viewer_id"], deliveries["rv"], viewers["class"], viewers["only_one"],
         viewers["only_node_id"], change_of, changes["node_id"], changes["rv"], nodes, rvs,
         first_pair)
     # in the sweep's order, by viewer, node and rv: a change received twice shows as a repeat
     order, key = _in_lag_order(key, pair, pairs)
-    repeated, viewer_id, change, applied, view, own = _lag_kernel(
+    repeated, viewer_id, change, applied, view, own = _lags(
         order, key, rows, change, deliveries["viewer_id"], deliveries["applied_us"],
         viewers["watcher_code"], changes["assumed_code"], changes["folds_code"],
         changes["assumed_until_us"], changes["commit_us"])
@@ -426,19 +431,50 @@ def _change_of(change_key: np.ndarray, rvs: int) -> np.ndarray | None:
     return change_of if np.array_equal(change_of[change_key], rows) else None
 
 
-@njit(cache=True)
-def _receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id, change_of,
-                    change_node, change_rv, nodes, rvs, first_pair):  # pragma: no cover
-    """Per delivery, in one pass: the change its viewer received (the change of the
-    delivery's rv in the viewer's class; for a kubelet, only one of its node), returned as the
-    delivery's row, the change's row, the lag key (``_lag_key``) and the pair's number
-    (``_pair_numbers``) of each delivery that received one, in the deliveries' order."""
-    rows = np.empty(len(viewer_id), np.int64)
-    change = np.empty(len(viewer_id), np.int32)
-    key = np.empty(len(viewer_id), np.int64)
-    pair = np.empty(len(viewer_id), np.int64)
-    count = 0
-    for i in range(len(viewer_id)):
+def _on_shares(kernel: Callable[..., Any], count: int, *args: Any) -> list[Any]:
+    """``kernel(start, end, *args)`` for ``RECEIVE_THREADS`` contiguous shares of
+    ``range(count)``, each on a thread of its own (the kernels release the GIL); their results
+    in the shares' order."""
+    with ThreadPoolExecutor(RECEIVE_THREADS, thread_name_prefix="replay-lags") as pool:
+        with interrupts.deferred():  # not inside the executor's locks
+            done = [pool.submit(kernel, start, end, *args) for start, end in _shares(count)]
+        return [future.result() for future in done]
+
+
+def _shares(count: int) -> list[tuple[int, int]]:
+    """``range(count)`` cut into ``RECEIVE_THREADS`` contiguous shares, as (start, end)."""
+    ends = [count * (share + 1) // RECEIVE_THREADS for share in range(RECEIVE_THREADS)]
+    return list(zip([0, *ends[:-1]], ends))
+
+
+def _receive(viewer_id: np.ndarray, *args: Any) -> tuple[np.ndarray, ...]:
+    """``_receive_kernel`` over the deliveries, a share of them on each thread
+    (``_on_shares``): each share's rows are written from its first delivery's place on, then
+    moved down to follow the share before."""
+    count = len(viewer_id)
+    out = (np.empty(count, np.int64), np.empty(count, np.int32), np.empty(count, np.int64),
+           np.empty(count, np.int64))
+    received = _on_shares(_receive_kernel, count, viewer_id, *args, *out)
+    at = 0
+    for (start, _), rows in zip(_shares(count), received):
+        if at < start:
+            for column in out:
+                column[at:at + rows] = column[start:start + rows]
+        at += rows
+    return tuple(column[:at] for column in out)
+
+
+@njit(cache=True, nogil=True)
+def _receive_kernel(start, end, viewer_id, rv, viewer_class, only_one, only_node_id, change_of,
+                    change_node, change_rv, nodes, rvs, first_pair, rows, change, key,
+                    pair):  # pragma: no cover - compiled
+    """Per delivery from ``start`` to ``end``, in one pass: the change its viewer received
+    (the change of the delivery's rv in the viewer's class; for a kubelet, only one of its
+    node), written from row ``start`` on as the delivery's row (``rows``), the change's row
+    (``change``), the lag key (``_lag_key``) and the pair's number (``_pair_numbers``) of each
+    delivery that received one, in the deliveries' order; returns how many did."""
+    count = start
+    for i in range(start, end):
         viewer = viewer_id[i] - 1
         wanted = rv[i] * 3 + viewer_class[viewer] + 1
         if wanted < 0 or wanted >= len(change_of) or change_of[wanted] < 0:
@@ -450,36 +486,42 @@ def _receive_kernel(viewer_id, rv, viewer_class, only_one, only_node_id, change_
         key[count] = (viewer_id[i] * nodes + change_node[c]) * rvs + change_rv[c]
         pair[count] = first_pair[viewer] + (0 if only_one[viewer] else change_node[c])
         count += 1
-    return rows[:count], change[:count], key[:count], pair[:count]
+    return count - start
 
 
-@njit(cache=True)
-def _lag_kernel(order, key, rows, change, viewer_id, applied_us, watcher_code, assumed_code,
-                folds_code, assumed_until_us, commit_us):  # pragma: no cover - compiled
+def _lags(order: np.ndarray, *args: np.ndarray
+          ) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``_lag_kernel`` over the lags in ``order``, a share of them on each thread
+    (``_on_shares``): whether two lags have one key, then the lags' columns."""
+    count = len(order)
+    out = (np.empty(count, np.int32), np.empty(count, np.int32), np.empty(count, np.int64),
+           np.empty(count, np.int64), np.empty(count, np.bool_))
+    return (any(_on_shares(_lag_kernel, count, order, *args, *out)), *out)
+
+
+@njit(cache=True, nogil=True)
+def _lag_kernel(start, end, order, key, rows, change, viewer_id, applied_us, watcher_code,
+                assumed_code, folds_code, assumed_until_us, commit_us, lag_viewer, lag_change,
+                applied, view, own):  # pragma: no cover - compiled
     """The received lags' own columns in the sweep's order (``order``; ``key``: their keys in
-    that order), from ``_receive_kernel``'s delivery and change rows, in one pass instead of a
-    dozen gathers of the 10M-27M lags of a 1M-pod run: the viewer, the change, when the
-    delivery was applied (every one was: ``_received`` checked), when the change entered the
-    view (its commit, where the viewer's own assumption had folded it in before), whether the
-    viewer assumed it; first, whether two lags have one key (a change received twice: the
-    columns are then incomplete)."""
-    n = len(order)
-    lag_viewer = np.empty(n, np.int32)
-    lag_change = np.empty(n, np.int32)
-    applied = np.empty(n, np.int64)
-    view = np.empty(n, np.int64)
-    own = np.empty(n, np.bool_)
-    for i in range(n):
+    that order), from ``_receive_kernel``'s delivery and change rows, for the lags from
+    ``start`` to ``end``, in one pass instead of a dozen gathers of the 10M-27M lags of a
+    1M-pod run: the viewer, the change, when the delivery was applied (every one was:
+    ``_received`` checked), when the change entered the view (its commit, where the viewer's
+    own assumption had folded it in before), whether the viewer assumed it.  Returns whether
+    a lag has the key of the one before (a change received twice: the columns are then
+    incomplete)."""
+    for i in range(start, end):
         o = order[i]
         if i > 0 and key[i] == key[i - 1]:
-            return True, lag_viewer, lag_change, applied, view, own
+            return True
         r, c = rows[o], change[o]
         watcher = watcher_code[viewer_id[r] - 1]
         lag_viewer[i], lag_change[i], applied[i] = viewer_id[r], c, applied_us[r]
         folds = folds_code[c] == watcher and assumed_until_us[c] >= applied[i]
         view[i] = commit_us[c] if folds else applied[i]
         own[i] = assumed_code[c] == watcher
-    return False, lag_viewer, lag_change, applied, view, own
+    return False
 
 
 def _lag_key(viewer: np.ndarray, node: np.ndarray, rv: np.ndarray, nodes: int, rvs: int
