@@ -49,6 +49,11 @@ SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_window
          "instants", "stepped", "merged_segments", "windows", "stale_segments")
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
 SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
+# The first part is SWEEP_ROWS >> FIRST_PART_SHIFT lags, each next one twice the one before up to
+# SWEEP_ROWS: the file's writer begins once the first part's rows are made
+# (replay.analysis.window_rows), and makes them half as fast as they are made, so that then it
+# has the next part's in time
+FIRST_PART_SHIFT = 3
 # parts swept at once, on threads of their own (numpy, Arrow and the kernels release the GIL;
 # the parts' results are taken in order, so the tables do not depend on which finishes first)
 SWEEP_THREADS = 2
@@ -603,14 +608,17 @@ def sweep(con: duckdb.DuckDBPyConnection, lags: Lags, nodes: int, rvs: int) -> S
 
 
 def _part_bounds(pair: np.ndarray, held_pair: np.ndarray) -> list[tuple[int, int, int, int]]:
-    """The sweep's parts of the lags (their pairs, ``pair``, sorted), at most SWEEP_ROWS lags
-    each unless one pair has more, and at least one part: each part's first and end lag, and
-    first and end held assumption (those of its pairs, and in the first and last parts those of
-    any pair before or after every lag's)."""
+    """The sweep's parts of the lags (their pairs, ``pair``, sorted), growing from
+    ``SWEEP_ROWS >> FIRST_PART_SHIFT`` lags to at most SWEEP_ROWS unless one pair has more,
+    and at least one part: each part's first and end lag, and first and end held assumption
+    (those of its pairs, and in the first and last parts those of any pair before or after
+    every lag's)."""
     bounds: list[tuple[int, int, int, int]] = []
     start, count = 0, len(pair)
+    size = max(SWEEP_ROWS >> FIRST_PART_SHIFT, 1)
     while not bounds or start < count:
-        end = min(start + SWEEP_ROWS, count)
+        end = min(start + size, count)
+        size = min(2 * size, SWEEP_ROWS)
         if end < count:  # end at a pair's first lag, after at least one whole pair
             end = int(np.searchsorted(pair, pair[end], side="left"))
             if end == start:
