@@ -50,9 +50,9 @@ SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_window
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
 SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
 # The first part is SWEEP_ROWS >> FIRST_PART_SHIFT lags, each next one twice the one before up to
-# SWEEP_ROWS: the file's writer begins once the first part's rows are made
-# (replay.analysis.window_rows), and makes them half as fast as they are made, so that then it
-# has the next part's in time
+# SWEEP_ROWS: the windows' writer begins once the first part's rows are made
+# (replay.analysis.window_rows), and writes rows half as fast as they are made, so that each next
+# part's are ready by the time it has written the last's
 FIRST_PART_SHIFT = 3
 # parts swept at once, on threads of their own (numpy, Arrow and the kernels release the GIL;
 # the parts' results are taken in order, so the tables do not depend on which finishes first)

@@ -79,8 +79,8 @@ TABLES: dict[str, pa.Schema] = {
     ]),
 }
 # Computed from the tables above by queries/derived/NAME.sql, with the same conventions, but
-# for their strings, handed to the writer as Arrow dictionaries, each part's numbered in the order
-# of first appearance (``replay.analysis.derive``), without statistics.
+# for their strings, handed to the writer as Arrow dictionaries, each batch's numbered in the
+# order of first appearance (``replay.analysis.derive``), without statistics.
 DERIVED_TABLES = ("capacity_windows",)
 MANIFEST = "manifest.json"
 OWN_FILES = frozenset([MANIFEST, *(f"{name}.parquet" for name in (*TABLES, *DERIVED_TABLES))])
