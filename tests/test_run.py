@@ -351,6 +351,12 @@ def test_a_table_file_queues_at_most_ahead_parts(tmp_path, monkeypatch):
     assert len(added) == 5 and written == [1] * 5
 
 
+# glibc's thresholds while freed memory is kept, and afterwards (``replay.memory``)
+KEPT = {memory.M_MMAP_THRESHOLD: memory.KEEP_BYTES, memory.M_TRIM_THRESHOLD: memory.KEEP_BYTES}
+AFTER = {memory.M_MMAP_THRESHOLD: memory.AFTER_MMAP_BYTES,
+         memory.M_TRIM_THRESHOLD: memory.AFTER_TRIM_BYTES}
+
+
 class _Malloc:
     """glibc's malloc as ``replay.memory`` sees it, its calls recorded: the thresholds in force
     (None: glibc's own, adaptive) and every trim."""
@@ -409,14 +415,12 @@ def parts_of(count: int) -> list[tuple[str, int]]:
 def test_freed_memory_is_kept_until_the_outermost_keeping_ends(monkeypatch):
     malloc = _Malloc()
     monkeypatch.setattr(memory, "_libc", lambda: malloc)
-    kept = {memory.M_MMAP_THRESHOLD: memory.KEEP_BYTES, memory.M_TRIM_THRESHOLD: memory.KEEP_BYTES}
     with memory.keeping_freed_memory():
-        assert malloc.thresholds == kept
+        assert malloc.thresholds == KEPT
         with memory.keeping_freed_memory():
             pass
-        assert malloc.thresholds == kept and malloc.trims == []
-    assert malloc.thresholds == {memory.M_MMAP_THRESHOLD: memory.AFTER_MMAP_BYTES,
-                                 memory.M_TRIM_THRESHOLD: memory.AFTER_TRIM_BYTES}
+        assert malloc.thresholds == KEPT and malloc.trims == []
+    assert malloc.thresholds == AFTER
     assert malloc.trims == [0]
 
 
@@ -437,10 +441,8 @@ def test_a_run_derives_its_tables_with_freed_memory_kept(monkeypatch, tmp_path):
 
     monkeypatch.setattr(derive_module, "_write", watched)
     run_replay(SAMPLE_TRACE, load_config(), out=tmp_path / "run")
-    kept = {memory.M_MMAP_THRESHOLD: memory.KEEP_BYTES, memory.M_TRIM_THRESHOLD: memory.KEEP_BYTES}
-    assert during == [(kept, 1)]
-    assert malloc.thresholds == {memory.M_MMAP_THRESHOLD: memory.AFTER_MMAP_BYTES,
-                                 memory.M_TRIM_THRESHOLD: memory.AFTER_TRIM_BYTES}
+    assert during == [(KEPT, 1)]
+    assert malloc.thresholds == AFTER
 
 
 @settings(max_examples=60, deadline=None)
