@@ -21,7 +21,7 @@ from conftest import budget
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.analysis import windows
+from replay.analysis import claims, windows
 from replay.analysis.derive import derive
 from replay.api import run_replay
 from replay.engine.config import load_config
@@ -66,19 +66,42 @@ def test_a_run_the_arrays_cannot_hold_is_left_to_the_sql(tmp_path, monkeypatch):
     stored_is_the_whole_query(run_dir, swept=False)
 
 
-def test_the_deliveries_are_read_once_begun_before_received(tmp_path, monkeypatch):
-    """The read begins as soon as ``viewers`` exists, and ``received`` takes it rather than
-    reading again."""
+def test_the_deliveries_are_read_once_begun_before_the_claims(tmp_path, monkeypatch):
+    """The read begins at the derivation's first step, before ``every_change``'s claims, and
+    ``received`` takes it rather than reading again."""
     run_dir = replay_rows(tmp_path, WORKED, network(2))
     calls: list[str] = []
-    reading, received = windows._reading_deliveries, windows._received
-    monkeypatch.setattr(windows, "_reading_deliveries",
-                        lambda *a: calls.append("read") or reading(*a))
-    monkeypatch.setattr(windows, "_received",
-                        lambda *a, **k: calls.append("received") or received(*a, **k))
+    record(monkeypatch, windows, "provisional_viewers", calls, "begun")
+    record(monkeypatch, windows, "_delivered", calls, "read")
+    record(monkeypatch, claims, "capacity_changes", calls, "claims")
+    record(monkeypatch, windows, "_received", calls, "received")
     derive(run_dir)
-    assert calls == ["read", "received"]
+    assert [call for call in calls if call != "read"] == ["begun", "claims", "received"]
+    assert calls.count("read") == 1
     stored_is_the_whole_query(run_dir)
+
+
+def test_viewers_numbered_otherwise_than_the_read_began_are_read_again(tmp_path, monkeypatch):
+    """Where ``viewers`` numbers the viewers otherwise than the early read did (here forced:
+    numbered backwards), ``received`` reads the deliveries again with its numbers: the
+    SQL's table, on a run whose viewers each received the changes at other times."""
+    run_dir = tmp_path / "run"
+    run_replay(sample_prefix(tmp_path), load_config(), out=run_dir)
+    calls: list[str] = []
+    provisional = windows.provisional_viewers
+    monkeypatch.setattr(windows, "provisional_viewers", lambda con: [
+        (watcher, len(viewers) + 1 - number)
+        for viewers in [provisional(con)] for watcher, number in viewers])
+    record(monkeypatch, windows, "_delivered", calls, "read")
+    derive(run_dir)
+    assert calls == ["read", "read"]
+    stored_is_the_whole_query(run_dir)
+
+
+def record(monkeypatch, module, name: str, calls: list[str], call: str) -> None:
+    """``module.name`` appends ``call`` to ``calls`` each time it is called."""
+    function = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a, **k: calls.append(call) or function(*a, **k))
 
 
 def test_a_change_received_twice_is_left_to_the_sql(tmp_path):

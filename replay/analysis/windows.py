@@ -132,7 +132,7 @@ def sweep_steps(con: duckdb.DuckDBPyConnection) -> SweepSteps:
     reading = _EarlyRead(con)
 
     def replace(name: str) -> bool:
-        reading.step(name)
+        reading.begin()  # at the first step
         if name not in SWEPT:
             return False
         if name == "received":
@@ -215,33 +215,35 @@ def _numpy(rel: duckdb.DuckDBPyRelation) -> Columns:
 
 
 class _EarlyRead:
-    """The deliveries' read (``_reading_deliveries``), begun on a thread of its own as soon as
-    ``viewers`` exists, so that it overlaps the steps up to ``received``, which takes it.
+    """The deliveries' read (``_delivered``), begun on a thread of its own at the derivation's
+    first step (``begin``), so that it overlaps every step up to ``received``, which takes it.
 
-    On the 1M-pod runs the read takes 1.6-2.4 s; begun at ``received`` it overlapped only that
-    step's own queries of the viewers and changes (1 s), and the steps between (the changes
-    and the truths, about 2.5 s) kept one core busy.  One run only: with several, ``received``
-    is the SQL's."""
+    The read numbers each delivery's viewer as ``viewers`` does, and ``viewers`` is made only
+    after ``every_change``, whose claims keep one core busy while the other idles (1.9-2.6 s of
+    the 1M-pod runs).  So the read begins with the numbers ``viewers`` gives a run's viewers
+    (``provisional_viewers``), and ``result`` compares them with the numbers it gave: where
+    they differ, it reads the deliveries again, with its numbers.  (Begun at ``received``, the
+    read overlapped only that step's queries; begun after ``viewers``, the changes and truths
+    too, which kept one core busy.)  One run only: with several, ``received`` is the SQL's."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        self.con, self.viewers_made, self.begun = con, False, False
+        self.con, self.begun = con, False
         self.pool: ThreadPoolExecutor | None = None
+        self.file: pq.ParquetFile | None = None
+        self.viewers: list[tuple[str, int]] = []
         self.reading: Future[Columns | None] | None = None
 
-    def step(self, name: str) -> None:
-        """Called before each step is made: the one after ``viewers`` begins the read."""
-        if self.viewers_made:
-            self.begin()
-        self.viewers_made = self.viewers_made or name == "viewers"
-
     def result(self) -> Columns | None:
-        """The deliveries (None where ``_delivered`` declines), once read."""
+        """The deliveries (None where ``_delivered`` declines), once read, their viewers
+        numbered as ``viewers`` numbers them."""
         self.begin()
-        assert self.pool is not None and self.reading is not None
+        assert self.pool is not None and self.reading is not None and self.file is not None
         try:
-            return self.reading.result()
+            delivered = self.reading.result()
         finally:
             self.pool.shutdown()
+        viewers = _viewer_ids(self.con)
+        return delivered if viewers == self.viewers else _delivered(self.file, viewers)
 
     def begin(self) -> None:
         """Begin the read on a thread of its own, unless it has begun (one run only)."""
@@ -250,7 +252,10 @@ class _EarlyRead:
         self.begun = True
         if one_run(self.con):
             self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-deliveries")
-            self.reading = _reading_deliveries(self.con, self.pool)
+            self.file = _deliveries_file(self.con)
+            self.viewers = provisional_viewers(self.con)
+            with interrupts.deferred():  # not inside the executor's locks
+                self.reading = self.pool.submit(_delivered, self.file, self.viewers)
 
 
 def _received(con: duckdb.DuckDBPyConnection, nodes: int, rvs: int,
@@ -357,28 +362,33 @@ def _in_lag_order(key: np.ndarray, pair: np.ndarray, pairs: int
     return order, ordered
 
 
-def _reading_deliveries(con: duckdb.DuckDBPyConnection,
-                        pool: ThreadPoolExecutor) -> Future[Columns | None]:
-    """Each delivery of the connection's one run as ``deliveries JOIN viewers USING
-    (watcher)`` gives it: its viewer, rv, applied time (``_NEVER`` where null) and whether it
-    was never applied (``missed``), in no particular order (``_received`` sorts the lags); read
-    on ``pool``'s thread while the caller goes on (``_EarlyRead``); None where ``_delivered``
-    declines, for the SQL to join them.
+def provisional_viewers(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
+    """The viewers of the connection's one run with the numbers the SQL's ``viewers`` gives
+    them (``row_number() OVER (ORDER BY run, watcher)``), before it is made: ``_EarlyRead``
+    checks them against ``_viewer_ids``."""
+    return [(watcher, number) for number, (watcher,) in enumerate(
+        con.sql("SELECT watcher FROM capacity_viewers ORDER BY watcher").fetchall(), start=1)]
 
-    Read from the run's file a row group at a time into the columns, with the watchers as
-    Parquet's dictionary codes, each dictionary's names looked up among the viewers once
-    (``_delivered``), rather than by DuckDB, which parses each row's run from its file name
-    (``views.sql``'s ``run_table``), hashes each row's watcher name for the join and hands
-    the result over in buffers of its own before they are copied into the columns."""
-    viewers = con.sql("SELECT watcher, viewer_id FROM viewers").fetchall()
+
+def _viewer_ids(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int]]:
+    """Each viewer's watcher and number, from ``viewers``, in the order of the numbers."""
+    return con.sql("SELECT watcher, viewer_id FROM viewers ORDER BY viewer_id").fetchall()
+
+
+def _deliveries_file(con: duckdb.DuckDBPyConnection) -> pq.ParquetFile:
+    """The deliveries' file of the connection's one run, its watchers read as Parquet's
+    dictionary codes.
+
+    ``_delivered`` reads it a row group at a time, each dictionary's names looked up among the
+    viewers once, rather than DuckDB, which parses each row's run from its file name
+    (``views.sql``'s ``run_table``), hashes each row's watcher name for the join and hands the
+    result over in buffers of its own before they are copied into the columns."""
     path = Path(con.sql(f"SELECT getvariable('{RUNS_VARIABLE}')[1]").fetchall()[0][0])
-    file = pq.ParquetFile(path / "deliveries.parquet", read_dictionary=["watcher"])
-    with interrupts.deferred():  # not inside the executor's locks
-        return pool.submit(_delivered, file, viewers)
+    return pq.ParquetFile(path / "deliveries.parquet", read_dictionary=["watcher"])
 
 
 def _deliveries_by_sql(con: duckdb.DuckDBPyConnection) -> Columns:
-    """``_deliveries`` by DuckDB, from the ``deliveries`` and ``viewers`` of ``con``."""
+    """``_delivered``'s columns by DuckDB, from the ``deliveries`` and ``viewers`` of ``con``."""
     return _numpy(con.sql(f"""
         SELECT viewers.viewer_id, deliveries.rv,
                coalesce(epoch_us(deliveries.applied_ts), {_NEVER}) AS applied_us,
@@ -388,14 +398,18 @@ def _deliveries_by_sql(con: duckdb.DuckDBPyConnection) -> Columns:
 
 
 def _delivered(file: pq.ParquetFile, viewers: list[tuple[str, int]]) -> Columns | None:
-    """``_deliveries``' columns from the deliveries' ``watcher``, ``rv`` and ``applied_ts``:
-    each row's viewer found by its code in a table of its row group's dictionary (made again
-    only where it differs from the one before; ``viewers``' ids are positive, as the SQL's
-    ``row_number()``), and the rows of watchers that are no viewer's dropped (an inner join)
-    from each row group before it is copied into the columns: for the 27M deliveries of the
-    1M-pod what-if run, 0.85-1.6 s in all, where masking the whole columns afterwards took
-    1.0-7.5 s, as its copies' fresh pages were or were not faulted in already.  None where
-    the join is not that: a watcher of two viewers, a null watcher or rv."""
+    """Each delivery as ``deliveries JOIN viewers USING (watcher)`` gives it: its viewer, rv,
+    applied time (``_NEVER`` where null) and whether it was never applied (``missed``), in no
+    particular order (``_received`` sorts the lags).
+
+    Read from the deliveries' ``watcher``, ``rv`` and ``applied_ts``: each row's viewer found
+    by its code in a table of its row group's dictionary (made again only where it differs
+    from the one before; ``viewers``' ids are positive, as the SQL's ``row_number()``), and the
+    rows of watchers that are no viewer's dropped (an inner join) from each row group before
+    it is copied into the columns: for the 27M deliveries of the 1M-pod what-if run, 0.85-1.6
+    s in all, where masking the whole columns afterwards took 1.0-7.5 s, as its copies' fresh
+    pages were or were not faulted in already.  None where the join is not that: a watcher of
+    two viewers, a null watcher or rv."""
     ids = dict(viewers)
     if len(ids) < len(viewers):
         return None
