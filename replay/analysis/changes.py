@@ -4,7 +4,7 @@ functions of its changes) in numpy, for ``replay derive``.
 Why: DuckDB computes each change's truth (a running sum), previous rv and next commit with
 window functions partitioned by node and class over every change: 2.7 s of CPU for the 1M-pod
 observe run, 7 s for the what-if run, whose two classes of cache double the rows and made the
-step spill.  Here the changes are sorted once by node, class and rv (``lex_order``), and the
+step spill.  Here the changes are sorted once by node, class and rv (``two_key_order``), and the
 sums and neighbours are a cumulative sum and shifts that restart at each node and class.  The
 SQL's next expression, ``changes`` (each claim's assumption: the attempts and the run's bounds
 joined), runs as it is on this table.
@@ -26,7 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.arrays import lex_order, segment_starts
+from replay.analysis.counting import two_key_order
+from replay.arrays import segment_starts
 
 CLASS = "CASE {} WHEN true THEN 1 WHEN false THEN 0 ELSE -1 END"  # null, false, true: -1, 0, 1
 AMOUNTS = ("cpu_milli", "memory_bytes", "gpu_milli")
@@ -49,10 +50,11 @@ def truths(con: duckdb.DuckDBPyConnection) -> bool:
         return False
     cols = {name: found.column(name).to_numpy()
             for name in ("class", "rv", "commit_us", "node_id", *AMOUNTS)}
-    order = lex_order((cols["rv"], cols["class"], cols["node_id"]))
+    segment = cols["node_id"] * 3 + cols["class"] + 1  # by node, then class
+    order = two_key_order(cols["rv"], segment)
     cols = {name: column[order] for name, column in cols.items()}
     cols["attempt_id"] = found.column("attempt_id").take(order)
-    segment = cols["node_id"] * 3 + cols["class"] + 1
+    segment = segment[order]
     starts = segment_starts(segment)
     same = np.ones(len(segment), dtype=bool)  # the row before is of the same node and class
     same[starts] = False

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from replay.arrays import lex_order
 from replay.jit import njit
+
+DENSE = 4  # a key is counted if its values span at most this many times the rows
 
 
 @njit(cache=True, nogil=True)
@@ -26,3 +29,23 @@ def counting_order(codes, bound):  # pragma: no cover - compiled
         order[place[codes[i]]] = i
         place[codes[i]] += 1
     return order
+
+
+def two_key_order(minor: np.ndarray, major: np.ndarray) -> np.ndarray:
+    """``np.lexsort((minor, major))`` for integer keys: two counting sorts, by the minor key,
+    then stably by the major one, where each key's values span at most ``DENSE`` times the
+    rows (a run's rvs number its writes, the codes it groups by are few); ``lex_order`` where
+    one spans more (a trace's own rvs may span billions)."""
+    if not len(minor):
+        return np.zeros(0, dtype=np.int64)
+    (minor, minor_span), (major, major_span) = (_from_zero(minor), _from_zero(major))
+    if max(minor_span, major_span) > DENSE * len(minor):
+        return lex_order((minor, major))
+    by_minor = counting_order(minor, minor_span)
+    return by_minor[counting_order(major[by_minor], major_span)]
+
+
+def _from_zero(key: np.ndarray) -> tuple[np.ndarray, int]:
+    """``key`` less its smallest value, and how many values it then spans."""
+    low = int(key.min())
+    return key.astype(np.int64) - low, int(key.max()) - low + 1
