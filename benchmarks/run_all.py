@@ -148,22 +148,23 @@ def prepare(scale: float, work: Path, names: set[str]) -> None:
                        check=True)
 
 
-def measure(command: list[str], log: Path) -> dict:
-    """Run ``command`` in a child process that watches it (``--measure``), and return its
-    figures."""
+def measure(command: list[str], log: Path, cwd: Path = HERE.parent) -> dict:
+    """Run ``command`` in ``cwd`` (this repository's root), in a child process that watches
+    it (``--measure``), and return its figures."""
     figures = log.with_suffix(".json")
-    subprocess.run([sys.executable, __file__, "--measure", str(figures), str(log), "--",
-                    *command], check=True)
+    figures.unlink(missing_ok=True)
+    # its exit status is the command's, which the figures hold ("exit")
+    subprocess.run([sys.executable, __file__, "--measure", str(figures), str(log), str(cwd),
+                    "--", *command], check=False)
     return json.loads(figures.read_text())
 
 
-def watch(figures: Path, log: Path, command: list[str]) -> int:
-    """``--measure``: run ``command``, write its figures to ``figures`` and its output to
-    ``log``; the same exit status."""
+def watch(figures: Path, log: Path, cwd: Path, command: list[str]) -> int:
+    """``--measure``: run ``command`` in ``cwd``, write its figures to ``figures`` and its
+    output to ``log``; the same exit status."""
     started = time.perf_counter()
     with log.open("w") as out:
-        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                 cwd=HERE.parent)
+        child = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=cwd)
         with TreeMemory(child.pid) as memory:
             code = child.wait()
     wall = time.perf_counter() - started
@@ -261,7 +262,7 @@ def git_commit() -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--measure"]:
-        return watch(Path(argv[1]), Path(argv[2]), argv[4:])
+        return watch(Path(argv[1]), Path(argv[2]), Path(argv[3]), argv[5:])
     names = [s.name for s in scenarios(1.0)]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog=f"scenarios: {', '.join(names)}")

@@ -1,5 +1,5 @@
 """benchmarks/run_all.py's measurement of a child process, and its results file's sections;
-benchmarks/timeline.py's phases.
+benchmarks/pairs.py's runs of two commits in turn; benchmarks/timeline.py's phases.
 
 The figures are only as good as the measurement: a child whose two workers hold 300 MiB each at
 once must show their sum as its peak memory (no one process's peak is that large), and its CPU
@@ -20,6 +20,7 @@ from conftest import REPO, SAMPLE_TRACE, budget, settings
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import lookahead  # noqa: E402
+import pairs  # noqa: E402
 import run_all  # noqa: E402
 
 # A child that starts two workers holding 300 MiB each for a second while it burns CPU itself,
@@ -40,7 +41,7 @@ print('result: {"answer": 42}')
 
 def test_the_child_tree_is_measured(tmp_path):
     figures, log = tmp_path / "child.json", tmp_path / "child.log"
-    assert run_all.watch(figures, log, [sys.executable, "-c", CHILD]) == 0
+    assert run_all.watch(figures, log, tmp_path, [sys.executable, "-c", CHILD]) == 0
     result = json.loads(figures.read_text())
     assert result["answer"] == 42 and result["exit"] == 0
     assert result["peak_rss_mib"] >= 550  # the workers' memory together
@@ -49,8 +50,52 @@ def test_the_child_tree_is_measured(tmp_path):
 
 def test_a_failing_child_is_reported(tmp_path):
     figures, log = tmp_path / "child.json", tmp_path / "child.log"
-    assert run_all.watch(figures, log, [sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    assert run_all.watch(figures, log, tmp_path, [sys.executable, "-c", "raise SystemExit(3)"]) == 3
     assert json.loads(figures.read_text())["exit"] == 3
+
+
+# A benchmark that reports the value.txt of the tree first on its PYTHONPATH, and notes it in
+# the file named by its argument, so that the order of the runs shows.
+BENCH = """
+import json, os, pathlib, sys
+value = float((pathlib.Path(os.environ["PYTHONPATH"].split(os.pathsep)[0]) / "value.txt").read_text())
+with open(sys.argv[1], "a") as order:
+    order.write(f"{value:g} ")
+print("result: " + json.dumps({"value": value}))
+"""
+
+
+def test_pairs_run_the_base_and_the_head_in_turn(tmp_path, monkeypatch, capsys):
+    """The base commit in a worktree of its own, the head as the working tree is (uncommitted
+    change included), each side's warm-up first, then pairs alternating which side runs first;
+    the table's medians and the pairs' difference; no worktree left behind."""
+    repo, order = tmp_path / "repo", tmp_path / "order.txt"
+    repo.mkdir()
+    (repo / "bench.py").write_text(BENCH)
+    (repo / "value.txt").write_text("1")
+    for command in (["init", "-q"], ["add", "."],
+                    ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "base"]):
+        subprocess.run(["git", "-C", str(repo), *command], check=True)
+    (repo / "value.txt").write_text("3")  # the head: this working tree, not committed
+    monkeypatch.chdir(repo)
+    assert pairs.main(["HEAD", "--pairs", "3", "--", sys.executable, "bench.py",
+                       str(order)]) == 0
+    assert order.read_text().split() == ["1", "3", "1", "3", "3", "1", "1", "3"]
+    table = capsys.readouterr().out
+    assert "| value | 1 (1-1) | 3 (3-3) | +2 |" in table
+    worktrees = subprocess.run(["git", "-C", str(repo), "worktree", "list"], check=True,
+                               capture_output=True, text=True).stdout.splitlines()
+    assert len(worktrees) == 1
+
+
+def test_pairs_refuse_a_revision_that_is_none(tmp_path, monkeypatch, capsys):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "-C", str(repo), "init", "-q"], check=True)
+    monkeypatch.chdir(repo)
+    assert pairs.main(["no-such-revision", "--", sys.executable, "-c", "pass"]) == 1
+    said = capsys.readouterr().err.strip().splitlines()
+    assert said == [f"pairs: 'no-such-revision' names no commit of {repo}"]
 
 
 def test_a_section_is_replaced_and_the_rest_kept(tmp_path):
