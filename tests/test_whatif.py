@@ -8,6 +8,7 @@ import contextlib
 import gc
 import json
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pytest
@@ -20,7 +21,8 @@ from replay.analysis.runs import open_runs, run_query
 from replay import models
 from replay.api import run_replay
 from replay.engine import simulation
-from replay.engine.config import load_config
+from replay.engine.config import WatcherSpec, load_config
+from replay.engine.pipeline import Source
 from replay.trace.synth import SynthSpec, synthesize
 from replay.trace.validate import read_trace
 
@@ -209,6 +211,37 @@ def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch)
     assert [p.num_rows for p in parts[:-1]] == [2] * (len(parts) - 1)
     assert 0 < parts[-1].num_rows <= 2
     assert pa.concat_tables(parts).equals(whole)
+
+
+def test_the_delivery_log_gives_back_each_delivery_as_logged(monkeypatch):
+    """The log keeps deliveries in blocks: one a delivery handed over as a tuple (any source,
+    coalesced or not), one a write the compiled fan-out delivered to all its targets (its answer
+    copied whole).  The parts give every delivery back in the order logged, with its fields,
+    across a part's cut inside a block."""
+    monkeypatch.setattr(simulation, "DELIVERY_PART", 3)
+    names = ["a", "b", "c"]
+    log = simulation._Log([WatcherSpec(n, "scheduler") for n in names], [False] * 3)
+    for rv in (1, 2, 3):
+        for times, offset in ((log.commit, 0), (log.cached, 1), (log.dispatched, 2)):
+            times.append(10 * rv + offset)
+    log.delivered([(2, 1, None, 100, 101, 102, 103, Source.RELIST, True),
+                   (0, 1, None, 110, 111, 112, 113, Source.REWATCH, False)])
+    fanned = np.array([[200, 210], [201, 211], [202, 212], [203, 213], [1, 1], [2, 2]])
+    log.fanned(memoryview(fanned.reshape(-1)).cast("B"),
+               np.array([1, 2], dtype=np.int32).tobytes(), 2)
+    log.delivered([(1, 3, None, 300, 301, 302, 303, Source.WATCH, True),
+                   (0, 3, None, 310, 311, 312, 313, Source.RELIST, False)])
+    log.end()
+    parts = [part for _, part in log.take_parts()]
+    assert [part.num_rows for part in parts] == [3, 3]
+    rows = pa.concat_tables(parts).to_pylist()
+    epoch = [[t.timestamp() * 1e6 for t in (r["commit_ts"], r["cached_ts"], r["dispatched_ts"],
+                                             r["sent_ts"], r["applied_ts"])] for r in rows]
+    assert [(r["rv"], r["watcher"], r["source"], r["coalesced"]) for r in rows] == [
+        (1, "c", "relist", True), (1, "a", "rewatch", False), (2, "b", "watch", False),
+        (2, "c", "watch", False), (3, "b", "watch", True), (3, "a", "relist", False)]
+    assert epoch == [[10, 11, 12, 100, 103], [10, 11, 12, 110, 113], [20, 21, 22, 200, 203],
+                     [20, 21, 22, 210, 213], [30, 31, 32, 300, 303], [30, 31, 32, 310, 313]]
 
 
 @pytest.mark.parametrize("model", WHAT_IF)

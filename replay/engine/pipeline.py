@@ -638,7 +638,7 @@ class _Targets(list[_Watch]):
     """A write's target watches (``Pipeline.watches``), with what the compiled fan-out needs of
     them (unless ``compiled`` is False: observe's evaluation by event makes one per write)."""
 
-    __slots__ = ("streams", "watchers", "times", "columns", "mask", "own")
+    __slots__ = ("streams", "watchers", "times", "block", "mask", "own")
 
     def __init__(self, watches: list[_Watch], compiled: bool = True):
         super().__init__(watches)
@@ -648,10 +648,9 @@ class _Targets(list[_Watch]):
             # the fan-out's answer: per target its sent, received, dequeued and applied times,
             # 1 if it delivered there, and the rv
             self.times = np.zeros((6, len(watches)), dtype=np.int64)
-            # a write's deliveries to every target as the delivery log's columns (rv, sent,
-            # received, dequeued, applied; bytes a caller appends to its arrays as they are,
-            # no Python int per delivery): views of ``times``, current after each call
-            self.columns = tuple(memoryview(self.times[row]).cast("B") for row in (5, 0, 1, 2, 3))
+            # ``times`` as bytes, current after each call: a write's deliveries to every target
+            # for a caller that copies them as they are (no Python int per delivery)
+            self.block = self.times.reshape(-1).data.cast("B")  # (a view: current)
             # their stores (``_Watch.known``): the ``bit``s of some, the ``own`` sets of the others
             self.mask = 0
             for w in watches:
@@ -1069,11 +1068,12 @@ class Pipeline(Generic[Payload]):
                     ) -> tuple[int, int, int, list[Delivery], bool]:
         """``step_to``, and whether the compiled fan-out delivered the write to every one of
         ``watches``: then its deliveries are not among those returned (which are earlier
-        writes') but in ``watches.columns``, the delivery log's columns (rv, sent, received,
-        dequeued, applied; a row per target, in their order, from the source ``WATCH``, none
-        coalesced), for a caller that takes them as arrays (``Watches.deliveries`` makes them
-        tuples).  (A Gödel pod's write goes to about 5 watches: tuples of 9 fields for each,
-        made and read back, cost about what the compiled call does.)"""
+        writes') but in ``watches.times``, six rows of a column per target, in their order
+        (sent, received, dequeued, applied, 1, rv: from the source ``WATCH``, none coalesced),
+        and as bytes in ``watches.block``, for a caller that takes them as arrays
+        (``Watches.deliveries`` makes them tuples).  (A Gödel pod's write goes to about 5
+        watches: tuples of 9 fields for each, made and read back, cost about what the compiled
+        call does.)"""
         engine = self._engine
         assert engine is not None
         if engine.wakeups and engine.wakeups[0][0] <= commit:

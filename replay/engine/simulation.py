@@ -74,15 +74,15 @@ class _Fan:
     (``targets``), the pipeline's ``watches`` of the piped ones, and what ``_hand_over_fanned``
     does with a write the compiled fan-out delivered to every one of those watches."""
 
-    __slots__ = ("targets", "watches", "watchers", "zeros", "_piped", "sinks", "views",
+    __slots__ = ("targets", "watches", "watchers", "size", "_piped", "sinks", "views",
                  "positions", "applied", "applied_at", "made_for")
 
     def __init__(self, targets: list[int], piped: list[int], watches: Watches):
         """``piped``: the targets that have a watch (numbered as the run's watchers)."""
         self.targets, self.watches = targets, watches
-        # such a write's watcher, source (WATCH) and coalesced (no) columns of the delivery log
+        # such a write's watchers as the delivery log takes them, and how many
         self.watchers = np.array(piped, dtype=np.int32).tobytes()
-        self.zeros = bytes(len(piped))
+        self.size = len(piped)
         self._piped = piped
         # per kind of write, the piped targets that react to it; those with a view (their
         # views' numbers in the views' ``Inboxes``) and their places among the fan's watches
@@ -140,7 +140,9 @@ class Simulation:
         self._inboxes = Inboxes()  # the views' deliveries not yet applied
         self._reactions: dict[int, tuple[frozenset[WriteKind], Wants | None, Handler]] = {}
         self._sinks: list[_Sink] | None = None
-        self._targets: dict[tuple[str, int], _Fan] = {}
+        # per resource (its code) and node (NO_NODE first), the fan of its writes, once made
+        self._fans: list[list[_Fan | None]] = [[None] * (len(self._truth.nodes) + 1)
+                                               for _ in self._pipeline.streams.resources]
         self._pods: list[Pod] = []
         self._requests: dict[Request, Request] = {}
         # the incarnations the workload deletes at their recorded time, created and not yet
@@ -486,9 +488,10 @@ class Simulation:
             assert pod is not None
             resource, node, code = "pods", pod.node, self._pods_code
             key, deleted = self._pod_object(pod), kind == _DELETE
-        found = self._targets.get((resource, node))
+        fans = self._fans[code]
+        found = fans[node + 1]
         if found is None:
-            found = self._targets[resource, node] = self._targets_of(resource, node, code)
+            found = fans[node + 1] = self._targets_of(resource, node, code)
         pipeline = self._pipeline
         _, cached, dispatched, deliveries, fanned = pipeline.step_fanned(
             write.commit, found.watches, code, key, deleted, write)
@@ -544,8 +547,9 @@ class Simulation:
         """``_hand_over`` of ``write``'s deliveries to every watch of ``fan``, made by the
         compiled fan-out: logged from its arrays as they are, handed to the views in one
         call and to the reactions with no tuple per delivery."""
-        reactions = fan.sinks_of(self._sinks if self._sinks is not None else self._make_sinks())
-        self._log.fanned(fan.watches.columns, fan.watchers, fan.zeros)
+        sinks = self._sinks if self._sinks is not None else self._make_sinks()
+        reactions = fan.sinks if fan.made_for is sinks else fan.sinks_of(sinks)
+        self._log.fanned(fan.watches.block, fan.watchers, fan.size)
         if len(fan.views):
             self._inboxes.push(fan.views, fan.positions, fan.applied, write)
         call_at, applied = self._env.call_at, fan.applied_at
@@ -787,14 +791,18 @@ class _Log:
         self.kind, self.origin = array("b"), array("b")
         self.component: list[str] = []
         self.cached, self.dispatched = array("q"), array("q")
-        # per delivery: rv, watcher, sent, received, dequeued, applied (``int64``), source,
-        # coalesced (``int8``), one array each, appended as each delivery is logged: its tuple
-        # and numbers are still in the CPU's cache then (moved a thousand at a time later, as
-        # before, reading them back cost 0.7 us a delivery at 100k pods, 8% of a Godel replay)
-        self.delivery_fields = (array("q"), array("i"), *(array("q") for _ in range(4)),
-                                array("b"), array("b"))
-        self._append = tuple(field.append for field in self.delivery_fields)
-        self._from_bytes = tuple(field.frombytes for field in self.delivery_fields)
+        # the deliveries logged and not yet in a part, a block per call: a write's deliveries to
+        # each of its k targets as six rows of k ``int64`` (sent, received, dequeued, applied,
+        # ``mark``, rv: the compiled fan-out's answer as it is, copied in one call), their k
+        # watchers (``int32``) and k itself.  Appended as each write is logged, while its numbers
+        # are in the CPU's cache (reading them back later cost 0.7 us a delivery at 100k pods);
+        # three copies a write where a column each took eight.  ``mark`` is 1 + source + 3 *
+        # coalesced (the fan-out's 1: delivered, on the live watch, not coalesced).
+        self.blocks, self.block_watchers, self.block_sizes = array("q"), array("i"), array("q")
+        self._put_block, self._put_watchers = self.blocks.frombytes, self.block_watchers.frombytes
+        self._put_size = self.block_sizes.append
+        self.left: dict[str, np.ndarray] = {}  # the rows a part's cut left, as columns
+        self.room = DELIVERY_PART  # rows to log until the next part is complete
         self.parts: list[pa.Table] = []  # deliveries made into table parts, not yet taken
         self.made_parts = 0
         self.names = [w.name for w in watchers]
@@ -805,47 +813,62 @@ class _Log:
         self.instant = np.asarray(instant, dtype=bool)
 
     def delivered(self, deliveries: list[Delivery]) -> None:
-        """Log these deliveries (their watcher numbered as the run's watchers); every
-        DELIVERY_PART of them make a part."""
-        rv, watcher, sent, received, dequeued, applied, source, coalesced = self._append
-        for delivery in deliveries:
-            rv(delivery[1])
-            watcher(delivery[0])
-            sent(delivery[3])
-            received(delivery[4])
-            dequeued(delivery[5])
-            applied(delivery[6])
-            source(delivery[7])
-            coalesced(delivery[8])
-        self._make_parts()
+        """Log these deliveries (their watcher numbered as the run's watchers), a block of one
+        each; every DELIVERY_PART of them make a part."""
+        put_block, put_watcher, put_size = self.blocks.extend, self.block_watchers.append, \
+            self._put_size
+        for watcher, rv, _, sent, received, dequeued, applied, source, coalesced in deliveries:
+            put_block((sent, received, dequeued, applied, 1 + source + 3 * coalesced, rv))
+            put_watcher(watcher)
+            put_size(1)
+        if len(self.block_watchers) >= self.room:
+            self._make_parts()
 
-    def fanned(self, columns: tuple[memoryview, ...], watchers: bytes, zeros: bytes) -> None:
-        """Log one write's deliveries given as bytes: ``columns`` (rv, sent, received,
-        dequeued, applied: ``int64``), ``watchers`` (``int32``); source WATCH, none coalesced
-        (``zeros``: a byte per delivery).  (About 0.1 µs a column, against 90 ns a value
-        appended one by one.)"""
-        rv, sent, received, dequeued, applied = columns
-        put = self._from_bytes
-        put[0](rv)
-        put[1](watchers)
-        put[2](sent)
-        put[3](received)
-        put[4](dequeued)
-        put[5](applied)
-        put[6](zeros)
-        put[7](zeros)
-        self._make_parts()
+    def fanned(self, block: memoryview, watchers: bytes, size: int) -> None:
+        """Log one write's deliveries to ``size`` targets as the compiled fan-out gave them:
+        ``block``, its answer (``Watches.block``), and ``watchers`` (``int32``)."""
+        self._put_block(block)
+        self._put_watchers(watchers)
+        self._put_size(size)
+        if len(self.block_watchers) >= self.room:
+            self._make_parts()
 
     def _make_parts(self) -> None:
-        """Every DELIVERY_PART deliveries logged make a part."""
-        while len(self.delivery_fields[0]) >= DELIVERY_PART:
-            self.parts.append(self._part(DELIVERY_PART))
+        """Every DELIVERY_PART deliveries logged make a part; the rows left wait in ``left``."""
+        columns = self._unblocked()
+        while len(columns["rv"]) >= DELIVERY_PART:
+            self.parts.append(self._part({name: column[:DELIVERY_PART]
+                                          for name, column in columns.items()}))
+            columns = {name: column[DELIVERY_PART:].copy() for name, column in columns.items()}
+        self.left, self.room = columns, DELIVERY_PART - len(columns["rv"])
+
+    def _unblocked(self) -> dict[str, np.ndarray]:
+        """The deliveries logged as columns, after those ``left``; the blocks emptied.  Row i of
+        block b (k rows, the deliveries before it n) holds field f at 6 n + f k + i."""
+        sizes = np.frombuffer(self.block_sizes, dtype=np.int64)
+        before = np.cumsum(sizes) - sizes
+        k = np.repeat(sizes, sizes)
+        first = np.repeat(5 * before, sizes) + np.arange(len(k))  # 6 n + i
+        blocks = np.frombuffer(self.blocks, dtype=np.int64)
+        sent, received, dequeued, applied, mark, rv = (blocks[first + f * k] for f in range(6))
+        mark -= 1
+        columns = {"rv": rv, "watcher": np.frombuffer(self.block_watchers, dtype=np.int32).copy(),
+                   "sent": sent, "received": received, "dequeued": dequeued, "applied": applied,
+                   "source": (mark % 3).astype(np.int8), "coalesced": mark >= 3}
+        del sizes, blocks  # (the arrays cannot shrink while numpy reads them)
+        for logged in (self.blocks, self.block_watchers, self.block_sizes):
+            del logged[:]
+        if self.left:
+            columns = {name: np.concatenate([self.left[name], column])
+                       for name, column in columns.items()}
+        return columns
 
     def end(self) -> None:
         """The run has ended: the deliveries left make the last part (or the only one, empty)."""
-        rows = len(self.delivery_fields[0])
-        if rows or not self.made_parts:
-            self.parts.append(self._part(rows))
+        self._make_parts()
+        if len(self.left["rv"]) or not self.made_parts:
+            self.parts.append(self._part(self.left))
+        self.left = {}
 
     def take_parts(self) -> Iterator[tuple[str, pa.Table]]:
         """The parts made so far, each once, as ("deliveries", part)."""
@@ -865,15 +888,10 @@ class _Log:
         self.origin.append(1 if by_model else 0)
         self.component.append(write.component)
 
-    def _part(self, rows: int) -> pa.Table:
-        """The first ``rows`` deliveries logged as a part of the deliveries table, dropped from
-        the arrays."""
+    def _part(self, columns: dict[str, np.ndarray]) -> pa.Table:
+        """These deliveries (``_unblocked``'s columns) as a part of the deliveries table."""
         self.made_parts += 1
-        fields = [np.frombuffer(f, dtype={"q": np.int64, "i": np.int32, "b": np.int8}[
-            f.typecode])[:rows].copy() for f in self.delivery_fields]
-        for f in self.delivery_fields:
-            del f[:rows]
-        rv, watchers = fields[0], fields[1]
+        rv, watchers = columns["rv"], columns["watcher"]
         at = rv - 1
         ts = pa.timestamp("us", tz="UTC")
         per_write = [np.frombuffer(a, dtype=np.int64)[at] for a in (self.commit, self.cached,
@@ -888,7 +906,8 @@ class _Log:
             "role": pa.DictionaryArray.from_arrays(pa.array(self.role_of[watchers]), self.roles),
             **{name: pa.array(v).cast(ts) for name, v in zip(
                 ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts",
-                 "dequeued_ts", "applied_ts"), per_write + fields[2:6])},
-            "source": pa.DictionaryArray.from_arrays(pa.array(fields[6]), SOURCES),
-            "coalesced": pa.array(fields[7] != 0),
+                 "dequeued_ts", "applied_ts"),
+                per_write + [columns[f] for f in ("sent", "received", "dequeued", "applied")])},
+            "source": pa.DictionaryArray.from_arrays(pa.array(columns["source"]), SOURCES),
+            "coalesced": pa.array(columns["coalesced"]),
         })
