@@ -84,3 +84,18 @@ fan_out: Callable[[Ints, Ints, Ints, Ints, Ints, Ints, int, int, int, int, Ints]
                   tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
     _fan_out, "UniTuple(int64, 2)(int64[:, ::1], int64[::1], int64[:, ::1], int64[:, ::1], "
               "int64[:, ::1], int64[::1], int64, int64, int64, int64, int64[:, ::1])")
+
+
+def _unblock(blocks: Ints, sizes: Ints, out: Ints) -> None:
+    """Deliveries logged as blocks (``simulation._Log``: per block of k deliveries, its six rows
+    of k, the fan-out's ``out`` as it is) back as six columns in ``out``'s rows."""
+    at = row = 0
+    for k in sizes:
+        for field in range(6):
+            out[field, row:row + k] = blocks[at + field * k:at + (field + 1) * k]
+        at += 6 * k
+        row += k
+
+
+unblock: Callable[[Ints, Ints, Ints], None] = compiled_entry(  # type: ignore[assignment]
+    _unblock, "void(int64[::1], int64[::1], int64[:, ::1])")

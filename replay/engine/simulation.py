@@ -801,6 +801,8 @@ class _Log:
         self.blocks, self.block_watchers, self.block_sizes = array("q"), array("i"), array("q")
         self._put_block, self._put_watchers = self.blocks.frombytes, self.block_watchers.frombytes
         self._put_size = self.block_sizes.append
+        from replay.engine.fanoutkernel import unblock  # (numba's, for what-if replays only)
+        self._unblock = unblock
         self.left: dict[str, np.ndarray] = {}  # the rows a part's cut left, as columns
         self.room = DELIVERY_PART  # rows to log until the next part is complete
         self.parts: list[pa.Table] = []  # deliveries made into table parts, not yet taken
@@ -843,19 +845,16 @@ class _Log:
         self.left, self.room = columns, DELIVERY_PART - len(columns["rv"])
 
     def _unblocked(self) -> dict[str, np.ndarray]:
-        """The deliveries logged as columns, after those ``left``; the blocks emptied.  Row i of
-        block b (k rows, the deliveries before it n) holds field f at 6 n + f k + i."""
-        sizes = np.frombuffer(self.block_sizes, dtype=np.int64)
-        before = np.cumsum(sizes) - sizes
-        k = np.repeat(sizes, sizes)
-        first = np.repeat(5 * before, sizes) + np.arange(len(k))  # 6 n + i
-        blocks = np.frombuffer(self.blocks, dtype=np.int64)
-        sent, received, dequeued, applied, mark, rv = (blocks[first + f * k] for f in range(6))
+        """The deliveries logged as columns, after those ``left``; the blocks emptied."""
+        times = np.empty((6, len(self.block_watchers)), dtype=np.int64)
+        self._unblock(np.frombuffer(self.blocks, dtype=np.int64),
+                      np.frombuffer(self.block_sizes, dtype=np.int64), times)
+        sent, received, dequeued, applied, mark, rv = times
         mark -= 1
-        columns = {"rv": rv, "watcher": np.frombuffer(self.block_watchers, dtype=np.int32).copy(),
-                   "sent": sent, "received": received, "dequeued": dequeued, "applied": applied,
-                   "source": (mark % 3).astype(np.int8), "coalesced": mark >= 3}
-        del sizes, blocks  # (the arrays cannot shrink while numpy reads them)
+        columns: dict[str, np.ndarray] = {
+            "rv": rv, "watcher": np.frombuffer(self.block_watchers, dtype=np.int32).copy(),
+            "sent": sent, "received": received, "dequeued": dequeued, "applied": applied,
+            "source": (mark % 3).astype(np.int8), "coalesced": mark >= 3}
         for logged in (self.blocks, self.block_watchers, self.block_sizes):
             del logged[:]
         if self.left:
