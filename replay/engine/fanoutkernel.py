@@ -8,7 +8,8 @@ event loop); here it is one call over the streams' state (``pipeline._Engine.sta
 stream, and ``ring``, the recent sent times) and their draws, the same integer recursions as
 ``_Watch.enter``.  A target not in the common case is left to ``_Watch`` (``done`` 0), which
 reads and writes the same state once the stream is handed to it (``_Watch.to_python``).
-Imported only by the what-if engine (numba's import takes half a second), compiled once per
+``unblock`` turns the fan-out's answers, as the delivery log keeps them (a block a write), back
+into the log's columns.  Imported only by the what-if engine (numba's import takes half a second), compiled once per
 machine (``cache=True``).
 """
 
