@@ -144,7 +144,6 @@ class Simulation:
         self._fans: list[list[_Fan | None]] = [[None] * (len(self._truth.nodes) + 1)
                                                for _ in self._pipeline.streams.resources]
         self._pods: list[Pod] = []
-        self._requests: dict[Request, Request] = {}
         # the incarnations the workload deletes at their recorded time, created and not yet
         # deleted by it (the workload's delete is the only lookup)
         self._pod_of_incarnation: dict[int, Pod] = {}
@@ -381,24 +380,26 @@ class Simulation:
 
     def _feed(self, i: int) -> None:
         """Commit workload write ``i`` and schedule the next one at its recorded time."""
-        w = self._workload
-        kind, row = WriteKind(int(w.kind[i])), int(w.row[i])
+        w = self._workload  # (``item`` gives a Python int without a numpy scalar in between)
+        kind, row = w.kind.item(i), w.row.item(i)
         if kind == WriteKind.POD_CREATE:
-            self._create(int(w.pod[i]), row)
+            self._create(w.pod.item(i), row)
         elif kind == WriteKind.POD_DELETE:
-            pod = self._pod_of_incarnation.pop(int(w.pod[i]), None)
+            pod = self._pod_of_incarnation.pop(w.pod.item(i), None)
             if pod is not None and pod.deleted < 0:
-                self._commit(kind, pod, "workload", row=row, by_model=False)
+                self._commit(WriteKind.POD_DELETE, pod, "workload", row=row, by_model=False)
             elif pod is None:  # deleted before its name was free: it never exists here
                 for waiting in self._waiting_for_name.values():
-                    waiting[:] = [(k, r) for k, r in waiting if k != int(w.pod[i])]
+                    waiting[:] = [(k, r) for k, r in waiting if k != w.pod.item(i)]
         else:
-            a = w.alloc[i]
-            alloc = (int(a[0]), int(a[1]), int(a[2])) if kind == WriteKind.NODE_SET else None
-            self._commit(kind, None, "workload", node=int(w.node[i]), row=row, alloc=alloc,
-                         by_model=False)
+            alloc: Request | None = None
+            if kind == WriteKind.NODE_SET:
+                cpu, memory, gpu = w.alloc[i].tolist()
+                alloc = (cpu, memory, gpu)
+            self._commit(WriteKind(kind), None, "workload", node=w.node.item(i), row=row,
+                         alloc=alloc, by_model=False)
         if i + 1 < len(w.row):
-            self._env.call_at(int(w.ts[i + 1]), self._feed, i + 1)
+            self._env.call_at(w.ts.item(i + 1), self._feed, i + 1)
 
     def _create(self, incarnation: int, row: int, waited: bool = False) -> None:
         """Create a pod of the workload now, or once the previous incarnation of its name is
@@ -417,13 +418,10 @@ class Simulation:
 
     def _new_pod(self, incarnation: int) -> Pod:
         w = self._workload
-        r = w.request[incarnation]
-        request = (int(r[0]), int(r[1]), int(r[2]))
-        request = self._requests.setdefault(request, request)  # one tuple per distinct request
-        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation], request,
-                  created=self.now, run_us=int(w.run_us[incarnation]),
+        pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation],
+                  w.request[incarnation], created=self.now, run_us=w.run_us.item(incarnation),
                   scheduler_name=w.scheduler_name[incarnation],
-                  group=w.group[incarnation], priority=int(w.priority[incarnation]))
+                  group=w.group[incarnation], priority=w.priority.item(incarnation))
         self._pods.append(pod)
         if self._deleted_by_workload[incarnation]:
             self._pod_of_incarnation[incarnation] = pod

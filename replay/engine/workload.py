@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from replay.engine.cluster import NEVER, NODE_KINDS, WriteKind
+from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
 from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
                                    PodHistory, mask)
 
@@ -36,7 +36,7 @@ class Workload:
     # Per pod (incarnation)
     namespace: list[str | None]
     name: list[str]
-    request: np.ndarray  # (pods, 3)
+    request: list[Request]  # equal requests are one tuple
     run_us: np.ndarray  # how long it runs once bound; NEVER: until the end
     scheduler_name: list[str | None]
     group: list[str | None]
@@ -88,7 +88,7 @@ class Workload:
             node_names=names, row=rows, ts=ts[rows], kind=kind[rows], node=node_of_row,
             pod=pod_of_row, alloc=alloc,
             namespace=_shared(pods["namespace"]), name=pods["name"].to_list(),
-            request=pods.select("cpu_milli", "memory_bytes", "gpu_milli").to_numpy().astype(np.int64),
+            request=_requests(pods.select("cpu_milli", "memory_bytes", "gpu_milli")),
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"]),
             group=_shared(pods["group"]), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
@@ -100,6 +100,13 @@ def _shared(values: pl.Series) -> list[str | None]:
     name repeats for every pod (a copy each would be 60 bytes a pod)."""
     seen: dict[str | None, str | None] = {}
     return [seen.setdefault(value, value) for value in values.to_list()]
+
+
+def _requests(requests: pl.DataFrame) -> list[Request]:
+    """Each pod's request as a tuple, equal requests one tuple: a workload has few distinct
+    requests, and a tuple each would be 100 bytes a pod (the pods keep them)."""
+    seen: dict[Request, Request] = {}
+    return [seen.setdefault(request, request) for request in requests.iter_rows()]
 
 
 def node_names(trace: pl.DataFrame) -> list[str]:
