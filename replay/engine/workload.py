@@ -13,7 +13,9 @@ pods created before the trace began, whose requests are unknown.
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import polars as pl
@@ -87,26 +89,22 @@ class Workload:
         return cls(
             node_names=names, row=rows, ts=ts[rows], kind=kind[rows], node=node_of_row,
             pod=pod_of_row, alloc=alloc,
-            namespace=_shared(pods["namespace"]), name=pods["name"].to_list(),
-            request=_requests(pods.select("cpu_milli", "memory_bytes", "gpu_milli")),
-            run_us=run_us, scheduler_name=_shared(pods["scheduler_name"]),
-            group=_shared(pods["group"]), priority=pods["priority"].to_numpy(),
+            namespace=_shared(pods["namespace"].to_list()), name=pods["name"].to_list(),
+            request=_shared(pods.select("cpu_milli", "memory_bytes", "gpu_milli").iter_rows()),
+            run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
+            group=_shared(pods["group"].to_list()), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
         )
 
 
-def _shared(values: pl.Series) -> list[str | None]:
-    """The values as a list in which equal strings are one object: a namespace or a scheduler
-    name repeats for every pod (a copy each would be 60 bytes a pod)."""
-    seen: dict[str | None, str | None] = {}
-    return [seen.setdefault(value, value) for value in values.to_list()]
+Shared = TypeVar("Shared", bound=Hashable)
 
 
-def _requests(requests: pl.DataFrame) -> list[Request]:
-    """Each pod's request as a tuple, equal requests one tuple: a workload has few distinct
-    requests, and a tuple each would be 100 bytes a pod (the pods keep them)."""
-    seen: dict[Request, Request] = {}
-    return [seen.setdefault(request, request) for request in requests.iter_rows()]
+def _shared(values: Iterable[Shared]) -> list[Shared]:
+    """The values as a list in which equal values are one object: a namespace, a scheduler
+    name or a request repeats for many pods (a copy each would be 60-100 bytes a pod)."""
+    seen: dict[Shared, Shared] = {}
+    return [seen.setdefault(value, value) for value in values]
 
 
 def node_names(trace: pl.DataFrame) -> list[str]:
