@@ -5,8 +5,8 @@
 
 ``run_replay`` reads a trace, picks the model and its watchers, replays, writes the run directory
 and derives its tables.  While a replay runs, glibc's malloc keeps freed memory for reuse
-(``replay.memory``), gives what it holds free back between table parts at most every few seconds
-(``_giving_back``) and before the derivation, and gives it all back afterwards.
+(``replay.memory``), gives what it holds free back before the derivation (and a what-if replay
+once its loop has ended: ``Simulation.tables``), and gives it all back afterwards.
 """
 
 from __future__ import annotations
@@ -43,11 +43,6 @@ __all__ = ["RunResult", "check_watchers", "choose_model", "default_out", "load_c
            "run_replay"]
 
 DEFAULT_WHAT_IF_MODEL = "kube"
-# While the tables pass, freed memory goes back to the system at most this often (seconds), and
-# at most this share of the time: each give-back walks the whole heap, 0.3-0.6 s once a 1M-pod
-# what-if run holds a few GB (every 5 s, 15.6 s of its replay)
-GIVE_BACK_EVERY_S = 5.0
-GIVE_BACK_SHARE = 0.02
 
 
 @dataclass
@@ -109,7 +104,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         manifest = {**_manifest(trace_path, config, model_class, model.settings, len(watchers)),
                     **(manifest_extra or {})}
         summary: dict = {}
-        tables = _summarised(_giving_back(model.tables(trace, config, watchers)), summary)
+        tables = _summarised(model.tables(trace, config, watchers), summary)
         del trace, model  # the tables hold them until the last is written, and no longer
 
         def derive_tables(run_dir: Path) -> dict[str, int]:
@@ -167,28 +162,6 @@ def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
             yield release
         finally:
             gc.collect()
-
-
-def _giving_back(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
-                 clock: Callable[[], float] = time.monotonic
-                 ) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
-    """``tables`` as they pass; once a part has been taken, the pages glibc's malloc holds free
-    go back to the system, at most every GIVE_BACK_EVERY_S, and later if the last give-back
-    took more than GIVE_BACK_SHARE of the time since.
-
-    A what-if replay hands on a part of its deliveries every few seconds to minutes while its
-    objects grow; what it freed meanwhile (the part's temporaries, the timers and lookups of
-    pods gone) lies in holes between live objects, which ``_reusing_freed_memory``'s settings
-    never trim: 150 MiB of a 100k-pod Gödel run's 980 MiB at its end.  An observe replay's parts
-    come a fraction of a second apart, and keeping their memory for the next is the point."""
-    last, wait = clock(), GIVE_BACK_EVERY_S
-    for item in tables:
-        yield item
-        started = clock()
-        if started - last >= wait:
-            memory.give_back()
-            last = clock()
-            wait = max(GIVE_BACK_EVERY_S, (last - started) / GIVE_BACK_SHARE)
 
 
 def _read(trace_path: str | os.PathLike,

@@ -375,43 +375,6 @@ class _Malloc:
         return 1
 
 
-def test_freed_memory_goes_back_between_table_parts_at_most_every_few_seconds(monkeypatch):
-    """A what-if replay's freed memory lies in holes that glibc never trims by itself: after a
-    part has been taken, ``malloc_trim`` gives it back, unless it did so less than
-    GIVE_BACK_EVERY_S ago (an observe replay's parts come too close together), or its last
-    give-back took more than GIVE_BACK_SHARE of the time since (a give-back walks the heap)."""
-    import replay.api as api
-    now = [0.0]
-    malloc = _Malloc()
-    trimmed_at: list[float] = []
-
-    def trim(pad: int) -> int:
-        trimmed_at.append(now[0])
-        now[0] += 0.5  # each give-back takes half a second
-        return 1
-
-    malloc.malloc_trim = trim  # type: ignore[method-assign]
-    monkeypatch.setattr(memory, "_libc", lambda: malloc)
-    monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 2.0)
-    monkeypatch.setattr(api, "GIVE_BACK_SHARE", 0.1)  # so at most every 5 s after one of 0.5 s
-
-    def parts(count: int):
-        for index in range(count):
-            now[0] += 1.0  # a part a second
-            yield ("deliveries", index)
-
-    assert list(api._giving_back(parts(12), clock=lambda: now[0])) == list(parts_of(12))
-    assert trimmed_at == [2.0, 7.5, 13.0]
-    monkeypatch.setattr(api, "GIVE_BACK_EVERY_S", 3600.0)
-    trimmed_at.clear()
-    assert list(api._giving_back(parts(3), clock=lambda: now[0])) == list(parts_of(3))
-    assert trimmed_at == []
-
-
-def parts_of(count: int) -> list[tuple[str, int]]:
-    return [("deliveries", index) for index in range(count)]
-
-
 def test_freed_memory_is_kept_until_the_outermost_keeping_ends(monkeypatch):
     malloc = _Malloc()
     monkeypatch.setattr(memory, "_libc", lambda: malloc)

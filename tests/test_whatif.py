@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from replay.analysis.catalog import load_query
 from replay.analysis.check import check_run, failed
 from replay.analysis.runs import open_runs, run_query
-from replay import models
+from replay import memory, models
 from replay.api import run_replay
 from replay.engine import simulation
 from replay.engine.config import WatcherSpec, load_config
@@ -211,6 +211,31 @@ def test_deliveries_made_in_parts_are_the_whole_table_cut(tmp_path, monkeypatch)
     assert [p.num_rows for p in parts[:-1]] == [2] * (len(parts) - 1)
     assert 0 < parts[-1].num_rows <= 2
     assert pa.concat_tables(parts).equals(whole)
+
+
+def test_freed_memory_goes_back_once_the_loop_has_ended(tmp_path, monkeypatch):
+    """What a what-if replay's loop frees lies in holes between its live objects, which glibc
+    never trims by itself: it goes back to the system once, after the loop's last deliveries
+    part and before the tables made from the loop's records, and not as the parts pass while
+    the loop runs (those pages were faulted in again within seconds)."""
+    path = tmp_path / "trace.parquet"
+    synthesize(SynthSpec(nodes=20, pods=1000, arrival_rate=50.0, seed=3), path)
+    config = load_config(model="godel")
+    trace = read_trace(path)
+    given_back: list[None] = []
+    monkeypatch.setattr(memory, "give_back", lambda: given_back.append(None))
+    monkeypatch.setattr(simulation, "DELIVERY_PART", 50)  # parts while the loop runs
+    ended: list[None] = []  # the loop's end: the delivery log's
+    end = simulation._Log.end
+    monkeypatch.setattr(simulation._Log, "end", lambda log: (ended.append(None), end(log))[1])
+    model = models.load("godel")(config.model_params)
+    seen = []  # per table or part: its name, the give-backs before it, whether the loop had ended
+    for name, _ in model.tables(trace, config, model.default_watchers(trace)):
+        seen.append((name, len(given_back), bool(ended)))
+    assert len([name for name, _, after in seen if not after]) > 3
+    assert {(given, after) for name, given, after in seen if name == "deliveries"} == {
+        (0, False), (0, True)}
+    assert {(given, after) for name, given, after in seen if name != "deliveries"} == {(1, True)}
 
 
 def test_the_delivery_log_gives_back_each_delivery_as_logged(monkeypatch):
