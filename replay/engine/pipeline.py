@@ -1114,6 +1114,18 @@ class Pipeline(Generic[Payload]):
         self._engine.finish()
         return self._engine.take()
 
+    def close(self) -> None:
+        """Drop the evaluation's state, once its deliveries and incidents have been taken;
+        nothing may use the pipeline after.  Its watches and its engine refer to each other, so
+        that left to the garbage collector they would wait for a full collection (a watch per
+        kubelet: 940k objects for 20k nodes, 0.45 s before the derivation)."""
+        engine = self._engine
+        if engine is not None:
+            for watch in engine.watches:
+                vars(watch).clear()
+            vars(engine).clear()
+        vars(self).clear()
+
     def incidents(self) -> dict[str, pl.DataFrame]:
         """The dispatchers' waits, the terminations and the re-lists so far, as the run's
         ``dispatch_waits``, ``watch_terminations`` and ``relists`` tables."""

@@ -605,6 +605,7 @@ class Simulation:
         to each other through the simulation.  Left to the garbage collector, which must
         traverse them all to free them, they cost a 300k-pod Gödel run 2.1 s before its
         derivation could have their memory; dropped here, most go by reference counting."""
+        self._pipeline.close()
         vars(self).clear()
 
     def tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
