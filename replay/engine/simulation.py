@@ -618,8 +618,9 @@ class Simulation:
         lookups of pods gone) lies in holes between its live objects, which the replay's malloc
         settings never trim, and the tables made next from its records are the run's peak
         (150 MiB of free holes in a 100k-pod Gödel run of 980 MiB).  Once only: given back every
-        few seconds while the parts passed, those pages were faulted in again within seconds,
-        1.4M faults more in a 1M-pod Gödel run (11.6 against 9.5 s of system time)."""
+        few seconds as the parts passed, those pages were faulted in again within seconds; in a
+        1M-pod Gödel run that was 1.4M page faults more, 7-9 s of system time, and its replay
+        took 10 s longer (benchmarks/README.md, the twenty-fifth round)."""
         with _fewer_collections():
             yield from self._tables()
 
