@@ -395,8 +395,8 @@ class Simulation:
         else:
             alloc: Request | None = None
             if kind == WriteKind.NODE_SET:
-                cpu, memory, gpu = w.alloc[i].tolist()
-                alloc = (cpu, memory, gpu)
+                cpu, memory_bytes, gpu = w.alloc[i].tolist()
+                alloc = (cpu, memory_bytes, gpu)
             self._commit(WriteKind(kind), None, "workload", node=w.node.item(i), row=row,
                          alloc=alloc, by_model=False)
         if i + 1 < len(w.row):
