@@ -297,8 +297,9 @@ def test_the_truth_holds_claims_and_numbers_machines_by_claims():
 
 def test_the_engine_forgets_the_names_and_objects_of_deleted_pods(tmp_path):
     """A large replay creates and deletes millions of pods: once a pod is deleted, the engine's
-    lookups by name and object and the watch caches' objects hold nothing of it (they grew by
-    hundreds of bytes a pod), while a name created again waits for its first incarnation."""
+    lookup by name and the watch caches' objects hold nothing of it (they grew by hundreds of
+    bytes a pod), while a name created again waits for its first incarnation.  (A pod's object
+    number is its own, ``Pod.queue_key``, and goes with it.)"""
     path, config_path = tmp_path / "t.parquet", tmp_path / "zero.toml"
     trace(path, [node("a", 4000), *pod(0, "p1", 100, runs_ms=40), *pod(40.5, "p1", 100, runs_ms=9),
                  *pod(0, "p2", 100)])
@@ -313,8 +314,8 @@ def test_the_engine_forgets_the_names_and_objects_of_deleted_pods(tmp_path):
     assert created["deleted_ts"].null_count() == 1  # p2 still runs
     assert created["created_ts"][2] == created["deleted_ts"][0]  # p1 waited for its name
     p2 = sim._pods[1]
-    assert list(sim._named.values()) == [p2] and list(sim._pod_ids) == [p2]
+    assert list(sim._named.values()) == [p2]
     assert not sim._waiting_for_name and not sim._pod_of_incarnation
     engine = sim._pipeline._engine
     objects = engine.resources[sim._pipeline.resource_code("pods")].objects
-    assert list(objects) == [sim._pod_object(p2)]
+    assert list(objects) == [p2.queue_key] and p2.queue_key >= 0

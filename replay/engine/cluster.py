@@ -136,10 +136,16 @@ class Pod:
     # the node whose capacity it holds in the truth: from its assume patch or binding until it is
     # rejected back to dispatched, fails or is deleted (NO_NODE: none)
     claim: int = NO_NODE
+    # namespace/name, as the API server keys it: made once, as the engine reads it at every one
+    # of the pod's writes and the tables once a pod and once an attempt
+    key: str = field(init=False)
+    # the number of its namespace/name among the objects whose writes the watch pipeline's
+    # client queues key (the incarnations of a name share it); -1 until the engine first sends
+    # one of its writes
+    queue_key: int = -1
 
-    @property
-    def key(self) -> str:
-        return self.name if self.namespace is None else f"{self.namespace}/{self.name}"
+    def __post_init__(self) -> None:
+        self.key = self.name if self.namespace is None else f"{self.namespace}/{self.name}"
 
     @property
     def pending(self) -> bool:

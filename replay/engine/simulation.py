@@ -372,7 +372,6 @@ class Simulation:
         key = pod.key
         if self._named.get(key) is pod:
             del self._named[key]
-        self._pod_ids.pop(pod, None)
         waiting = self._waiting_for_name.get(key)
         if waiting:
             self._env.call_at(self._env.now, self._create, *waiting.pop(0), True)
@@ -456,7 +455,6 @@ class Simulation:
         self._row_names = trace.select(pl.concat_str(pl.col("namespace").fill_null(""), "name",
                                                      separator="/")).to_series()
         self._object_ids: dict[str, int] = {}  # by namespace/name: incarnations share their key
-        self._pod_ids: dict[Pod, int] = {}
 
     def _object(self, name: str) -> int:
         ids = self._object_ids
@@ -465,11 +463,10 @@ class Simulation:
             found = ids[name] = len(ids)
         return found
 
-    def _pod_object(self, pod: Pod) -> int:
-        found = self._pod_ids.get(pod)
-        if found is None:
-            found = self._pod_ids[pod] = self._object(pod.key)
-        return found
+    def _queue_key(self, pod: Pod) -> int:
+        """``pod.queue_key``, numbered at its first write."""
+        pod.queue_key = self._object(pod.key)
+        return pod.queue_key
 
     def _send(self, write: Write) -> None:
         """Send a committed write to every watcher whose filter matches it."""
@@ -486,7 +483,9 @@ class Simulation:
             pod = write.pod
             assert pod is not None
             resource, node, code = "pods", pod.node, self._pods_code
-            key, deleted = self._pod_object(pod), kind == _DELETE
+            key, deleted = pod.queue_key, kind == _DELETE
+            if key < 0:
+                key = self._queue_key(pod)
         fans = self._fans[code]
         found = fans[node + 1]
         if found is None:
