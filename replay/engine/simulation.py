@@ -496,13 +496,16 @@ class Simulation:
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
-        if pipeline.pending:
+        # (a write the compiled fan-out delivered to every watch left none pending; most writes
+        # bring no earlier write's deliveries: two calls a write that did nothing, saved)
+        if not fanned and pipeline.pending:
             of = self._watcher_of_piped
             for w in pipeline.pending:
                 view = self._views.get(of[w])
                 if view is not None:
                     view._expect(write)
-        self._hand_over(deliveries, write.rv)
+        if deliveries:
+            self._hand_over(deliveries, write.rv)
         if fanned:
             self._hand_over_fanned(found, write)
         if not self._all_piped:
