@@ -136,8 +136,8 @@ class Pod:
     # the node whose capacity it holds in the truth: from its assume patch or binding until it is
     # rejected back to dispatched, fails or is deleted (NO_NODE: none)
     claim: int = NO_NODE
-    # namespace/name, as the API server keys it: made once, as the engine reads it at every one
-    # of the pod's writes and the tables once a pod and once an attempt
+    # namespace/name, as the API server keys it: made once, as the engine reads it at the pod's
+    # first write and at its deletion, and the tables once a pod and once an attempt
     key: str = field(init=False)
     # the number of its namespace/name among the objects whose writes the watch pipeline's
     # client queues key (the incarnations of a name share it); -1 until the engine first sends
