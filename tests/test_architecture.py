@@ -18,7 +18,7 @@ LAYERS = (
     ("base", ("replay", "replay.errors", "replay.rng", "replay.arrays", "replay.atomic",
               "replay.outputs", "replay.limits", "replay.workers", "replay.interrupts",
               "replay.progress", "replay.quantity", "replay.times", "replay.jit",
-              "replay.memory")),
+              "replay.memory", "replay.parquetparts")),
     ("trace", ("replay.trace",)),
     ("engine", ("replay.engine",)),
     ("models", ("replay.models",)),

@@ -880,10 +880,10 @@ def test_ctrl_c_while_the_tables_are_written_waits_for_their_threads(tmp_path, m
     fault or Parquet columns of different lengths, one Ctrl-C of ``replay run`` in six."""
     write = TableFile._write
 
-    def interrupting_write(self, part):
+    def interrupting_write(self, data):
         os.kill(os.getpid(), signal.SIGINT)  # while the main thread waits for this one
         time.sleep(0.5)
-        write(self, part)
+        write(self, data)
 
     monkeypatch.setattr(TableFile, "_write", interrupting_write)
     table = TABLES["pods"].empty_table()
@@ -892,7 +892,7 @@ def test_ctrl_c_while_the_tables_are_written_waits_for_their_threads(tmp_path, m
             write_run(tmp_path / "run", [("pods", table), ("pods", table)], {})
         finally:
             writing = [t.name for t in threading.enumerate()
-                       if t.name.startswith("replay-table-file")]
+                       if t.name.startswith("replay-table-")]
     assert writing == []
     assert list(tmp_path.iterdir()) == []
 

@@ -37,7 +37,7 @@ from replay.atomic import atomic_file, temporary_dir
 from replay.engine.rundir import (
     DERIVED_TABLES,
     TABLES,
-    TableFile,
+    JoinedTableFile,
     read_manifest,
     record_files,
     write_manifest,
@@ -53,6 +53,10 @@ BATCH_ROWS = 1 << 20
 # batches (122,880 rows) faster than they are encoded, and queued they raised the 1M-pod
 # observe derivation's peak by 0.4 GB
 WRITER_AHEAD = 4
+# threads encoding the derived table's batches (``TableFile``): its final step waited for one
+# encoder for 2.9 s of the 1M-pod observe derivation; with two, the derivation took a median
+# 0.4 s less (of 12.3 s) on both 1M-pod runs (benchmarks/README.md, twenty-seventh round)
+ENCODERS = 2
 # DuckDB's memory for a derivation, at most, so that its peak does not grow with the run: the 1M-pod
 # observe run's took 4.7 GB without it, a 1M-pod what-if run's would take about twice that.  The
 # capacity windows' sweep holds its arrays beside DuckDB's (replay.analysis.windows), so DuckDB
@@ -170,7 +174,8 @@ def _write(con: duckdb.DuckDBPyConnection, name: str, dest: Path) -> tuple[int, 
           progress(len(steps), f"deriving {name}", unit="step") as bar):
         swept = _sweep_steps(con) if name == "capacity_windows" else None
         result = run_steps(con, steps, done=bar.update, replace=_replace(con, swept))
-        file = TableFile(tmp, ahead=WRITER_AHEAD, summarise_dictionaries=False)
+        file = JoinedTableFile(tmp, ahead=WRITER_AHEAD, summarise_dictionaries=False,
+                               encoders=ENCODERS)
         try:
             for part in _final_rows(con, swept) or _batches(result):
                 file.add(part)
