@@ -221,8 +221,8 @@ class JoinedTableFile(TableFile):
     makes parts faster than one thread encodes them while a core is free (the derived tables).
 
     The encoded parts cost memory of their own, and copying them: one encoder is slower than
-    ``TableFile`` (the 1M-pod observe replay step took 0.45 s more with its run tables written
-    so; benchmarks/README.md, twenty-seventh round)."""
+    ``TableFile`` (the 1M-pod observe replay step took a median 0.48 s more with its run tables
+    written so; benchmarks/README.md, twenty-seventh round)."""
 
     def __init__(self, path: Path, ahead: int | None = None, *,
                  summarise_dictionaries: bool = True, encoders: int = 2):
