@@ -880,10 +880,10 @@ def test_ctrl_c_while_the_tables_are_written_waits_for_their_threads(tmp_path, m
     fault or Parquet columns of different lengths, one Ctrl-C of ``replay run`` in six."""
     write = TableFile._write
 
-    def interrupting_write(self, data):
+    def interrupting_write(self, part):
         os.kill(os.getpid(), signal.SIGINT)  # while the main thread waits for this one
         time.sleep(0.5)
-        write(self, data)
+        write(self, part)
 
     monkeypatch.setattr(TableFile, "_write", interrupting_write)
     table = TABLES["pods"].empty_table()
@@ -892,7 +892,30 @@ def test_ctrl_c_while_the_tables_are_written_waits_for_their_threads(tmp_path, m
             write_run(tmp_path / "run", [("pods", table), ("pods", table)], {})
         finally:
             writing = [t.name for t in threading.enumerate()
-                       if t.name.startswith("replay-table-")]
+                       if t.name.startswith("replay-table-file")]
+    assert writing == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_ctrl_c_while_the_tables_are_abandoned_waits_for_every_file(tmp_path, monkeypatch):
+    """A Ctrl-C that lands while ``write_run`` abandons its files after an error is delivered
+    once every file is abandoned: raised as the first file's ended, it left the others'
+    threads running."""
+    abandon = TableFile.abandon
+
+    def interrupted_abandon(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        abandon(self)
+
+    monkeypatch.setattr(TableFile, "abandon", interrupted_abandon)
+    table = TABLES["pods"].empty_table()
+    with pytest.raises(KeyboardInterrupt):
+        try:
+            write_run(tmp_path / "run", [("pods", table), ("events", TABLES["events"]
+                                         .empty_table()), ("no-such-table", table)], {})
+        finally:
+            writing = [t.name for t in threading.enumerate()
+                       if t.name.startswith("replay-table-file")]
     assert writing == []
     assert list(tmp_path.iterdir()) == []
 

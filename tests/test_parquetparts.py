@@ -97,3 +97,14 @@ def test_a_joined_table_file_writes_the_table_files_bytes(tmp_path, encoders):
     assert data["joined"] == data["one"] == _one_writer(parts, writer_options(table), 1 << 20)
     assert files["joined"].digest == files["one"].digest == {
         "bytes": len(data["one"]), "sha256": hashlib.sha256(data["one"]).hexdigest()}
+
+
+def test_an_abandoned_joined_table_file_leaves_no_thread_and_closes_its_file(tmp_path):
+    import threading
+
+    file = JoinedTableFile(tmp_path / "t.parquet", encoders=2)
+    for _ in range(6):
+        file.add(_table(20_000, 9, 5))
+    file.abandon()
+    assert not [t for t in threading.enumerate() if t.name.startswith("replay-table-")]
+    assert file._file is None or file._file.closed

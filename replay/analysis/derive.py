@@ -53,7 +53,7 @@ BATCH_ROWS = 1 << 20
 # batches (122,880 rows) faster than they are encoded, and queued they raised the 1M-pod
 # observe derivation's peak by 0.4 GB
 WRITER_AHEAD = 4
-# threads encoding the derived table's batches (``TableFile``): its final step waited for one
+# threads encoding the derived table's batches (``JoinedTableFile``): its final step waited for one
 # encoder for 2.9 s of the 1M-pod observe derivation; with two, the derivation took a median
 # 0.4 s less (of 12.3 s) on both 1M-pod runs (benchmarks/README.md, twenty-seventh round)
 ENCODERS = 2
