@@ -10,7 +10,10 @@ in memory (``encode``); the body of each, the bytes between its leading ``PAR1``
 is appended to the real file in order; and the footer is the parts' footers made one
 (``joined_footer``): their row groups listed in order, each offset moved by the bytes before
 its part, the rows summed.  That is what the one writer would have written, byte for byte
-(``tests/test_parquetparts.py`` compares the two).
+(``tests/test_parquetparts.py`` compares the two), for the run directory's settings: a page
+index, bloom filters or encryption, none of which it uses, the writer puts after every row
+group, and a joined file would hold them between its parts instead (still a valid file, not the
+same bytes).
 
 The footer is read and written here in Thrift's compact protocol, with no schema: a struct is
 kept as its fields in order, each with its number, wire type and value, so that writing it again
