@@ -1,6 +1,6 @@
 """A Parquet file's parts encoded apart and joined (``replay.parquetparts``) must be the file one
-``pq.ParquetWriter`` writes from the same parts, byte for byte: the run tables' digests, and
-the golden tables' hashes, depend on it."""
+``pq.ParquetWriter`` writes from the same parts, byte for byte: the derived tables are written
+so, and their bytes must not depend on how (the manifests' digests, the golden tables' hashes)."""
 
 from __future__ import annotations
 
