@@ -94,7 +94,7 @@ def joined_footer(footers: Sequence[Struct], sizes: Sequence[int]) -> bytes:
     """The footer of the file made of the parts' bodies in order, after MAGIC, given each
     part's footer and its body's size: the first part's footer with every part's row groups,
     moved to where their bytes now are, and the rows of all; then its length and MAGIC."""
-    joined = copy.deepcopy(footers[0])
+    joined = [list(field) for field in footers[0]]  # (its row groups are replaced, not copied)
     groups: list[Struct] = []
     rows = before = 0
     for footer, size in zip(footers, sizes, strict=True):
