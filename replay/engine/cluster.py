@@ -112,6 +112,12 @@ class Node:
                 and u[2] + request[2] <= a[2])
 
 
+def object_key(namespace: str | None, name: str) -> str:
+    """``namespace/name``, as the API server keys an object (its name alone without a
+    namespace): a pod's ``key``, and what the engine looks a name up by before its pod exists."""
+    return name if namespace is None else f"{namespace}/{name}"
+
+
 @dataclass(eq=False, slots=True)
 class Pod:
     """One pod incarnation (a name created again after its delete is a new pod)."""
@@ -145,7 +151,7 @@ class Pod:
     queue_key: int = -1
 
     def __post_init__(self) -> None:
-        self.key = self.name if self.namespace is None else f"{self.namespace}/{self.name}"
+        self.key = object_key(self.namespace, self.name)
 
     @property
     def pending(self) -> bool:

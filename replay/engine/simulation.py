@@ -30,7 +30,7 @@ import pyarrow as pa
 from replay import memory
 from replay.engine.client import Client
 from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome, Pod, Reason,
-                                   Request, Truth, Write, WriteKind)
+                                   Request, Truth, Write, WriteKind, object_key)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Deadlines, Environment, Item, Timer
 from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
@@ -406,8 +406,7 @@ class Simulation:
         deleted: a name exists once in etcd, and a StatefulSet controller creates a pod again
         only after its predecessor is gone."""
         w = self._workload
-        namespace, name = w.namespace[incarnation], w.name[incarnation]
-        key = name if namespace is None else f"{namespace}/{name}"
+        key = object_key(w.namespace[incarnation], w.name[incarnation])
         previous = self._named.get(key)
         if (previous is not None and previous.deleted < 0) or (
                 not waited and self._waiting_for_name.get(key)):
