@@ -125,19 +125,20 @@ def _shift(fields: Struct, numbers: tuple[int, ...], by: int) -> None:
             field[2] += by
 
 
-def _value(fields: Struct, number: int) -> Any:
+def _field(fields: Struct, number: int) -> list[Any]:
+    """The field ``number`` of a struct, as [number, wire type, value]."""
     for field in fields:
         if field[0] == number:
-            return field[2]
+            return field
     raise ValueError(f"a Parquet footer without its field {number}")
+
+
+def _value(fields: Struct, number: int) -> Any:
+    return _field(fields, number)[2]
 
 
 def _set(fields: Struct, number: int, value: Any) -> None:
-    for field in fields:
-        if field[0] == number:
-            field[2] = value
-            return
-    raise ValueError(f"a Parquet footer without its field {number}")
+    _field(fields, number)[2] = value
 
 
 # -- Thrift's compact protocol ----------------------------------------------------------------
