@@ -150,14 +150,14 @@ def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path:
 
 @contextlib.contextmanager
 def _reusing_freed_memory() -> Iterator[Callable[[], None]]:
-    """Keep the memory that numpy frees for its next arrays while a replay runs
-    (``replay.memory``); yields the function that gives back what is free before the
-    derivation, which keeps freed memory in its turn."""
+    """Keep the memory that numpy frees for its next arrays while a replay runs, and ask for no
+    huge pages for them (``replay.memory``); yields the function that gives back what is free
+    before the derivation, which keeps freed memory in its turn."""
     def release() -> None:
         gc.collect()  # a simulation's objects refer to each other
         memory.give_back()
 
-    with memory.keeping_freed_memory():
+    with memory.keeping_freed_memory(), memory.without_huge_pages():
         try:
             yield release
         finally:

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import duckdb
 import pyarrow.parquet as pq
-import pytest
 from conftest import SAMPLE_TRACE
 
 from replay.analysis.changes import truths
@@ -253,24 +252,3 @@ def test_duckdb_memory_is_capped_and_leaves_others_theirs(monkeypatch, tmp_path)
         monkeypatch.setattr(derive_module, "available_mib", lambda available=available: available)
         settings = derive_module._memory_settings(tmp_path)
         assert settings == {"temp_directory": str(tmp_path), "memory_limit": f"{limit}MiB"}
-
-
-def test_the_derivation_runs_without_numpys_huge_pages_and_puts_them_back(monkeypatch, tmp_path):
-    switch = derive_module._huge_page_switch()
-    if switch is None:
-        pytest.skip("this numpy has no switch for its huge pages")
-    during = []
-    write = derive_module._write
-
-    def watched(*args):
-        during.append(switch(False))  # (returns the setting it replaces)
-        return write(*args)
-
-    monkeypatch.setattr(derive_module, "_write", watched)
-    before = switch(True)
-    try:
-        run_replay(SAMPLE_TRACE, load_config(), out=tmp_path / "run")
-        assert during == [False] * len(DERIVED_TABLES)
-        assert switch(True) is True  # as before the run
-    finally:
-        switch(before)

@@ -18,8 +18,6 @@ result is written from the sweep's order (``replay.analysis.window_rows``).
 
 from __future__ import annotations
 
-import contextlib
-import importlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,13 +76,14 @@ def derive(run_dir: str | os.PathLike, accept_edits: bool = False) -> dict[str, 
     (it was edited on purpose): then its new size and checksum are recorded first.  DuckDB
     spills to a scratch folder inside the run directory (on the disk that holds the run, not in
     a small /tmp), which a killed derivation leaves for the next one to remove.  glibc's malloc
-    keeps what the derivation frees for its next arrays meanwhile (``replay.memory``)."""
+    keeps what the derivation frees for its next arrays meanwhile, and numpy asks for no huge
+    pages (``replay.memory``)."""
     run_dir = Path(run_dir)
     if accept_edits:
         check_run_dir(str(run_dir), derived=False, verify=False)
         record_files(run_dir, TABLES)
     check_run_dir(str(run_dir), derived=False)
-    with (temporary_dir(run_dir, "spill") as spill, _without_huge_pages(),
+    with (temporary_dir(run_dir, "spill") as spill, memory.without_huge_pages(),
           memory.keeping_freed_memory()):
         con = open_runs([str(run_dir)], derived=False, settings=_memory_settings(spill))
         try:
@@ -94,40 +93,6 @@ def derive(run_dir: str | os.PathLike, accept_edits: bool = False) -> dict[str, 
             con.close()
     _record(run_dir, files)
     return {name: rows for name, (rows, _) in files.items()}
-
-
-@contextlib.contextmanager
-def _without_huge_pages() -> Iterator[None]:
-    """numpy's huge pages off while this lasts (as ``NUMPY_MADVISE_HUGEPAGE=0`` would for the
-    whole process), then as they were.
-
-    numpy asks the kernel for transparent huge pages for each array of 4 MiB or more.  Where the
-    kernel compacts memory to find them when asked (defrag ``madvise``, the kernel's default
-    since Linux 4.6, and this machine's), the derivation's hundreds of fresh arrays of millions
-    of elements cost system time, the more the more fragmented the memory is.  On the 1M-pod
-    what-if run, while the derivation spent 15-19 s of system time with them, it spent 9-10 s
-    without, and 29-33 s of wall time against 37-44 s (three pairs alternated, user time the
-    same); later, with 9-12 s of system time either way, the two took the same time.  numpy has
-    no public switch for this; where its private one is gone, nothing changes."""
-    switch = _huge_page_switch()
-    if switch is None:
-        yield
-        return
-    previous = switch(False)
-    try:
-        yield
-    finally:
-        switch(previous)
-
-
-def _huge_page_switch() -> Callable[[bool], bool] | None:
-    """numpy's ``_set_madvise_hugepage`` (it returns the setting it replaces), if it has one."""
-    for module in ("numpy._core.multiarray", "numpy.core.multiarray"):
-        with contextlib.suppress(ImportError):
-            switch = getattr(importlib.import_module(module), "_set_madvise_hugepage", None)
-            if callable(switch):
-                return switch  # type: ignore[no-any-return]
-    return None
 
 
 def _memory_settings(spill: Path) -> dict[str, str]:
