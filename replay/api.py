@@ -246,11 +246,17 @@ def _conflicts(attempts: list[pa.Table | pl.DataFrame]) -> int:
 
 def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray | None]:
     """For each value of a string column, where the column holds it: a boolean mask, or None
-    if it holds nothing else (a part of the deliveries often has one role)."""
+    if it holds nothing else.
+
+    A part of observe's deliveries (a million, sorted by watcher) nearly always has one role:
+    that is found from the codes' least and greatest, without counting them (counting cast
+    each part's codes to 64 bits first, 0.2 s of the 1M-pod observe replay's main thread)."""
     array = column.combine_chunks()
     if not pa.types.is_dictionary(array.type):
         array = array.dictionary_encode()
     codes, labels = array.indices.to_numpy(zero_copy_only=False), array.dictionary.to_pylist()
+    if len(codes) and codes.min() == codes.max():
+        return {labels[codes[0]]: None}
     count = np.bincount(codes, minlength=len(labels))
     where: dict[str, np.ndarray | None] = {}
     for label in set(labels):

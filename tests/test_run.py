@@ -476,12 +476,15 @@ def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionar
     """The run's delay by role (``RunResult.delay_by_role``) from deliveries given in parts: the
     nearest-rank p50 and p99 of each role's end-to-end delays, as polars computes them on the
     whole table, whether a role's deliveries are in one part (summarised without a copy) or in
-    several, whether the role column is an Arrow dictionary (observe) or plain strings, and
-    whatever the chunks of ``commit_ts`` (observe's come in chunks)."""
+    several, whether the role column is an Arrow dictionary of every role, as observe's is,
+    whichever a part holds, or plain strings, and whatever the chunks of ``commit_ts``
+    (observe's come in chunks)."""
     from replay.api import _summarised
+    every_role = ["scheduler", "kubelet", "binder"]  # not sorted: a code is not a role's rank
 
     def table(rows):
         roles = pa.array([role for role, _ in rows], pa.string())
+        codes = pa.array([every_role.index(role) for role, _ in rows], pa.int32())
         delay = np.array([d for _, d in rows], dtype=np.int64)
         commit = np.arange(len(rows), dtype=np.int64) * 1_000
         times = {c: pa.array(commit).view(pa.timestamp("us", tz="UTC"))
@@ -492,7 +495,8 @@ def test_the_delay_summary_is_polars_nearest_quantiles_per_role(parts, dictionar
              for c in np.array_split(commit, chunks)], pa.timestamp("us", tz="UTC"))
         return pa.table({
             "rv": pa.array(np.arange(len(rows), dtype=np.int64)), "watcher": roles,
-            "role": roles.dictionary_encode() if dictionary else roles, **times,
+            "role": pa.DictionaryArray.from_arrays(codes, every_role) if dictionary else roles,
+            **times,
             "applied_ts": pa.array(commit + delay).view(pa.timestamp("us", tz="UTC")),
             "source": pa.array(["watch"] * len(rows)), "coalesced": pa.array([False] * len(rows))})
 
