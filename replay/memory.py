@@ -84,12 +84,14 @@ def without_huge_pages() -> Iterator[None]:
     numpy asks the kernel for transparent huge pages for each array of 4 MiB or more.  Where the
     kernel compacts memory to find them when asked (defrag ``madvise``, the kernel's default
     since Linux 4.6, and this machine's), fresh arrays of millions of elements cost system time,
-    the more the more fragmented the memory is.  A derivation makes hundreds: on the 1M-pod
-    what-if run, while it spent 15-19 s of system time with them, it spent 9-10 s without, and
-    29-33 s of wall time against 37-44 s (three pairs alternated, user time the same).  The
-    1M-pod observe replay step took 3.3-3.6 s without them against 4.0-4.7 s with (six pairs
-    alternated; benchmarks/README.md, twenty-ninth round).  numpy has no public switch for
-    this; where its private one is gone, nothing changes."""
+    the more the more fragmented the memory is; and on a virtual machine that hands free 2 MiB
+    blocks back to its host (this one does), a huge page is likely one the host must back again.
+    A derivation makes hundreds: on the 1M-pod what-if run, while it spent 15-19 s of system
+    time with them, it spent 9-10 s without, and 29-33 s of wall time against 37-44 s (three
+    pairs alternated, user time the same).  The 1M-pod observe replay step took 3.3-3.6 s
+    without them against 4.0-4.7 s with (six pairs alternated; benchmarks/README.md,
+    twenty-ninth round).  numpy has no public switch for this; where its private one is gone,
+    nothing changes."""
     global _huge_depth, _huge_before
     switch = huge_page_switch()
     with _lock:
