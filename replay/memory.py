@@ -18,6 +18,7 @@ import functools
 import importlib
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt options
 KEEP_BYTES = 1 << 30  # both thresholds while freed memory is kept
@@ -29,10 +30,33 @@ KEEP_BYTES = 1 << 30  # both thresholds while freed memory is kept
 # of 2.2M.)
 AFTER_MMAP_BYTES, AFTER_TRIM_BYTES = 32 << 20, 64 << 20
 
-_lock = threading.Lock()
-_depth = 0  # how many keeping_freed_memory() are open: only the outermost sets and resets
-_huge_depth = 0  # how many without_huge_pages() are open: only the outermost switches
-_huge_before = True  # numpy's setting when the outermost began
+
+class _Outermost:
+    """A setting that only the outermost of nested (or concurrent) ``held`` blocks makes and
+    undoes: the first to open calls ``make``, the last to close ``undo`` with what ``make``
+    returned."""
+
+    _lock = threading.Lock()  # one for every setting: they are made rarely
+
+    def __init__(self) -> None:
+        self.depth, self.made = 0, None
+
+    @contextlib.contextmanager
+    def held(self, make: Callable[[], Any], undo: Callable[[Any], object]) -> Iterator[None]:
+        with self._lock:
+            self.depth += 1
+            if self.depth == 1:
+                self.made = make()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.depth -= 1
+                if self.depth == 0:
+                    undo(self.made)
+
+
+_freed_memory_kept, _huge_pages_off = _Outermost(), _Outermost()
 
 
 @functools.cache
@@ -50,22 +74,22 @@ def _libc() -> ctypes.CDLL | None:
 def keeping_freed_memory() -> Iterator[None]:
     """Keep the memory freed while this lasts for the arrays that follow; then give back what is
     free and set the thresholds to ``AFTER_*``.  Nested, only the outermost one does either."""
-    global _depth
     libc = _libc()
-    with _lock:
-        _depth += 1
-        if _depth == 1 and libc is not None:
-            for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
-                libc.mallopt(option, KEEP_BYTES)
-    try:
+    if libc is None:
         yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0 and libc is not None:
-                libc.mallopt(M_MMAP_THRESHOLD, AFTER_MMAP_BYTES)
-                libc.mallopt(M_TRIM_THRESHOLD, AFTER_TRIM_BYTES)
-                libc.malloc_trim(0)
+        return
+
+    def keep() -> None:
+        for option in (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD):
+            libc.mallopt(option, KEEP_BYTES)
+
+    def give_back_all(_: None) -> None:
+        libc.mallopt(M_MMAP_THRESHOLD, AFTER_MMAP_BYTES)
+        libc.mallopt(M_TRIM_THRESHOLD, AFTER_TRIM_BYTES)
+        libc.malloc_trim(0)
+
+    with _freed_memory_kept.held(keep, give_back_all):
+        yield
 
 
 def give_back() -> None:
@@ -92,19 +116,12 @@ def without_huge_pages() -> Iterator[None]:
     without them against 4.0-4.7 s with (six pairs alternated; benchmarks/README.md,
     twenty-ninth round).  numpy has no public switch for this; where its private one is gone,
     nothing changes."""
-    global _huge_depth, _huge_before
     switch = huge_page_switch()
-    with _lock:
-        _huge_depth += 1
-        if _huge_depth == 1 and switch is not None:
-            _huge_before = switch(False)
-    try:
+    if switch is None:
         yield
-    finally:
-        with _lock:
-            _huge_depth -= 1
-            if _huge_depth == 0 and switch is not None:
-                switch(_huge_before)
+        return
+    with _huge_pages_off.held(lambda: switch(False), switch):  # (switch returns the old setting)
+        yield
 
 
 @functools.cache
