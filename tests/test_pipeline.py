@@ -41,7 +41,7 @@ def test_lindley_is_the_fifo_recursion(pairs):
 @given(st.lists(st.tuples(st.integers(0, 4), st.integers(-10**9, 10**9), st.integers(0, 9)),
                 max_size=80), st.sampled_from([1, 40]))
 def test_segmented_scans_restart_per_segment(items, spread):
-    """Segment ids spread to 0..160 take the scans' path for many segments (a kubelet each)."""
+    """Segment ids 0..4, or spread to 0..160 (a kubelet each, with ids that skip)."""
     items.sort(key=lambda t: t[0])
     segment = np.array([g * spread for g, _, _ in items], dtype=np.int64)
     values = np.array([v for _, v, _ in items], dtype=np.int64)
