@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from replay.jit import njit
+
 UInts = npt.NDArray[np.uint64]
 Keys = UInts | np.uint64  # per-watcher stream keys: one per draw, or one for all
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -50,15 +52,16 @@ def _mix(z: UInts) -> UInts:
     return z ^ (z >> np.uint64(31))
 
 
-def _mix_in_place(z: UInts) -> UInts:
-    """``_mix`` of a fresh array, overwriting it: the draws of a replay are tens of millions,
-    and each temporary that is not made saves a pass over memory."""
-    z ^= z >> np.uint64(30)
-    z *= _M1
-    z ^= z >> np.uint64(27)
-    z *= _M2
-    z ^= z >> np.uint64(31)
-    return z
+@njit(cache=True, nogil=True)
+def _splitmix(counters, keys, out):  # pragma: no cover - compiled
+    """``_mix(counters * golden + keys)`` into ``out``, one element at a time: the draws of a
+    replay are tens of millions, and numpy's whole-array steps made eight passes over each
+    part of them (every shift a temporary of its own)."""
+    for i in range(len(counters)):
+        z = counters[i] * _GOLDEN + keys[i]
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+        out[i] = z ^ (z >> np.uint64(31))
 
 
 @dataclass(frozen=True)
@@ -91,10 +94,11 @@ class Stream:
         by default the shared stream's own key)."""
         if keys is None:
             keys = self.watcher_keys(np.uint64(0))
-        with np.errstate(over="ignore"):
-            z = np.asarray(counters, dtype=np.uint64) * _GOLDEN
-            z += np.asarray(keys, dtype=np.uint64)
-            return _mix_in_place(z)
+        counters = np.asarray(counters, dtype=np.uint64)
+        out = np.empty(len(counters), dtype=np.uint64)
+        _splitmix(counters, np.broadcast_to(np.asarray(keys, dtype=np.uint64), counters.shape),
+                  out)
+        return out
 
     def uniforms(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float64]:
         """One draw in (0, 1) per counter, with 53 bits of resolution."""
