@@ -71,6 +71,16 @@ def test_pod_history_is_the_name_by_name_reference(hashes, rows):
             assert ids.setdefault(label, got[1]) == got[1]  # one id per incarnation...
     assert len(set(ids.values())) == len(ids) == history.incarnations  # ...and one per id
     assert history.last_binding.tolist() == last_binding
+    masks = RowMasks(trace)
+    for where in (masks.named_pod, masks.ok_create, masks.ok_binding, masks.ok_delete):
+        rows = {}  # per incarnation id: its rows where ``where`` holds, in trace order
+        for row, label in enumerate(labels):
+            if label is not None and where[row]:
+                rows.setdefault(ids[label], []).append(row)
+        first = [rows[i][0] if i in rows else -1 for i in range(history.incarnations)]
+        last = [rows[i][-1] if i in rows else -1 for i in range(history.incarnations)]
+        assert history.first(where).tolist() == first
+        assert history.last(where).tolist() == last
     assert history.rows.tolist() == [row for i in range(history.incarnations)
                                      for row in np.flatnonzero(history.incarnation == i)]
     assert history.starts.tolist() == np.searchsorted(
