@@ -56,6 +56,14 @@ def segmented_lindley(arrival: np.ndarray, service: np.ndarray, segment: np.ndar
     """``lindley`` run separately on each segment (one queue per watcher)."""
     return Segments(segment).lindley(arrival, service)
 
+def previous_in_group(group: np.ndarray, values: np.ndarray, groups: int) -> np.ndarray:
+    """For each element, the value of the element before it in its group (``group``: one id in
+    ``[0, groups)`` per element, -1 for none), -1 if it is its group's first; one compiled pass
+    (a pod's previous attempt: grouping the attempts by pod to compare neighbours took gathers
+    and scatters of every pod write)."""
+    return _previous_in_group(group, values, groups)
+
+
 class Segments:
     """Sorted segment ids (per delivery, its watcher) and the scans that restart at each new id.
 
@@ -120,6 +128,17 @@ def _lindley_by_segment(arrival, service, ids, last, continues, out):  # pragma:
             start = departure
         departure = start + service[i]
         out[i] = departure
+
+
+@njit(cache=True, nogil=True)
+def _previous_in_group(group, values, groups):  # pragma: no cover - compiled
+    last = np.full(groups, -1, np.int64)
+    out = np.full(len(group), -1, np.int64)
+    for i in range(len(group)):
+        if group[i] >= 0:
+            out[i] = last[group[i]]
+            last[group[i]] = values[i]
+    return out
 
 
 def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.arrays import lindley, segmented_cummax, segmented_lindley
+from replay.arrays import lindley, previous_in_group, segmented_cummax, segmented_lindley
 from replay.engine.config import PROFILES, ClientQueue, RunConfig, WatcherSpec
 from replay.engine.distributions import Z99, Constant, Empirical, Exponential, LogNormal
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, view_lag_us
@@ -53,6 +53,20 @@ def test_segmented_scans_restart_per_segment(items, spread):
         expected_lindley += naive_lindley(values[part], service[part])
     assert segmented_cummax(values, segment).tolist() == expected_max
     assert segmented_lindley(values, service, segment).tolist() == expected_lindley
+
+
+@given(st.lists(st.tuples(st.integers(-1, 4), st.integers(0, 10**6)), max_size=60))
+def test_previous_in_group_is_the_group_s_element_before(items):
+    """A pod's previous attempt: the value of the last element before it in its group."""
+    group = np.array([g for g, _ in items], dtype=np.int64)
+    values = np.array([v for _, v in items], dtype=np.int64)
+    last: dict[int, int] = {}
+    expected = []
+    for g, v in items:
+        expected.append(last.get(g, -1) if g >= 0 else -1)
+        if g >= 0:
+            last[g] = v
+    assert previous_in_group(group, values, 5).tolist() == expected
 
 
 def zero_config(seed=0, **stages) -> RunConfig:

@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from replay.arrays import stable_sort
+from replay.arrays import previous_in_group, stable_sort
 from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunConfig, RunTables,
                                Scan, Streams, WatcherSpec, capacities, match, node_index,
                                view_lag_us, watchers_table)
@@ -239,17 +239,6 @@ class _Replay:
         """The rv of each of ``rows`` (committed rows), null where a row is -1."""
         return _array(self.rv_of_row[rows], nulls=rows < 0)
 
-    def _previous_attempt(self, committed: np.ndarray) -> np.ndarray:
-        """For each attempt, the commit of its pod's previous attempt (-1 if none): each
-        incarnation's rows are together, in trace order, in ``history.rows``."""
-        incarnation, rows = self.history.incarnation, self.history.rows
-        grouped = rows[self.masks.binding[rows]]
-        attempt = (np.cumsum(self.masks.binding) - 1)[grouped]
-        again = np.flatnonzero(incarnation[grouped[1:]] == incarnation[grouped[:-1]])
-        previous = np.full(len(committed), -1, dtype=np.int64)
-        previous[attempt[again + 1]] = committed[attempt[again]]
-        return previous
-
     def attempts(self) -> pa.Table:
         """One attempt per recorded binding (committed or failed), in trace order.
 
@@ -263,14 +252,18 @@ class _Replay:
         failed binding, until the failure came back.
         """
         rows, ts, seen = self.attempt_rows, self.ts, self.seen
-        code = self.trace["code"].gather(rows).to_numpy()
+        # the attempts' own columns: filtered, not gathered (polars gathers from a trace's row
+        # groups a few times slower)
+        recorded = self.trace.select("code", "component", "node").filter(
+            pl.Series(self.masks.binding))
+        code = recorded["code"].to_numpy()
         committed = ts[rows]
         incarnation = self.history.incarnation[rows]
-        previous = self._previous_attempt(committed)
+        previous = previous_in_group(incarnation, committed, self.history.incarnations)
         create_row = self.create[incarnation]
         has_create = create_row >= 0
         rv_of_row = self.rv_of_row
-        scheduler = self.trace["component"].gather(rows)
+        scheduler = recorded["component"]
         groups = seen.groups(scheduler)
         applied = seen.applied_at(groups, np.where(has_create, rv_of_row[create_row], 0))
         created = np.where(has_create, ts[create_row], -1)
@@ -285,7 +278,7 @@ class _Replay:
             "started_ts": pa.nulls(len(rows), TS),
             "decided_ts": _array(self.decided, TS),
             "committed_ts": _array(committed, TS),
-            "node": _arrow(self.trace["node"].gather(rows)),
+            "node": _arrow(recorded["node"]),
             "outcome": _outcomes(code, bound),
             "reason": _reasons(code, bound),
             "view_lag_ms": seen.view_lag_ms(groups, self.decided),
