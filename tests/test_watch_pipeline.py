@@ -484,11 +484,29 @@ def stream_invariants(rows, resource, commit) -> list[str]:
 
 # --- the buffers' and the window's sizes ------------------------------------------------------
 
+@given(st.lists(st.integers(0, 100).map(lambda s: s * 1_000_000) | st.integers(0, 10**8),
+                max_size=400), st.integers(0, 10**15))
+def test_the_window_counts_the_busiest_75_seconds(offsets, start):
+    """``capacity_for`` against the rule written out: events counted per whole second since
+    the first, the most in any 75 consecutive seconds, then doubled from 100 until they fit."""
+    from replay.engine.watchcache import capacity_for
+    times = start + np.sort(np.array(offsets, dtype=np.int64))
+    per_second = Counter(((times - times[0]) // 1_000_000).tolist()) if len(times) else {}
+    busiest = max((sum(per_second.get(s, 0) for s in range(first, first + 75))
+                   for first in per_second), default=0)
+    capacity = 100
+    while capacity < busiest and capacity < 102_400:
+        capacity *= 2
+    assert capacity_for(times) == capacity
+
+
 def test_buffers_follow_upstreams_rule():
     from replay.engine.watchcache import capacity_for, channel_size
     assert capacity_for(np.array([])) == 100
     assert capacity_for(np.arange(0, 75_000_000, 75_000_000 // 5000)) == 6400
     assert capacity_for(np.arange(0, 75_000_000, 10)) == 102_400
+    # an event at a whole second since the first counts in that second, not the one before
+    assert capacity_for(np.array([0] * 101 + [75_000_000] * 100)) == 200
     assert channel_size(102_400, "pods", node_bound=False) == 1000
     assert channel_size(102_400, "pods", node_bound=True) == 10
     assert channel_size(102_400, "nodes", node_bound=False) == 100

@@ -36,14 +36,16 @@ TRIGGER_INDEXED = frozenset({"pods"})  # resources whose registry sets a Trigger
 
 
 def capacity_for(times_us: np.ndarray) -> int:
-    """The window the dynamic rule settles at for events at ``times_us``: the smallest
-    100 x 2^k holding the busiest 75 s (counted in whole seconds), within [100, 102,400]."""
+    """The window the dynamic rule settles at for events at ``times_us`` (ascending, as a
+    trace's are): the smallest 100 x 2^k holding the busiest 75 s (counted in whole seconds
+    since the first), within [100, 102,400]."""
     if len(times_us) == 0:
         return LOWER_CAPACITY
-    second = (times_us - times_us.min()) // 1_000_000
-    per_second = np.bincount(second)
+    first = int(times_us[0])
+    seconds = (int(times_us[-1]) - first) // 1_000_000 + 1
+    # the events before each whole second: a binary search a second, not a division an event
+    running = np.searchsorted(times_us, first + 1_000_000 * np.arange(seconds + 1))
     window = EVENT_FRESH_US // 1_000_000
-    running = np.r_[0, np.cumsum(per_second)]
     busiest = int((running[window:] - running[:-window]).max()) if len(running) > window \
         else int(running[-1])
     capacity = LOWER_CAPACITY
