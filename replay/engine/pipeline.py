@@ -679,7 +679,7 @@ class _Engine:
         self.resources = [pipeline._resource_state(code)
                           for code in range(len(pipeline.streams.resources))]
         self.compiled = compiled
-        if compiled:  # numba's import, for what-if replays only
+        if compiled:  # the compiled fan-out, for what-if replays only
             from replay.engine.fanoutkernel import fan_out
             self.fan_out = fan_out
         queue, network, handler = pipeline._first_blocks()
@@ -1315,7 +1315,7 @@ class Scan:
     def _evaluate_by_event(self, code: int) -> None:
         """Resource ``code``'s writes through the definition, event by event."""
         pipeline, commit = self.pipeline, self.shared.commit
-        # (observe's: without the compiled fan-out, whose numba import is for what-if replays)
+        # (observe's: without the compiled fan-out and its per-write arrays, the what-if replays')
         engine = _Engine(pipeline, lambda at: int(np.searchsorted(commit, at, side="left")),
                          False)
         key, deleted = self._objects()
