@@ -153,6 +153,17 @@ def blocking_pipeline(budget_ms=1000.0, capacity=1000, refill=50.0, queue=Client
                     [watcher("slow", queue=queue, **SLOW), watcher("fast", queue=queue)])
 
 
+def test_a_full_buffer_is_one_of_the_stream_s_own_events():
+    """Buffer 1 (room for 4 events), writes every 20 ms to a slow watcher (10 ms to send an
+    event) and a fast one: neither watch is ever full.  In the scan's order the fast watch's
+    first event comes four rows after the slow watch's second, sent at 30 ms, after the fast
+    event's dispatch at 0 ms: another stream's event, so no full buffer, and no resource is
+    evaluated again event by event."""
+    pipeline = blocking_pipeline()
+    scanned(pipeline, Writes([t * 20 * MS for t in range(5)], [[0, 1]] * 5))
+    assert not pipeline.scanned.fixed
+
+
 def test_a_full_buffer_blocks_the_other_watchers_of_the_resource():
     """Buffer 1: a watch holds 2 x 1 + 2 = 4 events not yet sent.  Writes at 0..5 ms to a slow
     watcher (10 ms per event) and a fast one (free).  The slow one sends its first four at 10,
