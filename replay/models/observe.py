@@ -101,10 +101,19 @@ class _Replay:
         return self.history.first(self.masks.ok_create)
 
     @cached_property
+    def recorded_attempts(self) -> pl.DataFrame:
+        """The trace's columns that the attempts read, at their rows (the bindings), and
+        ``decided``: the binding's ``received_ts`` (else ``ts``) in µs.  Filtered, not gathered:
+        polars gathers from a trace's row groups a few times slower."""
+        return self.trace.select(
+            "code", "component", "node",
+            decided=pl.coalesce("received_ts", "ts").dt.epoch("us")).filter(
+            pl.Series(self.masks.binding))
+
+    @cached_property
     def decided(self) -> np.ndarray:
-        """Per attempt, when its scheduler decided: the binding's ``received_ts`` (else ``ts``)."""
-        return self.trace.select(pl.coalesce("received_ts", "ts").dt.epoch("us")
-                                 .gather(self.attempt_rows)).to_series().to_numpy()
+        """Per attempt, when its scheduler decided."""
+        return self.recorded_attempts["decided"].to_numpy()
 
     def events(self) -> pa.Table:
         """The committed writes in commit order; the trace's own columns if all committed."""
@@ -252,10 +261,7 @@ class _Replay:
         failed binding, until the failure came back.
         """
         rows, ts, seen = self.attempt_rows, self.ts, self.seen
-        # the attempts' own columns: filtered, not gathered (polars gathers from a trace's row
-        # groups a few times slower)
-        recorded = self.trace.select("code", "component", "node").filter(
-            pl.Series(self.masks.binding))
+        recorded = self.recorded_attempts
         code = recorded["code"].to_numpy()
         committed = ts[rows]
         incarnation = self.history.incarnation[rows]
