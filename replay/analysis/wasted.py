@@ -21,15 +21,23 @@ null.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
+from replay import interrupts
 from replay.analysis.pending import Sizes, by_size
 from replay.analysis.windows import Sweep, _resources, _timestamps, resource_code
 from replay.arrays import lex_order
 from replay.jit import njit
+
+# threads the segments' batches are marked on (the kernel releases the GIL; the batches' marks
+# are taken in order, so the table does not depend on which finishes first).  On one, the
+# kernel took 0.24 s of the 1M-pod observe derivation's 0.43 s for ``wasted``, with the other
+# core free; on two, ``wasted`` takes 0.22-0.26 s (benchmarks/README.md, thirty-first round)
+THREADS = 2
 
 
 def wasted(con: duckdb.DuckDBPyConnection, sweep: Sweep | None,
@@ -42,10 +50,10 @@ def wasted(con: duckdb.DuckDBPyConnection, sweep: Sweep | None,
     if sweep is None or pending is None:
         return False
     found = [{name: np.zeros(0, dtype=np.int64) for name in ("viewer", "node", "code", "window")}]
-    for segments in _segments(sweep):
-        hit = _wasted_kernel(segments["stale"], segments["code"], segments["start"],
-                             segments["end"], segments["truth"], segments["view"], *pending)
-        found.append({name: segments[name][hit] for name in ("viewer", "node", "code", "window")})
+    with ThreadPoolExecutor(THREADS, thread_name_prefix="replay-wasted") as pool:
+        with interrupts.deferred():  # not inside the executor's locks
+            done = [pool.submit(_marked, segments, pending) for segments in _segments(sweep)]
+        found += [future.result() for future in done]
     marks = _distinct({name: np.concatenate([f[name] for f in found]) for name in found[0]})
     con.register("_swept_wasted", pa.table({
         "viewer_id": marks["viewer"], "node_id": marks["node"],
@@ -93,6 +101,13 @@ def _arrays(batch: pa.RecordBatch, window: str, stale: np.ndarray) -> dict[str, 
             "truth": batch.column("truth").to_numpy(), "view": batch.column("view").to_numpy()}
 
 
+def _marked(segments: dict[str, np.ndarray], pending: Sizes) -> dict[str, np.ndarray]:
+    """The windows of a batch's segments that the kernel marks."""
+    hit = _wasted_kernel(segments["stale"], segments["code"], segments["start"],
+                         segments["end"], segments["truth"], segments["view"], *pending)
+    return {name: segments[name][hit] for name in ("viewer", "node", "code", "window")}
+
+
 def _distinct(marks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The windows of the marked segments, each once (``SELECT DISTINCT``)."""
     order = lex_order((marks["window"], marks["code"], marks["node"], marks["viewer"]))
@@ -102,7 +117,7 @@ def _distinct(marks: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {name: column[~repeat] for name, column in marks.items()}
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _wasted_kernel(stale, code, start, end, truth, view, size_request, bounds, by_code,
                    pod_start, reach):  # pragma: no cover - compiled
     """Per stale segment: whether some request size of its resource in (view, truth] has, as its
