@@ -22,7 +22,6 @@ gives its bytes back, and only the offsets named below are changed (parquet.thri
 
 from __future__ import annotations
 
-import copy
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,19 +109,30 @@ def joined_footer(footers: Sequence[Struct], sizes: Sequence[int]) -> bytes:
 
 
 def _moved(group: Struct, by: int) -> Struct:
-    """A copy of row group ``group`` with every offset it records ``by`` bytes later."""
-    group = copy.deepcopy(group)
-    _shift(group, (_GROUP_OFFSET,), by)
-    for chunk in _value(group, _GROUP_COLUMNS)[1]:
-        _shift(chunk, _CHUNK_OFFSETS, by)
-        _shift(_value(chunk, _CHUNK_META), _META_OFFSETS, by)
+    """A copy of row group ``group`` with every offset it records ``by`` bytes later.  Only the
+    structs on the way to an offset are copied, the rest (statistics, encodings, paths) shared:
+    a deep copy of every part's row groups was two thirds of joining a footer, which a
+    derived table's writer does alone after its last part (0.14 s for the 135 row groups of the
+    1M-pod observe run's capacity windows)."""
+    group = _shifted(group, (_GROUP_OFFSET,), by)
+    columns = _field(group, _GROUP_COLUMNS)
+    kind, chunks = columns[2]
+    columns[2] = (kind, [_moved_chunk(chunk, by) for chunk in chunks])
     return group
 
 
-def _shift(fields: Struct, numbers: tuple[int, ...], by: int) -> None:
-    for field in fields:
-        if field[0] in numbers and field[2]:
-            field[2] += by
+def _moved_chunk(chunk: Struct, by: int) -> Struct:
+    chunk = _shifted(chunk, _CHUNK_OFFSETS, by)
+    meta = _field(chunk, _CHUNK_META)
+    meta[2] = _shifted(meta[2], _META_OFFSETS, by)
+    return chunk
+
+
+def _shifted(fields: Struct, numbers: tuple[int, ...], by: int) -> Struct:
+    """A copy of a struct's fields (their values shared) with the offsets ``numbers`` that are
+    set moved ``by``."""
+    return [[number, wire, value + by if number in numbers and value else value]
+            for number, wire, value in fields]
 
 
 def _field(fields: Struct, number: int) -> list[Any]:
