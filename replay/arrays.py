@@ -110,6 +110,17 @@ def _cummax_by_segment(values, ids):  # pragma: no cover - compiled
             values[i] = values[i - 1]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def fifo_departure(previous, arrival, service, queued):  # pragma: no cover - compiled
+    """A FIFO queue's next departure: it starts at its ``arrival``, or at the ``previous``
+    departure if later and it ``queued`` behind it; the step of ``lindley``'s recursion, for
+    the compiled passes that fuse it with more work."""
+    start = arrival
+    if queued and previous > start:
+        start = previous
+    return start + service
+
+
 @njit(cache=True, nogil=True)
 def _lindley_by_segment(arrival, service, ids, last, continues, out):  # pragma: no cover
     """``out[i] = max(arrival[i], out[i - 1]) + service[i]``, restarting (without the max)
@@ -123,10 +134,7 @@ def _lindley_by_segment(arrival, service, ids, last, continues, out):  # pragma:
             queued = True
         else:
             queued = ids[i] == ids[i - 1]
-        start = arrival[i]
-        if queued and departure > start:
-            start = departure
-        departure = start + service[i]
+        departure = fifo_departure(departure, arrival[i], service[i], queued)
         out[i] = departure
 
 

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from replay import memory
 from replay.analysis.history import (
     STAGES,
     Deliveries,
@@ -42,7 +43,6 @@ from replay.analysis.history import (
     lives,
     pod_history,
 )
-from replay import memory
 from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
 from replay.arrays import stable_order
 from replay.engine.config import from_description

@@ -66,7 +66,7 @@ import numpy as np
 import numpy.typing as npt
 import polars as pl
 
-from replay.arrays import Segments, lindley
+from replay.arrays import Segments, fifo_departure, lindley
 from replay.engine.clientqueue import (QUEUES, Arrival, FifoQueue, busy_periods,
                                        conflicting_rows)
 from replay.engine.config import STAGES, ClientQueue, RunConfig, WatcherSpec
@@ -1244,10 +1244,8 @@ def _sent(dispatched: Ints, write: Ints, cost: Ints, stream: npt.NDArray[np.int3
     for i in range(len(write)):
         at = start + i
         arrival = dispatched[write[i]]
-        begin = arrival
-        if (continues if i == 0 else stream[at] == stream[at - 1]) and departure > begin:
-            begin = departure
-        departure = begin + cost[i]
+        departure = fifo_departure(departure, arrival, cost[i],
+                                   continues if i == 0 else stream[at] == stream[at - 1])
         sent[at] = departure
         before = at - room[stream[at]]
         if before >= 0 and stream[before] == stream[at] and sent[before] > arrival:
