@@ -2,8 +2,9 @@
 numpy, for ``replay derive``: the capacity windows' ``every_change`` step is ``capacity_changes``,
 whose pods' part (``claims``) DuckDB computes with window functions over every pod write
 partitioned by the pod's name: a third of the derivation's CPU at 1M pods (19 s of the what-if
-run's).  Here the pod writes are sorted once by pod and rv, and each pod life's requests, first
-binding and last delete, and each step's previous node, are found by comparing neighbours.
+run's).  Here the pod writes are sorted once by pod and rv; each pod life's requests are read
+at its first write, and one compiled pass over the lives (``_life_moves``) finds each life's
+first binding and last delete, and each step's previous node as each kind of cache sees it.
 
 views.sql stays the definition: this makes the temporary table ``every_change`` with the rows
 of ``FROM capacity_changes`` (in another order; the SQL's later steps order what they read),
@@ -21,10 +22,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from replay.analysis.counting import counting_order, two_key_order
+from replay.analysis.counting import counting_order, key_order
 from replay.analysis.runs import one_run
+from replay.jit import njit
 
 STEPS = ("binding", "delete", "assumed", "rejected", "failed")  # a step's change, by its code
+BINDING, DELETE, ASSUMED, REJECTED, FAILED = range(len(STEPS))
+COUNTS_BOUND, COUNTS_ASSUMED, BOTH = range(3)  # which caches see a move: counts_assumed
+MOST_MOVES = 3  # that one write makes: two releases (one per kind of cache) and a take
+AMOUNTS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
 def capacity_changes(con: duckdb.DuckDBPyConnection) -> bool:
@@ -81,14 +87,14 @@ def _pod_writes(con: duckdb.DuckDBPyConnection) -> PodWrites | None:
     (Kubernetes allows none): a life is counted per namespace and name, a pod is their text,
     and ``a/b`` of namespace ``x`` and ``b`` of ``x/a`` would make one pod, ``x/a/b``; without a
     '/' the text has one namespace and name."""
-    table = con.sql("""
+    table = con.sql(f"""
         SELECT rv, epoch_us(commit_ts) AS commit_us, concat_ws('/', namespace, name) AS pod,
                coalesce(contains(namespace, '/') OR contains(name, '/'), false) AS slashed,
                coalesce(verb = 'create' AND subresource IS NULL, false) AS creates,
                coalesce(verb = 'create' AND subresource = 'binding', false) AS binds,
                coalesce(verb = 'delete' AND subresource IS NULL, false) AS deletes,
-               CASE pod_state WHEN 'assumed' THEN 2 WHEN 'dispatched' THEN 3
-                              WHEN 'failed' THEN 4 ELSE -1 END AS state,
+               CASE pod_state WHEN 'assumed' THEN {ASSUMED} WHEN 'dispatched' THEN {REJECTED}
+                              WHEN 'failed' THEN {FAILED} ELSE -1 END AS state,
                node, attempt_id, cpu_milli, memory_bytes, gpu_milli
         FROM events
         WHERE resource = 'pods' AND name <> ''""").arrow()
@@ -113,16 +119,6 @@ def _pod_writes(con: duckdb.DuckDBPyConnection) -> PodWrites | None:
         order=order)
 
 
-def move_order(rv: np.ndarray, node: np.ndarray, takes: np.ndarray,
-               counts_assumed: np.ndarray) -> np.ndarray:
-    """``lex_order((counts_assumed, takes, node, rv))``: where the rvs are dense (a run's rvs
-    number its writes), two counting sorts (``two_key_order``), by node, takes and
-    counts_assumed, then by rv.  In the derivation, alternated on the 1M-pod runs' 4M moves:
-    0.53-0.91 s against 0.92-1.42 s (the packed sort's wide keys and buffers are fresh
-    memory); 0.25 against 0.35 s alone."""
-    return two_key_order((node.astype(np.int64) * 2 + takes) * 2 + counts_assumed, rv)
-
-
 def pod_order(pod: np.ndarray, rv: np.ndarray, pods: int) -> np.ndarray:
     """``np.lexsort((rv, pod))`` for pod codes in ``[0, pods)``, as two stable sorts, each fast
     on these writes: by rv (DuckDB hands them over in rv order but for a few batches, which
@@ -133,90 +129,142 @@ def pod_order(pod: np.ndarray, rv: np.ndarray, pods: int) -> np.ndarray:
 
 
 def _claims(w: PodWrites) -> pa.Table:
-    """``claims``' rows from the sorted pod writes."""
-    count = len(w.rv)
-    new_pod = np.ones(count, dtype=bool)
+    """``claims``' rows from the sorted pod writes, ordered by rv, then node, takes and
+    ``counts_assumed``: each life's requests here, its moves by ``_life_moves``."""
+    new_pod = np.ones(len(w.rv), dtype=bool)
     new_pod[1:] = w.pod[1:] != w.pod[:-1]
     # lives: a new one at each create; life 0 (writes before the pod's first create) has none
-    life_starts = new_pod | w.creates
-    life = np.cumsum(life_starts) - 1
-    starts = np.flatnonzero(life_starts)
+    starts = np.flatnonzero(new_pod | w.creates)
     created = w.creates[starts]
     requests = {}  # per life
-    for name in ("cpu_milli", "memory_bytes", "gpu_milli"):
+    for name in AMOUNTS:
         values, null = w.at(name, starts)
         requests[name] = np.where(created & ~null, values, 0)
-    binding = _is_per_life(np.minimum, w.binds, w.rv, starts, life)
-    delete = _is_per_life(np.maximum, w.deletes, w.rv, starts, life)
-    state = w.state
-    step = binding | delete | (state >= 2)
-    change = np.select([binding, delete], [0, 1], default=state)
-    holds = np.where(binding | (state == 2), w.node, -1)
-    moves_bound = binding | delete | (state == 4)
-    parts = [_moves(np.flatnonzero(step), life, holds, True),
-             _moves(np.flatnonzero(step & moves_bound), life, holds, False)]
-    rows = np.concatenate([p[0] for p in parts])
-    node = np.concatenate([p[1] for p in parts])
-    takes = np.concatenate([p[2] for p in parts])
-    counts_assumed = np.concatenate([p[3] for p in parts])
-    # a move both kinds of cache see is one row, for every cache (the SQL's GROUP BY ALL)
-    rv = w.rv[rows]
-    order = move_order(rv, node, takes, counts_assumed)
-    rows, node, takes, counts_assumed, rv = (rows[order], node[order], takes[order],
-                                             counts_assumed[order], rv[order])
-    same = np.zeros(len(rows), dtype=bool)
-    same[1:] = (rv[1:] == rv[:-1]) & (node[1:] == node[:-1]) & (takes[1:] == takes[:-1])
-    both = np.zeros(len(rows), dtype=bool)
-    both[:-1] = same[1:]
-    keep = ~same
-    rows, node, takes, both, rv = rows[keep], node[keep], takes[keep], both[keep], rv[keep]
-    counts_assumed = counts_assumed[keep]
+    claims = np.logical_or.reduce([requests[name] != 0 for name in AMOUNTS])
+    moves = _moves(w, starts, claims)
+    order = key_order(w.rv[moves[0]])
+    rows, node, takes, kind, change, life = (column[order] for column in moves)
     sign = np.where(takes, -1, 1)
-    claim_life = life[rows]
-    amounts = {name: requests[name][claim_life] for name in requests}
-    changes = (amounts["cpu_milli"] != 0) | (amounts["memory_bytes"] != 0) | (
-        amounts["gpu_milli"] != 0)
-    rows, node, takes, both, counts_assumed, sign, rv = (
-        rows[changes], node[changes], takes[changes], both[changes], counts_assumed[changes],
-        sign[changes], rv[changes])
-    amounts = {name: amount[changes] for name, amount in amounts.items()}
     attempt_id, attempt_null = w.at("attempt_id", rows)
     commit_us, commit_null = w.at("commit_us", rows)
     return pa.table({
-        "rv": rv,
+        "rv": w.rv[rows],
         "commit_ts": pa.array(commit_us, mask=commit_null, type=pa.timestamp("us", tz="UTC")),
         "node": w.nodes.take(pa.array(node)),
-        **{name: sign * amount for name, amount in amounts.items()},
+        **{name: sign * requests[name][life] for name in AMOUNTS},
         "attempt_id": pa.array(attempt_id, mask=~takes | attempt_null),
         "pod": w.pods.take(pa.array(w.pod[rows])),
-        "change": pa.array(STEPS).take(pa.array(change[rows])),
-        "counts_assumed": pa.array(counts_assumed, mask=both)})
+        "change": pa.array(STEPS).take(pa.array(change)),
+        "counts_assumed": pa.array(kind == COUNTS_ASSUMED, mask=kind == BOTH)})
 
 
-def _is_per_life(reduce: np.ufunc, which: np.ndarray, rv: np.ndarray, starts: np.ndarray,
-                 life: np.ndarray) -> np.ndarray:
-    """Whether each write's rv is the least (``np.minimum``) or the greatest (``np.maximum``)
-    rv of the writes ``which`` of its life (``starts``: each life's first write), as the SQL's
-    ``rv = min(rv) FILTER (which)`` (never where the life has none)."""
-    if not len(starts):
-        return np.zeros(0, dtype=bool)
-    found = np.logical_or.reduceat(which, starts)
-    limit = np.iinfo(np.int64).max if reduce is np.minimum else np.iinfo(np.int64).min
-    value = reduce.reduceat(np.where(which, rv, limit), starts)
-    return found[life] & (rv == value[life])
+def _moves(w: PodWrites, starts: np.ndarray, claims: np.ndarray) -> list[np.ndarray]:
+    """``_life_moves`` of every life into arrays that it fills, each twice as long whenever it
+    stops for room: the moves' writes, nodes, takes, kinds, changes and lives."""
+    capacity = len(w.rv) + MOST_MOVES
+    moves = [np.empty(capacity, dtype) for dtype in (np.int64, w.node.dtype, np.bool_, np.int8,
+                                                      np.int8, np.int64)]
+    life = count = 0
+    while True:
+        life, count = _life_moves(w.rv, w.node, w.binds, w.deletes, w.state, starts, claims,
+                                  life, count, *moves)
+        if life == len(starts):
+            return [column[:count] for column in moves]
+        moves = [np.concatenate([column[:count], np.empty(len(column), column.dtype)])
+                 for column in moves]
 
 
-def _moves(steps: np.ndarray, life: np.ndarray, holds: np.ndarray, counts_assumed: bool
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """``counted`` and ``moves`` for one kind of cache: each step's node held before it (the
-    previous step's of the same life), a release of it and a take of the new one where they
-    differ; returns the rows (writes), nodes, takes and the kind."""
-    step_life, now = life[steps], holds[steps]
-    held = np.full(len(steps), -1, dtype=holds.dtype)
-    held[1:] = np.where(step_life[1:] == step_life[:-1], now[:-1], -1)
-    released = (held >= 0) & (now != held)
-    taken = (now >= 0) & (now != held)
-    rows = np.concatenate([steps[released], steps[taken]])
-    node = np.concatenate([held[released], now[taken]])
-    takes = np.concatenate([np.zeros(released.sum(), bool), np.ones(taken.sum(), bool)])
-    return rows, node, takes, np.full(len(rows), counts_assumed)
+@njit(cache=True, nogil=True)
+def _life_moves(rv, node, binds, deletes, state, starts, claims, life, count,
+                rows, nodes, takes, kinds, changes, lives):  # pragma: no cover - compiled
+    """``steps``, ``counted`` and ``moves`` of the SQL, life by life from ``life`` (``starts``;
+    a life whose requests are all 0, ``~claims``, moves nothing): each step's node held before
+    it by each kind of cache, a release of it and a take of the new one where they differ,
+    and a move both kinds see once (``BOTH``, the SQL's GROUP BY ALL).  The moves go from
+    ``count`` on into the arrays (the write, node, takes, kind, change as ``STEPS``' code, life),
+    a write's in node order, until a life might not fit; returns the next life and count.
+
+    One pass over the pod writes: numpy's passes over the whole arrays, and a sort of every
+    move by rv, node, takes and kind to find those both kinds see, took 0.9 s of the 1M-pod
+    observe run's 3M pod writes on one core; this takes 0.04 s.  It does not grow the arrays
+    itself: a loop that may replace the arrays it writes keeps reloading them, four times
+    slower."""
+    while life < len(starts):
+        start = starts[life]
+        end = starts[life + 1] if life + 1 < len(starts) else len(rv)
+        if count + MOST_MOVES * (end - start) > len(rows):
+            break
+        if claims[life]:
+            count = _moves_of_life(rv, node, binds, deletes, state, start, end, life, count,
+                                   rows, nodes, takes, kinds, changes, lives)
+        life += 1
+    return life, count
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _moves_of_life(rv, node, binds, deletes, state, start, end, life, count,
+                   rows, nodes, takes, kinds, changes, lives):  # pragma: no cover - compiled
+    """``_life_moves`` of the life ``start:end``; returns the count after its moves."""
+    bound, bind_rv, deleted, delete_rv = _bind_and_delete(rv, binds, deletes, start, end)
+    held_assumed = held_bound = -1  # the node each kind of cache sees the pod hold
+    for i in range(start, end):
+        binding = bound and rv[i] == bind_rv
+        delete = deleted and rv[i] == delete_rv
+        if not (binding or delete or state[i] >= ASSUMED):
+            continue
+        holds = node[i] if binding or state[i] == ASSUMED else -1
+        moves_bound = binding or delete or state[i] == FAILED
+        # the releases as each kind sees them (one, of both, where they are the same) and the
+        # take, on three different nodes
+        release_assumed = held_assumed >= 0 and holds != held_assumed
+        release_bound = moves_bound and held_bound >= 0 and holds != held_bound
+        take_assumed = holds >= 0 and holds != held_assumed
+        take_bound = moves_bound and holds >= 0 and holds != held_bound
+        if release_assumed and release_bound and held_assumed == held_bound:
+            release_bound = False
+            release_kind = BOTH
+        else:
+            release_kind = COUNTS_ASSUMED
+        take_kind = (BOTH if take_assumed and take_bound
+                     else COUNTS_ASSUMED if take_assumed else COUNTS_BOUND)
+        found = (held_assumed if release_assumed else -1, held_bound if release_bound else -1,
+                 holds if take_assumed or take_bound else -1)
+        found_kinds = (release_kind, COUNTS_BOUND, take_kind)
+        change = BINDING if binding else DELETE if delete else state[i]
+        for _ in range(3):  # in node order
+            which = _least(found)
+            if which < 0:
+                break
+            rows[count], nodes[count], takes[count] = i, found[which], which == 2
+            kinds[count], changes[count], lives[count] = found_kinds[which], change, life
+            count += 1
+            found = (-1 if which == 0 else found[0], -1 if which == 1 else found[1],
+                     -1 if which == 2 else found[2])
+        held_assumed = holds
+        if moves_bound:
+            held_bound = holds
+    return count
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bind_and_delete(rv, binds, deletes, start, end):  # pragma: no cover - compiled
+    """Whether the life ``start:end`` has a binding and its least rv, whether it has a delete
+    and its greatest rv (the SQL's ``min(rv) FILTER (...)``, ``max(rv) FILTER (...)``)."""
+    bound = deleted = False
+    bind_rv = delete_rv = rv[start]
+    for i in range(start, end):
+        if binds[i] and (not bound or rv[i] < bind_rv):
+            bound, bind_rv = True, rv[i]
+        if deletes[i] and (not deleted or rv[i] > delete_rv):
+            deleted, delete_rv = True, rv[i]
+    return bound, bind_rv, deleted, delete_rv
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _least(nodes):  # pragma: no cover - compiled
+    """Which of three nodes (-1: none) is the least; -1 if none is."""
+    which = -1
+    for k in range(3):
+        if nodes[k] >= 0 and (which < 0 or nodes[k] < nodes[which]):
+            which = k
+    return which

@@ -31,6 +31,15 @@ def counting_order(codes, bound):  # pragma: no cover - compiled
     return order
 
 
+def key_order(key: np.ndarray) -> np.ndarray:
+    """``np.argsort(key, kind="stable")`` for an integer key: counted where its values span at
+    most ``DENSE`` times the rows, ``lex_order`` where they span more."""
+    if not len(key):
+        return np.zeros(0, dtype=np.int64)
+    key, span = _from_zero(key)
+    return counting_order(key, span) if span <= DENSE * len(key) else lex_order((key,))
+
+
 def two_key_order(minor: np.ndarray, major: np.ndarray) -> np.ndarray:
     """``np.lexsort((minor, major))`` for integer keys: two counting sorts, by the minor key,
     then stably by the major one, where each key's values span at most ``DENSE`` times the
