@@ -230,7 +230,7 @@ def _one_chunk(table: pa.Table) -> pa.Table:
     return table.combine_chunks()
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _ranks(pairs, pair):  # pragma: no cover - compiled
     """``np.searchsorted(pairs, pair)`` (``pairs`` sorted) for ``pair`` in a few sorted runs (a
     part's lone windows, one run per resource, then its merged windows), several times
@@ -265,7 +265,7 @@ def _first_seen(values, bound):  # pragma: no cover - compiled
     return numbers, seen[:count]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _to_double(hi, lo):  # pragma: no cover - compiled
     """``hi * 2**64 + lo`` (non-negative) rounded to the nearest double, ties to even, as
     DuckDB 2 casts a HUGEINT: the top 64 bits with every lower bit folded into the last, so
