@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.analysis import window_rows
+from replay.analysis.windows import RESOURCES
 
 
 def test_integrals_past_64_bits_round_as_duckdb_casts_them():
@@ -38,13 +39,21 @@ def test_integrals_past_64_bits_round_as_duckdb_casts_them():
 
 @settings(max_examples=500, deadline=None)
 @given(pairs=st.sets(st.integers(0, 6), max_size=7),
-       runs=st.lists(st.lists(st.integers(-1, 7), min_size=1, max_size=4), max_size=5))
-def test_the_ranks_walk_finds_what_a_binary_search_finds(pairs, runs):
-    """The walk over a part's pairs against ``np.searchsorted``, for needles in sorted runs
-    (as a part's windows come) that go back between runs, pairs absent or beyond the ends."""
+       runs=st.lists(st.lists(st.integers(-1, 7), min_size=1, max_size=4), max_size=5),
+       data=st.data())
+def test_the_ranks_walk_finds_what_a_binary_search_finds(pairs, runs, data):
+    """The keys' walk over a part's pairs against ``np.searchsorted``, for needles in sorted
+    runs (as a part's windows come) that go back between runs, pairs absent or beyond the
+    ends; and the key made of the rank, the resource's name and the start."""
     pairs = np.array(sorted(pairs), dtype=np.int64)
     pair = np.array([p for run in runs for p in sorted(run)], dtype=np.int64)
-    assert window_rows._ranks(pairs, pair).tolist() == np.searchsorted(pairs, pair).tolist()
+    code = np.array(data.draw(st.lists(st.integers(0, len(RESOURCES) - 1), min_size=len(pair),
+                                       max_size=len(pair))), dtype=np.int64)
+    start = np.array(data.draw(st.lists(st.integers(5, 20), min_size=len(pair),
+                                        max_size=len(pair))), dtype=np.int64)
+    group = np.searchsorted(pairs, pair) * len(RESOURCES) + window_rows.NAME_RANK[code]
+    assert window_rows._keys(pairs, pair, code, start, 5, 4).tolist() == \
+        ((group << 4) + (start - 5)).tolist()
 
 
 def test_batches_are_whole_row_groups_of_one_chunk(monkeypatch):

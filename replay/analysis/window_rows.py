@@ -176,8 +176,7 @@ def _keys(pairs: np.ndarray, pair: np.ndarray, code: np.ndarray, start: np.ndarr
           first: int, shift: int) -> np.ndarray:
     """The integer that sorts windows as the query does within a part: the pair's rank among
     the part's, the resource's name, the start (``rows`` checked that it fits)."""
-    group = _ranks(pairs, pair) * len(RESOURCES) + NAME_RANK[code]
-    return (group << shift) + (start - first)
+    return _ranked_keys(pairs, pair, code, start, NAME_RANK, first, shift)
 
 
 def _marked(keys: np.ndarray, part: Part, marks: Marks, first: int, shift: int,
@@ -231,20 +230,22 @@ def _one_chunk(table: pa.Table) -> pa.Table:
 
 
 @njit(cache=True, nogil=True)
-def _ranks(pairs, pair):  # pragma: no cover - compiled
-    """``np.searchsorted(pairs, pair)`` (``pairs`` sorted) for ``pair`` in a few sorted runs (a
-    part's lone windows, one run per resource, then its merged windows), several times
-    faster than its binary searches: a walk on from the previous one's place, restarted by a
-    binary search where ``pair`` goes back."""
-    ranks = np.empty(len(pair), np.int64)
+def _ranked_keys(pairs, pair, code, start, name_rank, first, shift):  # pragma: no cover
+    """``_keys`` in one pass: ``np.searchsorted(pairs, pair)`` (``pairs`` sorted) for ``pair``
+    in a few sorted runs (a part's lone windows, one run per resource, then its merged
+    windows), a walk on from the previous one's place, restarted by a binary search where
+    ``pair`` goes back, several times faster than its binary searches; and each rank made the
+    key at once.  In numpy's passes over the 16.6M windows of the 1M-pod observe run, the
+    ranks made, the keys took 0.26 s more."""
+    keys = np.empty(len(pair), np.int64)
     at = 0
     for i in range(len(pair)):
         if i > 0 and pair[i] < pair[i - 1]:
             at = np.searchsorted(pairs[:at], pair[i])
         while at < len(pairs) and pairs[at] < pair[i]:
             at += 1
-        ranks[i] = at
-    return ranks
+        keys[i] = ((at * len(name_rank) + name_rank[code[i]]) << shift) + (start[i] - first)
+    return keys
 
 
 @njit(cache=True, nogil=True)
