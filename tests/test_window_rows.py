@@ -32,7 +32,7 @@ def test_integrals_past_64_bits_round_as_duckdb_casts_them():
     duck = con.sql("""
         SELECT (hi::HUGEINT * 18446744073709551616::HUGEINT + lo::HUGEINT)::DOUBLE AS d
         FROM halves""").fetchnumpy()["d"]
-    ours = window_rows._to_double(hi, lo)
+    ours = np.array([window_rows._to_double(h, x) for h, x in zip(hi, lo)])
     assert ours.tobytes() == duck.tobytes()
     assert ours.tolist() == [float(int(h) * 2**64 + int(x)) for h, x in zip(hi, lo)]
 

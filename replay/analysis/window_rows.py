@@ -162,13 +162,12 @@ def _part_rows(part: Part, nodes: int, first: int, shift: int, wasted: Marks,
     is_wasted = _marked(keys, part, wasted, first, shift, np.zeros(len(keys), np.int64)) > 0
     conflicts = _marked(keys, part, conflicted, first, shift, np.zeros(len(keys), np.int64))
     code, stale = cols["resource"], cols["stale"]
-    units = UNITS[code]
+    gap_max, gap_seconds = _per_unit(cols["gap_max"], hi, lo, code, UNITS)
     return pa.table([
         cols["viewer_id"] - 1, cols["node_id"] - 1, code.astype(np.int8, copy=False),
         stale.view(np.int8), pa.array(cols["start_ts"], type=NUMBERED.field("start_ts").type),
         pa.array(cols["end_ts"], type=NUMBERED.field("end_ts").type),
-        pa.array(cols["open_at_end"]), pa.array(cols["gap_max"] / units),
-        pa.array(_to_double(hi, lo) / 1e6 / units),
+        pa.array(cols["open_at_end"]), pa.array(gap_max), pa.array(gap_seconds),
         pa.array(is_wasted, mask=~stale), pa.array(conflicts, mask=stale)], schema=NUMBERED)
 
 
@@ -267,21 +266,32 @@ def _first_seen(values, bound):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def _per_unit(gap_max, hi, lo, code, units):  # pragma: no cover - compiled
+    """Each window's ``gap_max`` and its integral (``hi * 2**64 + lo`` microseconds, as
+    ``_to_double`` rounds it, then in seconds) in its resource's unit (``units`` by code), as
+    the query divides them, in one pass: numpy's passes (the units gathered, the integrals
+    converted, then divided twice) took 0.3 s of the 1M-pod observe run's 16.6M windows."""
+    per_unit = np.empty(len(gap_max), np.float64)
+    seconds = np.empty(len(gap_max), np.float64)
+    for i in range(len(gap_max)):
+        unit = units[code[i]]
+        per_unit[i] = np.float64(gap_max[i]) / unit
+        seconds[i] = _to_double(hi[i], lo[i]) / 1e6 / unit
+    return per_unit, seconds
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _to_double(hi, lo):  # pragma: no cover - compiled
     """``hi * 2**64 + lo`` (non-negative) rounded to the nearest double, ties to even, as
     DuckDB 2 casts a HUGEINT: the top 64 bits with every lower bit folded into the last, so
     that one rounding of them is the rounding of the whole."""
-    out = np.empty(len(hi), np.float64)
-    for i in range(len(hi)):
-        if hi[i] == 0:
-            out[i] = np.float64(lo[i])
-            continue
-        high = np.uint64(hi[i])
-        bits = 0
-        while (high >> np.uint64(bits)) != np.uint64(0):
-            bits += 1
-        dropped = lo[i] & ((np.uint64(1) << np.uint64(bits)) - np.uint64(1))
-        top = ((high << np.uint64(64 - bits)) | (lo[i] >> np.uint64(bits))
-               | np.uint64(dropped != np.uint64(0)))
-        out[i] = np.float64(top) * 2.0 ** bits
-    return out
+    if hi == 0:
+        return np.float64(lo)
+    high = np.uint64(hi)
+    bits = 0
+    while (high >> np.uint64(bits)) != np.uint64(0):
+        bits += 1
+    dropped = lo & ((np.uint64(1) << np.uint64(bits)) - np.uint64(1))
+    top = ((high << np.uint64(64 - bits)) | (lo >> np.uint64(bits))
+           | np.uint64(dropped != np.uint64(0)))
+    return np.float64(top) * 2.0 ** bits
