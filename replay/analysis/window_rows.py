@@ -159,7 +159,7 @@ def _part_rows(part: Part, nodes: int, first: int, shift: int, wasted: Marks,
     order, keys = stable_sort(keys)
     cols = {name: column[order] for name, column in cols.items()}
     hi, lo = hi[order], lo[order]
-    is_wasted = _marked(keys, part, wasted, first, shift, np.zeros(len(keys), np.int64)) > 0
+    is_wasted = _marked(keys, part, wasted, first, shift, np.zeros(len(keys), bool))
     conflicts = _marked(keys, part, conflicted, first, shift, np.zeros(len(keys), np.int64))
     code, stale = cols["resource"], cols["stale"]
     gap_max, gap_seconds = _per_unit(cols["gap_max"], hi, lo, code, UNITS)
@@ -180,7 +180,8 @@ def _keys(pairs: np.ndarray, pair: np.ndarray, code: np.ndarray, start: np.ndarr
 
 def _marked(keys: np.ndarray, part: Part, marks: Marks, first: int, shift: int,
             counts: np.ndarray) -> np.ndarray:
-    """``counts`` with the marks' counts at the rows of their windows (a left join)."""
+    """``counts`` with the marks' counts at the rows of their windows (a left join); a bool
+    ``counts`` is whether a window is marked."""
     rows = marks.within(part.pairs)
     pair = marks.pair[rows]
     wanted = _keys(part.pairs, pair, marks.code[rows], marks.start[rows], first, shift)
