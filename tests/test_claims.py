@@ -5,12 +5,14 @@ the trace, and names with a '/', which are left to the SQL."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.analysis.claims import capacity_changes, pod_order
+from replay.analysis.claims import ASSUMED, COUNTS_ASSUMED, _moves, capacity_changes, pod_order
 from replay.analysis.counting import key_order
 from replay.analysis.derive import derive
 from replay.analysis.runs import open_runs
@@ -85,3 +87,20 @@ def test_the_moves_are_ordered_as_a_stable_sort_orders_them(data, count, spread)
     rv = np.array(data.draw(st.lists(st.integers(0, 12), min_size=count, max_size=count)),
                   dtype=np.int64) * spread + 7
     assert np.array_equal(key_order(rv), np.argsort(rv, kind="stable"))
+
+
+def test_a_life_longer_than_the_room_first_given_makes_every_move():
+    """One life of ten assumptions, on two nodes in turn: 19 moves (a take, then a release and
+    a take each), more than the 13 that ``_moves`` first makes room for."""
+    count = 10
+    writes = SimpleNamespace(
+        rv=np.arange(1, count + 1, dtype=np.int64), node=np.arange(count, dtype=np.int32) % 2,
+        binds=np.zeros(count, bool), deletes=np.zeros(count, bool),
+        state=np.full(count, ASSUMED, np.int32))
+    rows, nodes, takes, kinds, changes, lives = _moves(writes, np.array([0]), np.array([True]))
+    expected = [(0, 0, True)] + [move for i in range(1, count)
+                                 for move in sorted([(i, (i - 1) % 2, False), (i, i % 2, True)],
+                                                    key=lambda m: m[1])]
+    assert list(zip(rows.tolist(), nodes.tolist(), takes.tolist())) == expected
+    assert set(kinds.tolist()) == {COUNTS_ASSUMED} and set(changes.tolist()) == {ASSUMED}
+    assert set(lives.tolist()) == {0}
