@@ -26,12 +26,12 @@ import pyarrow.compute as pc
 from replay.analysis.counting import counting_order, key_order
 from replay.analysis.runs import one_run
 from replay.jit import njit
+from replay.trace.schema import RESOURCE_COLUMNS
 
 STEPS = ("binding", "delete", "assumed", "rejected", "failed")  # a step's change, by its code
 BINDING, DELETE, ASSUMED, REJECTED, FAILED = range(len(STEPS))
 COUNTS_BOUND, COUNTS_ASSUMED, BOTH = range(3)  # which caches see a move: counts_assumed
 MOST_MOVES = 3  # that one write makes: two releases (one per kind of cache) and a take
-AMOUNTS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
 def capacity_changes(con: duckdb.DuckDBPyConnection) -> bool:
@@ -138,21 +138,22 @@ def _claims(w: PodWrites) -> pa.Table:
     starts = np.flatnonzero(new_pod | w.creates)
     created = w.creates[starts]
     requests = {}  # per life
-    for name in AMOUNTS:
+    for name in RESOURCE_COLUMNS:
         values, null = w.at(name, starts)
         requests[name] = np.where(created & ~null, values, 0)
-    claims = np.logical_or.reduce([requests[name] != 0 for name in AMOUNTS])
+    claims = np.logical_or.reduce([requests[name] != 0 for name in RESOURCE_COLUMNS])
     moves = _moves(w, starts, claims)
-    order = key_order(w.rv[moves[0]])
+    rv = w.rv[moves[0]]
+    order = key_order(rv)
     rows, node, takes, kind, change, life = (column[order] for column in moves)
     sign = np.where(takes, -1, 1)
     attempt_id, attempt_null = w.at("attempt_id", rows)
     commit_us, commit_null = w.at("commit_us", rows)
     return pa.table({
-        "rv": w.rv[rows],
+        "rv": rv[order],
         "commit_ts": pa.array(commit_us, mask=commit_null, type=pa.timestamp("us", tz="UTC")),
         "node": w.nodes.take(pa.array(node)),
-        **{name: sign * requests[name][life] for name in AMOUNTS},
+        **{name: sign * requests[name][life] for name in RESOURCE_COLUMNS},
         "attempt_id": pa.array(attempt_id, mask=~takes | attempt_null),
         "pod": w.pods.take(pa.array(w.pod[rows])),
         "change": pa.array(STEPS).take(pa.array(change)),
