@@ -16,8 +16,8 @@ pairs alternate which side runs first, so that a drift within the pairs does not
 numba compiles the kernels a commit changed on their first call: each side first runs
 ``--warmup`` times, not counted.
 
-Prints each pair as it ends, then per figure both sides' medians and ranges and the median of
-the pairs' differences (head less base).
+Prints each pair as it ends, then per figure both sides' medians and ranges, the median of the
+pairs' differences (head less base), and in how many pairs the head's figure was the lower.
 """
 
 from __future__ import annotations
@@ -126,17 +126,23 @@ def _numbers(figures: dict) -> dict[str, float]:
 
 
 def _table(runs: dict[str, list[dict]]) -> str:
-    """Per figure both sides share: each side's median (range), and the median of the
-    pairs' differences, head less base."""
+    """Per figure both sides share: each side's median (range), the median of the pairs'
+    differences, head less base, and in how many pairs the head's figure was the lower.
+
+    The count is the evidence on this machine, whose speed drifts within minutes: a median of
+    a few differences can be one pair's, a count says whether the pairs agree (a change that
+    does nothing is lower in about half of them, and in all of six by chance once in 64)."""
     base, head = (runs[name] for name in SIDES)
     keys = [key for key in _numbers(base[0]) if all(key in run for run in base + head)]
-    lines = ["| figure | base | head | head - base (median of the pairs) |",
-             "| --- | --- | --- | --- |"]
+    lines = ["| figure | base | head | head - base (median of the pairs) | pairs with head lower |",
+             "| --- | --- | --- | --- | --- |"]
     for key in keys:
         differences = [h[key] - b[key] for b, h in zip(base, head)]
+        lower = sum(difference < 0 for difference in differences)
         lines.append(f"| {key} | {_spread([r[key] for r in base])} | "
                      f"{_spread([r[key] for r in head])} | "
-                     f"{_figure(statistics.median(differences), '+')} |")
+                     f"{_figure(statistics.median(differences), '+')} | "
+                     f"{lower} of {len(differences)} |")
     return "\n".join(lines)
 
 

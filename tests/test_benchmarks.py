@@ -68,7 +68,8 @@ print("result: " + json.dumps({"value": value}))
 def test_pairs_run_the_base_and_the_head_in_turn(tmp_path, monkeypatch, capsys):
     """The base commit in a worktree of its own, the head as the working tree is (uncommitted
     change included), each side's warm-up first, then pairs alternating which side runs first;
-    the table's medians and the pairs' difference; no worktree left behind."""
+    the table's medians, the pairs' difference and how many pairs have the head lower; no
+    worktree left behind."""
     repo, order = tmp_path / "repo", tmp_path / "order.txt"
     repo.mkdir()
     (repo / "bench.py").write_text(BENCH)
@@ -82,7 +83,7 @@ def test_pairs_run_the_base_and_the_head_in_turn(tmp_path, monkeypatch, capsys):
                        str(order)]) == 0
     assert order.read_text().split() == ["1", "3", "1", "3", "3", "1", "1", "3"]
     table = capsys.readouterr().out
-    assert "| value | 1 (1-1) | 3 (3-3) | +2 |" in table
+    assert "| value | 1 (1-1) | 3 (3-3) | +2 | 0 of 3 |" in table
     worktrees = subprocess.run(["git", "-C", str(repo), "worktree", "list"], check=True,
                                capture_output=True, text=True).stdout.splitlines()
     assert len(worktrees) == 1
