@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.analysis.claims import ASSUMED, COUNTS_ASSUMED, _moves, capacity_changes, pod_order
-from replay.analysis.counting import key_order
 from replay.analysis.derive import derive
 from replay.analysis.runs import open_runs
 from strategies import bind, delete, node, pod
@@ -76,17 +75,6 @@ def test_the_writes_are_ordered_as_lexsort_orders_them(data, pods, count):
         cut = data.draw(st.integers(0, count))
         rv = np.concatenate([rv[cut:], rv[:cut]])  # two batches swapped
     assert np.array_equal(pod_order(pod, rv, pods), np.lexsort((rv, pod)))
-
-
-@settings(max_examples=300, deadline=None)
-@given(data=st.data(), count=st.integers(0, 40), spread=st.sampled_from([1, 3, 10**9]))
-def test_the_moves_are_ordered_as_a_stable_sort_orders_them(data, count, spread):
-    """``key_order`` (a counting sort where the rvs are dense, ``lex_order`` where they are
-    not) against numpy's stable sort, with repeated rvs (a write's several moves), and rvs a
-    few apart or billions."""
-    rv = np.array(data.draw(st.lists(st.integers(0, 12), min_size=count, max_size=count)),
-                  dtype=np.int64) * spread + 7
-    assert np.array_equal(key_order(rv), np.argsort(rv, kind="stable"))
 
 
 def test_a_life_longer_than_the_room_first_given_makes_every_move():
