@@ -18,7 +18,10 @@ repetition, not timed.
 
 Each scenario runs as its own child process (``python benchmarks/X.py``), watched by a small
 process of its own, so that its figures are its alone: wall time; CPU time (user + system of the
-whole tree, ``getrusage(RUSAGE_CHILDREN)``); peak resident memory of the tree (the larger of the
+whole tree, ``getrusage(RUSAGE_CHILDREN)``), and of it the system's time and the page faults
+(on this project's virtual machine a page touched for the first time since it was freed costs
+up to 30 µs of system time, against 0.5 µs for one in use, and most of the spread of wall times
+from one hour to the next is there); peak resident memory of the tree (the larger of the
 biggest process's ``ru_maxrss`` and the sum over the tree sampled every 0.1 s, for ingest's
 workers); and the scenario's own figures, which its script prints (the seconds of the work it
 measures, e.g. the replay without the interpreter's start, and its throughput).  Repetitions run
@@ -171,6 +174,7 @@ def watch(figures: Path, log: Path, cwd: Path, command: list[str]) -> int:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = {**read_result(log.read_text()),  # the script's own figures, then the tree's
               "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+              "system_s": usage.ru_stime, "page_faults": usage.ru_minflt + usage.ru_majflt,
               "peak_rss_mib": max(usage.ru_maxrss / 1024, memory.peak / 2**20), "exit": code}
     figures.write_text(json.dumps(result))
     return code
@@ -219,14 +223,15 @@ def markdown(meta: dict, chosen: list[Scenario], results: dict[str, dict]) -> st
         "Median (and range) over the repetitions.  *work*: the seconds the script measures of the "
         "work itself (for a replay: reading the trace, replaying, writing the tables; the "
         "derivation is its own row); *process*: the child process's wall and CPU time "
-        "(interpreter start and imports included, CPU summed over its threads and workers); "
+        "(interpreter start and imports included, CPU summed over its threads and workers), "
+        "and of the CPU time the system's, with the page faults that are most of it; "
         "*peak RSS*: of its process tree; *load*: the machine's load average when it started "
         "(on 2 cores, a load above 2 means the scenario got a share of a core, and wall times "
         "grow accordingly; CPU times much less).",
         "",
-        "| scenario | what | work s | throughput | process wall s | process CPU s | peak RSS MiB "
-        "| load |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| scenario | what | work s | throughput | process wall s | process CPU s | of it system s "
+        "| page faults (M) | peak RSS MiB | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for s in chosen:
         r = results.get(s.name)
@@ -234,7 +239,8 @@ def markdown(meta: dict, chosen: list[Scenario], results: dict[str, dict]) -> st
             continue
         lines.append(f"| {s.name} | {s.what} | {fmt(r.get(s.seconds))} | "
                      f"{rate(r.get(s.rate), s.unit) if s.rate else ''} | {fmt(r.get('wall_s'))} | "
-                     f"{fmt(r.get('cpu_s'))} | {fmt(r.get('peak_rss_mib'), 0)} | "
+                     f"{fmt(r.get('cpu_s'))} | {fmt(r.get('system_s'))} | "
+                     f"{fmt(r.get('page_faults'), 2, 1e6)} | {fmt(r.get('peak_rss_mib'), 0)} | "
                      f"{fmt(r.get('load'), 1)} |")
     if "queries" in results and "queries" in results["queries"]:
         lines += ["", "Each shipped query on both runs together (`benchmarks/queries.py`: a "

@@ -46,6 +46,9 @@ def test_the_child_tree_is_measured(tmp_path):
     assert result["answer"] == 42 and result["exit"] == 0
     assert result["peak_rss_mib"] >= 550  # the workers' memory together
     assert result["cpu_s"] >= 0.3 and result["wall_s"] >= 1.0
+    # the workers' pages, each faulted in once, and the system's time that took
+    assert result["page_faults"] >= 2 * (300 << 20) // 4096
+    assert 0 < result["system_s"] < result["cpu_s"]
 
 
 def test_a_failing_child_is_reported(tmp_path):
