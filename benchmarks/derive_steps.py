@@ -1,7 +1,7 @@
 """Where `replay derive` spends its time: each step of a derived table's SQL (a DuckDB
 temporary table, or numpy where ``replay.analysis`` computes it instead), then the final query
-and the file's writing, with wall and process CPU time, the process's RSS and DuckDB's memory
-and spill after each.
+and the file's writing, with wall and process CPU time, the system's part of that CPU time and
+the page faults behind most of it, the process's RSS and DuckDB's memory and spill after each.
 
     cp -r RUN_DIR /tmp/copy && python benchmarks/derive_steps.py /tmp/copy
 
@@ -35,15 +35,22 @@ def peak_mib() -> int:
 
 
 class Clock:
-    """Wall and CPU seconds since the last ``lap``."""
+    """Wall, CPU and system seconds and page faults since the last ``lap``."""
 
     def __init__(self) -> None:
-        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        self.last = self._now()
 
-    def lap(self) -> tuple[float, float]:
-        wall, cpu = time.perf_counter(), time.process_time()
-        lapped = (wall - self.wall, cpu - self.cpu)
-        self.wall, self.cpu = wall, cpu
+    @staticmethod
+    def _now() -> tuple[float, float, float, int]:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return (time.perf_counter(), usage.ru_utime + usage.ru_stime, usage.ru_stime,
+                usage.ru_minflt + usage.ru_majflt)
+
+    def lap(self) -> tuple[float, float, float, int]:
+        now = self._now()
+        lapped = (now[0] - self.last[0], now[1] - self.last[1], now[2] - self.last[2],
+                  now[3] - self.last[3])
+        self.last = now
         return lapped
 
 
@@ -62,13 +69,14 @@ def timed_steps(clock: Clock) -> Callable[..., duckdb.DuckDBPyRelation]:
 
         def tick(count: int) -> None:
             name = next(names)
-            wall, cpu = clock.lap()
+            wall, cpu, system, faults = clock.lap()
             memory, spilled = con.sql("""SELECT coalesce(sum(memory_usage_bytes), 0) >> 20,
                                                 coalesce(sum(temporary_storage_bytes), 0) >> 20
                                          FROM duckdb_memory()""").fetchall()[0]
             print(f"{name:<20} {'numpy' if name in swept else 'duckdb':<6} wall {wall:6.2f} "
-                  f"cpu {cpu:6.2f}  rss {rss_mib():5} MiB  duckdb {memory:5} MiB, "
-                  f"spilled {spilled:5} MiB", flush=True)
+                  f"cpu {cpu:6.2f} (system {system:5.2f}, {faults:8,} faults)  "
+                  f"rss {rss_mib():5} MiB  duckdb {memory:5} MiB, spilled {spilled:5} MiB",
+                  flush=True)
             done(count)
 
         return run_steps(con, steps, done=tick, replace=noting)
@@ -84,15 +92,17 @@ def main() -> None:
     record = derive_module._record
 
     def recorded(*record_args) -> None:
-        wall, cpu = clock.lap()
-        print(f"{'final, writing':<27} wall {wall:6.2f} cpu {cpu:6.2f}  rss {rss_mib():5} MiB")
+        wall, cpu, system, faults = clock.lap()
+        print(f"{'final, writing':<27} wall {wall:6.2f} cpu {cpu:6.2f} (system {system:5.2f}, "
+              f"{faults:8,} faults)  rss {rss_mib():5} MiB")
         record(*record_args)
 
     derive_module._record = recorded  # type: ignore[assignment]
     start = Clock()
     rows = derive_module.derive(args.run_dir)
-    wall, cpu = start.lap()
-    print(f"{rows}: wall {wall:.2f} s, cpu {cpu:.2f} s, peak RSS {peak_mib():,} MiB")
+    wall, cpu, system, faults = start.lap()
+    print(f"{rows}: wall {wall:.2f} s, cpu {cpu:.2f} s (system {system:.2f} s, {faults:,} page "
+          f"faults), peak RSS {peak_mib():,} MiB")
 
 
 if __name__ == "__main__":
