@@ -6,6 +6,7 @@ and the batches that become the file's row groups."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import duckdb
@@ -156,3 +157,92 @@ def test_an_error_making_a_part_reaches_the_caller_and_stops_the_parts():
     with pytest.raises(ValueError, match="part 2"):
         next(rows)
     assert made == [1, 2, 3]  # 3 was ahead; 4 never begun
+
+
+def _windows(pairs: list[int], nodes: int, merged: bool) -> pa.Table:
+    """Windows of the sweep's tables at ``pairs`` (viewer_id * nodes + node_id), in that order."""
+    from replay.analysis.windows import _windows_table
+
+    pair = np.array(pairs, dtype=np.int64)
+    count = len(pair)
+    starts = np.arange(count, dtype=np.int64) * 10 + (8 if merged else 5)
+    table = _windows_table(pair // nodes, pair % nodes, np.arange(count) % len(RESOURCES), starts,
+                           starts + 7, np.arange(count) % 3 == 0, np.arange(count) % 2 == 0,
+                           np.arange(count, dtype=np.int64) + 1,
+                           *([np.zeros(count, np.int64), np.arange(count, dtype=np.uint64)]
+                             if merged else []))
+    if not merged:
+        table = table.append_column("truth", pa.array(np.zeros(count, np.int64))).append_column(
+            "view", pa.array(np.zeros(count, np.int64)))
+    return table
+
+
+def _marks(pair=(), code=(), start=(), count=()) -> window_rows.Marks:
+    marks = window_rows.Marks.__new__(window_rows.Marks)
+    marks.pair, marks.code, marks.start, marks.count = (
+        np.array(values, dtype=np.int64) for values in (pair, code, start, count))
+    return marks
+
+
+@settings(max_examples=200, deadline=None)
+@given(pairs=st.lists(st.integers(0, 29), min_size=1, max_size=12, unique=True),
+       data=st.data(), piece_rows=st.integers(1, 8))
+def test_a_part_cut_into_pieces_makes_the_same_rows(pairs, data, piece_rows):
+    """A part's rows made a piece at a time (``_pieces``) are its rows made whole: the pieces
+    take every window once, each with the pairs it belongs to, and in the pairs' order; marks
+    (wasted, conflicts) land where they did."""
+    pairs = sorted(pairs)
+    lone = [sorted(data.draw(st.lists(st.sampled_from(pairs), max_size=6))) for _ in RESOURCES]
+    merged = sorted(data.draw(st.lists(st.sampled_from(pairs), max_size=6)))
+    part = window_rows.Part(np.array(pairs, dtype=np.int64),
+                            pa.concat_tables([_windows(run, 10, False) for run in lone]),
+                            _windows(merged, 10, True))
+    windows = [(p, r, s) for p, r, s in zip(merged, *(
+        window_rows._column(part.merged_windows, name).tolist() for name in ("resource", "start_ts")))]
+    marked = sorted(data.draw(st.lists(st.sampled_from(windows), max_size=3, unique=True))
+                    if windows else [])
+    wasted = _marks(*zip(*[(*window, 1) for window in marked])) if marked else _marks()
+    make = functools.partial(window_rows._part_rows, nodes=10, first=0, shift=10,
+                             wasted=wasted, conflicted=_marks())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(window_rows, "PIECE_ROWS", piece_rows)
+        pieces = list(window_rows._pieces(part, 10))
+    assert np.concatenate([piece.pairs for piece in pieces]).tolist() == pairs
+    assert sum(p.lone_windows.num_rows + p.merged_windows.num_rows for p in pieces) == \
+        part.lone_windows.num_rows + part.merged_windows.num_rows
+    whole = make(part)
+    assert pa.concat_tables([make(piece) for piece in pieces]).equals(whole)
+    if whole.num_rows > piece_rows:  # cut into as many as asked, at most one per pair
+        assert len(pieces) == min(-(-whole.num_rows // piece_rows), len(pairs))
+
+
+def test_a_part_not_in_its_pairs_order_is_made_whole(monkeypatch):
+    monkeypatch.setattr(window_rows, "PIECE_ROWS", 1)
+    part = window_rows.Part(np.array([1, 2, 3]), _windows([1, 3, 2], 10, False),
+                            _windows([1, 2], 10, True))
+    assert list(window_rows._pieces(part, 10)) == [part]
+    ordered = window_rows.Part(part.pairs, _windows([1, 2, 3], 10, False), part.merged_windows)
+    assert len(list(window_rows._pieces(ordered, 10))) == 3
+
+
+def test_pieces_of_one_window_write_the_same_file(tmp_path, monkeypatch):
+    """The final rows made a window at a time: the same file, byte for byte."""
+    from replay.analysis.derive import derive
+    from test_derive import stored_is_the_whole_query
+    from test_queries import WORKED, network, replay_rows
+
+    run_dir = replay_rows(tmp_path, WORKED, network(2))
+    ours = (run_dir / "capacity_windows.parquet").read_bytes()
+    cut = []
+    pieces = window_rows._pieces
+
+    def counted(part, nodes):
+        for piece in pieces(part, nodes):
+            cut.append(piece)
+            yield piece
+    monkeypatch.setattr(window_rows, "_pieces", counted)
+    monkeypatch.setattr(window_rows, "PIECE_ROWS", 1)
+    derive(run_dir)
+    assert len(cut) > 1
+    assert (run_dir / "capacity_windows.parquet").read_bytes() == ours
+    stored_is_the_whole_query(run_dir)

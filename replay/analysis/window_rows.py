@@ -5,8 +5,9 @@ the query's order, as the Arrow tables DuckDB would hand out for it.
 Why: DuckDB spent a third of the derivation there at 1M pods (15 s of CPU for observe's 16.6M
 windows), joining the names and sorting every row by them beside its memory cap.  The sweep's
 parts already come in the order of the watcher-node pairs, which the query orders by first, so
-each part is sorted alone, by one integer per window: its pair's rank in the part, its resource
-(in the order of the resources' names) and its start.  ``wasted`` and ``conflicted`` stay SQL
+each part (cut at its pairs into pieces of ``PIECE_ROWS`` windows) is sorted alone, by one
+integer per window: its pair's rank in the piece, its resource (in the order of the resources'
+names) and its start.  ``wasted`` and ``conflicted`` stay SQL
 (small joins of the stale segments and the attempts): their rows are found among the sorted
 windows by that integer.  The numbers are DuckDB's: a window's integral is a 128-bit integer
 converted to the nearest double, as DuckDB 2's cast does, then divided as the query divides.
@@ -22,7 +23,7 @@ or the sort's integer would not fit in 64 bits.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import duckdb
@@ -30,11 +31,19 @@ import numpy as np
 import pyarrow as pa
 
 from replay import interrupts
-from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128, resource_code
+from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128, pairs_of, resource_code
 from replay.arrays import stable_sort
 from replay.jit import njit
 
 BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for a sorted result
+# windows made into rows at a time, about: each part of the sweep (up to 3.4M windows in the 1M-pod
+# observe run) is cut at its pairs into pieces of this size (``_pieces``).  The arrays of the
+# piece being made, of the one being cut into batches and of those the file's writer still holds
+# are the final rows' footprint, and pages the process takes new: made a part at a time, the
+# 1M-pod observe run's rows faulted in 234k pages (0.9 GB), a piece at a time 54k.  Its whole
+# ``replay run`` took a median 0.86 s less (4 of 4 pairs), 0.86 CPU s and 181k faults fewer
+# (benchmarks/README.md, thirty-fifth round).  2**18 faulted 34k but took more CPU; 2**20, 87k.
+PIECE_ROWS = 1 << 19
 UNITS = np.array([{"cpu": 1000.0, "memory": 1073741824.0, "gpu": 1000.0}[r] for r in RESOURCES])
 # each resource's place in the order of their names ('cpu' < 'gpu' < 'memory'), by its code
 NAME_RANK = np.argsort(np.argsort(np.array(RESOURCES)))
@@ -93,24 +102,62 @@ def rows(con: duckdb.DuckDBPyConnection, sweep: Sweep) -> Iterator[pa.Table] | N
     names = (watchers, nodes, pa.array(RESOURCES), KINDS)
     return (_named(batch, names) for batch in _batches(_one_ahead(
         functools.partial(_part_rows, nodes=sweep.nodes, first=first, shift=shift,
-                          wasted=wasted, conflicted=conflicted), sweep.parts)))
+                          wasted=wasted, conflicted=conflicted),
+        (piece for part in sweep.parts for piece in _pieces(part, sweep.nodes)))))
 
 
-def _one_ahead(make: Callable[[Part], pa.Table], parts: list[Part]) -> Iterator[pa.Table]:
-    """``make(part)`` for each part in order, the next one made on a thread of its own while
-    the caller takes the current one.
+def _pieces(part: Part, nodes: int) -> Iterator[Part]:
+    """``part`` cut at its pairs into pieces of about ``PIECE_ROWS`` windows, in the pairs'
+    order; ``part`` whole where its lone windows' runs (one per resource) or its merged windows
+    are not each in the pairs' order.  A piece's windows sort alone as the part's do, so the rows
+    come in the same order."""
+    runs = {name: getattr(part, name).to_batches() for name in ("lone_windows", "merged_windows")}
+    count = sum(run.num_rows for table in runs.values() for run in table)
+    pairs = {name: [pairs_of(run, nodes) for run in table] for name, table in runs.items()}
+    if count <= PIECE_ROWS or not all(_ascending(p) for table in pairs.values() for p in table):
+        yield part
+        return
+    cuts = np.linspace(0, len(part.pairs), -(-count // PIECE_ROWS) + 1).astype(np.int64)
+    for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        if lo < hi:
+            yield Part(part.pairs[lo:hi], *(_within(part, name, runs[name], pairs[name], lo, hi)
+                                             for name in runs))
+
+
+def _within(part: Part, name: str, runs: list[pa.RecordBatch], pairs: list[np.ndarray],
+            lo: int, hi: int) -> pa.Table:
+    """The rows of ``part``'s table ``name`` (as ``runs``, whose pairs are ``pairs``) of the
+    part's pairs ``lo`` to ``hi`` (not included)."""
+    def bounds(run: np.ndarray) -> tuple[int, int]:
+        start = int(np.searchsorted(run, part.pairs[lo], side="left"))
+        end = (len(run) if hi == len(part.pairs)
+               else int(np.searchsorted(run, part.pairs[hi], side="left")))
+        return start, end - start
+    schema = getattr(part, name).schema
+    return pa.Table.from_batches([run.slice(*bounds(pair)) for run, pair in zip(runs, pairs)],
+                                 schema=schema)
+
+
+def _ascending(values: np.ndarray) -> bool:
+    return bool(np.all(values[1:] >= values[:-1]))
+
+
+def _one_ahead(make: Callable[[Part], pa.Table], parts: Iterable[Part]) -> Iterator[pa.Table]:
+    """``make(part)`` for each part (or piece) in order, the next one made on a thread of its
+    own while the caller takes the current one.
 
     A part of the sweep holds millions of windows, a few dozen ``BATCH_ROWS`` batches, and the
     file's writer takes at most ``WRITER_AHEAD`` of them ahead (replay.analysis.derive).  Made
     in turn, the writer had nothing to do while the next part was made: on the 1M-pod observe
     run it was idle for 3.3 of the final rows' 9 s, about as long as they took to make.  numpy
     and Arrow release the GIL while they work, so the two overlap; one part ahead costs the
-    memory of one part's rows."""
+    memory of one part's rows (one piece's: ``_pieces``)."""
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-window-rows") as pool:
-        made = [_submit(pool, make, part) for part in parts[:1]]
-        for following in parts[1:]:
-            made.append(_submit(pool, make, following))
-            yield made.pop(0).result()
+        made: list[Future[pa.Table]] = []
+        for part in parts:
+            made.append(_submit(pool, make, part))
+            if len(made) == 2:
+                yield made.pop(0).result()
         for current in made:
             yield current.result()
 

@@ -603,7 +603,7 @@ def sweep(con: duckdb.DuckDBPyConnection, lags: Lags, nodes: int, rvs: int) -> S
                at_end, cpu_milli::BIGINT AS cpu, memory_bytes::BIGINT AS memory,
                gpu_milli::BIGINT AS gpu
         FROM held"""))
-    held_pair = _pairs(held, nodes)
+    held_pair = pairs_of(held, nodes)
     by_pair = np.argsort(held_pair, kind="stable")
     held, held_pair = held.take(by_pair), held_pair[by_pair]
     pair = _ints(lags["viewer_id"]) * nodes + lags["node_id"]
@@ -656,7 +656,8 @@ def _sweep_part(lags: Lags, pair: np.ndarray, held: pa.Table, held_pair: np.ndar
     return lone_windows, merged_windows, stale_segments
 
 
-def _pairs(table: pa.Table, nodes: int) -> np.ndarray:
+def pairs_of(table: pa.Table | pa.RecordBatch, nodes: int) -> np.ndarray:
+    """The rows' watcher-node pairs: viewer_id * nodes + node_id."""
     return (_ints(table.column("viewer_id").to_numpy()) * nodes
             + table.column("node_id").to_numpy())
 
@@ -756,7 +757,7 @@ def _merged(cols: Lags, pair: np.ndarray, swept: np.ndarray, held: pa.Table,
     lagging = cols.at("view_us", rows) > cols.at("commit_us", rows)
     entered = rows[lagging]
     held_cols = {name: held.column(name).to_numpy() for name in held.column_names}
-    held_pair = _pairs(held, nodes)
+    held_pair = pairs_of(held, nodes)
     gaps = np.stack([np.concatenate([np.where(lagging, -cols.at(r, rows), 0),
                                      cols.at(r, entered), held_cols[r], -held_cols[r]])
                      for r in RESOURCES])
