@@ -48,7 +48,11 @@ from replay.jit import njit
 SWEPT = ("received", "lags", "inverted", "irregular", "classified", "lone_windows", "points",
          "instants", "stepped", "merged_segments", "windows", "stale_segments")
 RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
-SWEEP_ROWS = 1 << 21  # lags swept at a time (whole watcher-node pairs): about 200 MB of arrays
+# lags swept at a time (whole watcher-node pairs): about 50 MB of arrays.  A part's arrays are
+# pages its thread takes new, freed when the part is done: with 2**21 lags a part, the 1M-pod
+# observe run's sweep faulted in 549-576k pages and took 2.4 s, with 2**19 368-402k and 1.5 s,
+# its peak RSS 0.3 GB lower (benchmarks/README.md, thirty-fifth round)
+SWEEP_ROWS = 1 << 19
 # The first part is SWEEP_ROWS >> FIRST_PART_SHIFT lags, each next one twice the one before up to
 # SWEEP_ROWS: the windows' writer begins once the first part's rows are made
 # (replay.analysis.window_rows), and writes rows half as fast as they are made, so that each next
