@@ -246,3 +246,17 @@ def test_pieces_of_one_window_write_the_same_file(tmp_path, monkeypatch):
     assert len(cut) > 1
     assert (run_dir / "capacity_windows.parquet").read_bytes() == ours
     stored_is_the_whole_query(run_dir)
+
+
+def test_windows_beyond_a_parts_pairs_stay_in_its_first_and_last_pieces(monkeypatch):
+    """Every window is in one piece, even one whose pair the part does not list (the sweep
+    lists them all; this keeps a row from being lost if it did not)."""
+    monkeypatch.setattr(window_rows, "PIECE_ROWS", 1)
+    part = window_rows.Part(np.array([3, 5, 7]), _windows([1, 3, 5, 7, 9], 10, False),
+                            _windows([2, 8], 10, True))
+    pieces = list(window_rows._pieces(part, 10))
+    assert [len(p.pairs) for p in pieces] == [1, 1, 1]
+    assert [window_rows._column(p.lone_windows, "node_id").tolist() for p in pieces] == \
+        [[1, 3], [5], [7, 9]]
+    assert [window_rows._column(p.merged_windows, "node_id").tolist() for p in pieces] == \
+        [[2], [], [8]]

@@ -110,13 +110,14 @@ def rows(con: duckdb.DuckDBPyConnection, sweep: Sweep) -> Iterator[pa.Table] | N
 
 def _pieces(part: Part, nodes: int) -> Iterator[Part]:
     """``part`` cut at its pairs into pieces of about ``PIECE_ROWS`` windows, in the pairs'
-    order; ``part`` whole where its lone windows' runs (one per resource) or its merged windows
-    are not each in the pairs' order.  A piece's windows sort alone as the part's do, so the rows
-    come in the same order."""
+    order; ``part`` whole where it has one pair, or where its lone windows' runs (one per
+    resource) or its merged windows are not each in the pairs' order.  A piece's windows sort
+    alone as the part's do, so the rows come in the same order."""
     runs = {name: getattr(part, name).to_batches() for name in ("lone_windows", "merged_windows")}
     count = sum(run.num_rows for table in runs.values() for run in table)
     pairs = {name: [pairs_of(run, nodes) for run in table] for name, table in runs.items()}
-    if count <= PIECE_ROWS or not all(_ascending(p) for table in pairs.values() for p in table):
+    if (count <= PIECE_ROWS or len(part.pairs) < 2
+            or not all(_ascending(p) for table in pairs.values() for p in table)):
         yield part
         return
     cuts = np.linspace(0, len(part.pairs), -(-count // PIECE_ROWS) + 1).astype(np.int64)
@@ -129,9 +130,10 @@ def _pieces(part: Part, nodes: int) -> Iterator[Part]:
 def _within(part: Part, name: str, runs: list[pa.RecordBatch], pairs: list[np.ndarray],
             lo: int, hi: int) -> pa.Table:
     """The rows of ``part``'s table ``name`` (as ``runs``, whose pairs are ``pairs``) of the
-    part's pairs ``lo`` to ``hi`` (not included)."""
+    part's pairs ``lo`` to ``hi`` (not included); the first and last pieces take any rows
+    before or after the part's pairs too, so that each row is in one piece."""
     def bounds(run: np.ndarray) -> tuple[int, int]:
-        start = int(np.searchsorted(run, part.pairs[lo], side="left"))
+        start = 0 if lo == 0 else int(np.searchsorted(run, part.pairs[lo], side="left"))
         end = (len(run) if hi == len(part.pairs)
                else int(np.searchsorted(run, part.pairs[hi], side="left")))
         return start, end - start
