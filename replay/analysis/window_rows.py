@@ -113,11 +113,13 @@ def _pieces(part: Part, nodes: int) -> Iterator[Part]:
     order; ``part`` whole where it has one pair, or where its lone windows' runs (one per
     resource) or its merged windows are not each in the pairs' order.  A piece's windows sort
     alone as the part's do, so the rows come in the same order."""
+    count = part.lone_windows.num_rows + part.merged_windows.num_rows
+    if count <= PIECE_ROWS or len(part.pairs) < 2:
+        yield part
+        return
     runs = {name: getattr(part, name).to_batches() for name in ("lone_windows", "merged_windows")}
-    count = sum(run.num_rows for table in runs.values() for run in table)
     pairs = {name: [pairs_of(run, nodes) for run in table] for name, table in runs.items()}
-    if (count <= PIECE_ROWS or len(part.pairs) < 2
-            or not all(_ascending(p) for table in pairs.values() for p in table)):
+    if not all(_ascending(p) for table in pairs.values() for p in table):
         yield part
         return
     cuts = np.linspace(0, len(part.pairs), -(-count // PIECE_ROWS) + 1).astype(np.int64)
