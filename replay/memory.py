@@ -113,7 +113,7 @@ def without_huge_pages() -> Iterator[None]:
     A derivation makes hundreds: on the 1M-pod what-if run, while it spent 15-19 s of system
     time with them, it spent 9-10 s without, and 29-33 s of wall time against 37-44 s (three
     pairs alternated, user time the same).  The 1M-pod observe replay step took 3.3-3.6 s
-    without them against 4.0-4.7 s with (six pairs alternated; benchmarks/README.md,
+    without them against 4.0-4.7 s with (six pairs alternated; benchmarks/ROUNDS.md,
     twenty-ninth round).  numpy has no public switch for this; where its private one is gone,
     nothing changes."""
     switch = huge_page_switch()

@@ -53,7 +53,7 @@ BATCH_ROWS = 1 << 20
 WRITER_AHEAD = 4
 # threads encoding the derived table's batches (``JoinedTableFile``): its final step waited for one
 # encoder for 2.9 s of the 1M-pod observe derivation; with two, the derivation took a median
-# 0.4 s less (of 12.3 s) on both 1M-pod runs (benchmarks/README.md, twenty-seventh round)
+# 0.4 s less (of 12.3 s) on both 1M-pod runs (benchmarks/ROUNDS.md, twenty-seventh round)
 ENCODERS = 2
 # DuckDB's memory for a derivation, at most, so that its peak does not grow with the run: the 1M-pod
 # observe run's took 4.7 GB without it, a 1M-pod what-if run's would take about twice that.  The

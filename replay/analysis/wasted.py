@@ -36,7 +36,7 @@ from replay.jit import njit
 # threads the segments' batches are marked on (the kernel releases the GIL; the batches' marks
 # are taken in order, so the table does not depend on which finishes first).  On one, the
 # kernel took 0.24 s of the 1M-pod observe derivation's 0.43 s for ``wasted``, with the other
-# core free; on two, ``wasted`` takes 0.22-0.26 s (benchmarks/README.md, thirty-first round)
+# core free; on two, ``wasted`` takes 0.22-0.26 s (benchmarks/ROUNDS.md, thirty-first round)
 THREADS = 2
 
 

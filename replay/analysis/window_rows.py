@@ -43,7 +43,7 @@ BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for
 # holds are the final rows' footprint, and pages the process takes new: made a part of 2**21
 # lags (3.4M windows) at a time, the 1M-pod observe run's rows faulted in 234k pages (0.9 GB),
 # a piece at a time 54k, and its whole ``replay run`` took a median 0.86 s less (4 of 4 pairs),
-# 0.86 CPU s and 181k faults fewer (benchmarks/README.md, thirty-fifth round).  Pieces of 2**18
+# 0.86 CPU s and 181k faults fewer (benchmarks/ROUNDS.md, thirty-fifth round).  Pieces of 2**18
 # faulted 34k but took more CPU; of 2**20, 87k.
 PIECE_ROWS = 1 << 19
 UNITS = np.array([{"cpu": 1000.0, "memory": 1073741824.0, "gpu": 1000.0}[r] for r in RESOURCES])

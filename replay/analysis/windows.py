@@ -51,7 +51,7 @@ RESOURCES = ("cpu", "memory", "gpu")  # the order of the SQL's unnested lists
 # lags swept at a time (whole watcher-node pairs): about 50 MB of arrays.  A part's arrays are
 # pages its thread takes new, freed when the part is done: with 2**21 lags a part, the 1M-pod
 # observe run's sweep faulted in 549-576k pages and took 2.4 s, with 2**19 368-402k and 1.5 s,
-# its peak RSS 0.3 GB lower (benchmarks/README.md, thirty-fifth round)
+# its peak RSS 0.3 GB lower (benchmarks/ROUNDS.md, thirty-fifth round)
 SWEEP_ROWS = 1 << 19
 # The first part is SWEEP_ROWS >> FIRST_PART_SHIFT lags, each next one twice the one before up to
 # SWEEP_ROWS: the windows' writer begins once the first part's rows are made

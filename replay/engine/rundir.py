@@ -222,7 +222,7 @@ class JoinedTableFile(TableFile):
 
     The encoded parts cost memory of their own, and copying them: one encoder is slower than
     ``TableFile`` (the 1M-pod observe replay step took a median 0.48 s more with its run tables
-    written so; benchmarks/README.md, twenty-seventh round)."""
+    written so; benchmarks/ROUNDS.md, twenty-seventh round)."""
 
     def __init__(self, path: Path, ahead: int | None = None, *,
                  summarise_dictionaries: bool = True, encoders: int = 2):

@@ -50,7 +50,7 @@ DELIVERY_PART = ROW_GROUP_ROWS
 # made since the last one that are still alive; CPython's (700, 10, 10) would run one every 700
 # objects made (a write, its deliveries, a timer: thousands a second of simulated time), 10-17 %
 # of a what-if replay's CPU time.  At (100_000, 50, 100) collections still took 5.3 s of a
-# 1M-pod Gödel replay, at these 1.4 s (benchmarks/README.md, eighteenth round): collections
+# 1M-pod Gödel replay, at these 1.4 s (benchmarks/ROUNDS.md, eighteenth round): collections
 # further apart find more of a write's objects already freed.  No shipped model makes garbage
 # cycles while it runs, so rarer collections cost nothing in memory; a plugin's cycles are
 # still collected, only later.
@@ -621,7 +621,7 @@ class Simulation:
         (150 MiB of free holes in a 100k-pod Gödel run of 980 MiB).  Once only: given back every
         few seconds as the parts passed, those pages were faulted in again within seconds; in a
         1M-pod Gödel run that was 1.4M page faults more, 7-9 s of system time, and its replay
-        took 10 s longer (benchmarks/README.md, the twenty-fifth round)."""
+        took 10 s longer (benchmarks/ROUNDS.md, the twenty-fifth round)."""
         with _fewer_collections():
             yield from self._tables()
 
