@@ -306,6 +306,64 @@ def test_a_corrupted_run_fails_naming_the_invariant(base, tmp_path, invariant, m
     assert 1 <= len(findings[invariant].examples) <= findings[invariant].count
 
 
+# Gödel's binder checks a's placement on its view at 47 ms and sends the binding, which commits
+# commit_ms (20 ms) later; n0 goes away at 55 ms, in between, and the API server accepts the
+# binding anyway
+IN_FLIGHT = [node(0, "n0", 1000, 8 * GIB), pod(1, "a", 500),
+             {**node(55, "n0", None, None, None, verb="delete"), "code": 200}]
+REQUEST = 20 * MS  # the binding's commit_ms
+
+
+@pytest.fixture(scope="module")
+def in_flight(tmp_path_factory) -> Path:
+    return replay(tmp_path_factory.mktemp("in-flight"), "godel", "[model]\ncommit_ms = 20.0\n",
+                  rows=IN_FLIGHT)
+
+
+def capacity_finding(run_dir: Path):
+    return {f.invariant: f for f in check_run(run_dir)}["truth_within_capacity"]
+
+
+def test_a_binding_sent_before_its_node_went_away_is_reported(in_flight):
+    """The node's delete committed while the binding was on its way: the binder could not
+    have known, so the over-commitment is reported, not failed."""
+    finding = capacity_finding(in_flight)
+    assert finding.status is Status.REPORTED
+    assert [(e["change"], e["node"], e["free_cpu"]) for e in finding.examples] == [
+        ("binding", "n0", -500)]
+
+
+def test_a_binding_sent_after_its_binder_saw_the_node_go_fails(in_flight, tmp_path):
+    """The same binding, had every scheduler and the binder applied the delete before the binder
+    checked (a microsecond before the request): the binder should have rejected it."""
+    finding = capacity_finding(corrupt(in_flight, tmp_path, delete_applied(REQUEST + US)))
+    assert finding.status is Status.FAILED
+    assert finding.examples[0]["change"] == "binding"
+
+
+def test_a_throttled_binding_is_judged_at_its_request(in_flight, tmp_path):
+    """Had the binding waited 10 ms for its client's rate limiter, the binder would have checked
+    it 30 ms before its commit, when a delete applied 25 ms before the commit was on its way."""
+    def throttled(t):
+        return {**delete_applied(REQUEST + 5 * MS)(t),
+                "attempts": t["attempts"].with_columns(throttled_ms=pl.lit(10.0))}
+
+    assert capacity_finding(corrupt(in_flight, tmp_path, throttled)).status is Status.REPORTED
+
+
+def delete_applied(before_commit: dt.timedelta):
+    """An edit: every watcher applied n0's delete ``before_commit`` before a's binding
+    committed."""
+    def edit(t):
+        e, d = t["events"], t["deliveries"]
+        gone = e.filter(pl.col("resource") == "nodes", pl.col("verb") == "delete")["rv"][0]
+        binding = e.filter(pl.col("subresource") == "binding")["commit_ts"][0]
+        return {"deliveries": d.with_columns(applied_ts=pl.when(pl.col("rv") == gone)
+                                             .then(pl.lit(binding - before_commit))
+                                             .otherwise(pl.col("applied_ts")))}
+    return edit
+
+
 def test_every_invariant_has_a_corruption():
     assert {c[0] for c in CORRUPTIONS} | {"deterministic"} == {i.id for i in INVARIANTS}
 

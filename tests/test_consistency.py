@@ -25,6 +25,7 @@ from replay.analysis.check import Status, check_run, failed
 from replay.api import run_replay
 from replay.engine.api import NO_NODE, Assumptions, Outcome, Reason, WriteKind
 from replay.engine.config import RunConfig, WatcherSpec
+from replay.engine.distributions import Constant, LogNormal
 from replay.models.base import Param
 from replay.models.whatif import WhatIfModel
 from replay.reproduce import deterministic
@@ -144,6 +145,18 @@ DEFAULT, ZERO = PipelineChoice(0, "default"), PipelineChoice(0, "zero")
 @example(rows=[node(0, "n0", 2000), pod(1, "p0", 1500),
                node(3, "n0", 1000, verb="patch", subresource="status")],
          run=(TINY, {"think_ms": 0.0}), pipeline=DEFAULT)
+# n1 goes away while p2's binding is on its way to the API server (commit_ms after the binder
+# checked it on its view, which still had n1): reported, not failed
+@example(rows=[node(0, "n0", 1000, 2 * GIB), node(0, "n1", 1000, 2 * GIB, 1000),
+               {**node(27, "n1", None, None, None, verb="delete"), "code": 200},
+               node(0, "n2", 1000, 8 * GIB), pod(11, "p2", 0, GIB), pod(0, "p3", 1000, GIB),
+               pod(0, "p4", 0)],
+         run=("godel", {"per_attempt_ms": 0.0, "per_pod_ms": 0.0, "per_node_ms": 0.002,
+                        "percentage_of_nodes_to_score": 0, "commit_ms": 3.0,
+                        "client_burst": 2, "schedulers": 1}),
+         pipeline=PipelineChoice(0, "default", stages=(
+             ("storage_to_cache", "latency", LogNormal(1.0, 10.0)),
+             ("storage_to_cache", "service", Constant(0.5)))))
 def test_every_model_keeps_every_invariant(tiny_plugin, tmp_path, rows, run, pipeline):
     model, params = run
     findings = check_run(replay(tmp_path, rows, model, params, pipeline))
