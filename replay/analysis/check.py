@@ -194,6 +194,11 @@ class RunTables:
     def close(self) -> None:
         self.con.close()
 
+    def param_us(self, name: str) -> int:
+        """The model's parameter ``name``, given in milliseconds, in whole microseconds (0 if
+        the run has none)."""
+        return round(float(self.params.get(name, 0.0)) * 1000)
+
     def sql(self, query: str, params: list | None = None) -> duckdb.DuckDBPyRelation:
         with duckdb_errors("replay check"):
             return self.con.sql(query, params=params)
@@ -803,7 +808,7 @@ def _checked_at(run: RunTables) -> str:
     """SQL for when the binding of the ``truth`` row was checked (``truth_within_capacity``)."""
     if run.model not in CHECKED_AT_REQUEST:
         return "truth.commit_ts"
-    request_us = round(float(run.params.get("commit_ms", 0.0)) * 1000)
+    request_us = run.param_us("commit_ms")
     return f"""(truth.commit_ts - to_microseconds({request_us} + coalesce((
         SELECT round(throttled_ms * 1000)::BIGINT FROM attempts
         WHERE attempts.attempt_id = truth.attempt_id), 0)))"""
@@ -1056,7 +1061,7 @@ def every_pod_accounted(run: RunTables) -> Finding:
     ``backoff_max_ms``) was not yet due when the run ended."""
     if run.recorded:
         return _not_applicable("every_pod_accounted", "observe: the trace decides every pod")
-    backoff_us = round(float(run.params.get("backoff_max_ms", 0.0)) * 1000)
+    backoff_us = run.param_us("backoff_max_ms")
     return _from_sql(run, "every_pod_accounted", f"""
         WITH pending AS (
             SELECT pod, created_ts FROM pods WHERE bound_rv IS NULL AND deleted_rv IS NULL
