@@ -212,6 +212,7 @@ FULL_AT_FLUSH = ("import errno, os, replay.atomic\n"  # a full disk, found when 
                  "replay.atomic.fsync = full")
 POD_SPEC = {"kind": "Pod", "spec": {"containers": [{"name": "c"}], "priority": 2**40}}
 QUERY = ["query", "run"]
+EVERY_DELIVERY = "SELECT * FROM deliveries"  # more than a page, as CSV or Parquet
 WATCHERS = '[[watchers]]\nname = "{name}"\nresources = {resources}\n{extra}'
 
 CASES = [
@@ -422,6 +423,11 @@ CASES = [
     Case("query-disk-full-at-flush", (*QUERY, "conflict_rate", "--format", "csv", "--out",
                                       "out.csv"), "out.csv: No space left on device",
          setup=text("out.csv", "an earlier answer\n"), inject=FULL_AT_FLUSH),
+    # DuckDB's own writers (CSV, Parquet) meet the full disk, not Python's
+    *[Case(f"query-disk-full-{fmt}", (*QUERY, "q.sql", "--format", fmt, "--out",
+                                      f"full/out.{fmt}"), f"full/out.{fmt}: No space left on device",
+           setup=both(full_disk("full", "4k"), text("q.sql", EVERY_DELIVERY)))
+      for fmt in ("csv", "parquet")],
 ]
 
 
@@ -1060,3 +1066,13 @@ def test_errno_is_told_as_path_and_cause():
     pyarrow_style = OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No "
                                           "space left on device")
     assert os_error_message(pyarrow_style) == "No space left on device"
+
+
+def test_a_libraries_io_error_is_told_by_its_errno():
+    from replay.errors import os_error_in
+
+    assert os_error_in('IO Error: Async write failed for range [offset=0, size=1]: {"exception_'
+                       'type":"IO","exception_message":"Could not write file \\"/dev/full\\": No '
+                       'space left on device","errno":"28"}') == errno.ENOSPC
+    assert os_error_in('IO Error: Cannot open file "out/x.csv": Permission denied') == errno.EACCES
+    assert os_error_in("Binder Error: Referenced column \"x\" not found: candidates") is None

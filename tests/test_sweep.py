@@ -140,6 +140,23 @@ def test_a_bad_sweep_file_is_one_line_and_runs_nothing(cli, folder, tmp_path, te
     assert not (tmp_path / "out").exists()
 
 
+def test_a_full_disk_is_one_line_naming_the_index(cli, folder, tmp_path):
+    """polars reports the system's error in an error of its own: it is told as one."""
+    full = tmp_path / "full"
+    full.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(full)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs: {mounted.stderr.strip()}")
+    try:
+        result = cli("sweep", sweep_file(folder, KILLED), "--out", full / "sw")
+    finally:
+        subprocess.run(["umount", str(full)], check=True)
+    assert result.code == 1
+    assert result.err == (f"replay: error: {full}/sw/sweep.parquet: cannot write the sweep's "
+                          f"index (No space left on device)\n")
+
+
 def test_dry_run_prints_the_points_and_runs_nothing(cli, folder, tmp_path):
     result = cli("sweep", sweep_file(folder, KILLED), "--out", tmp_path / "out", "--dry-run")
     assert result.code == 0, result.err

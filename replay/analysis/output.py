@@ -19,7 +19,7 @@ from collections.abc import Iterable
 import duckdb
 
 from replay.atomic import atomic_file, temporary_dir
-from replay.errors import ReplayError
+from replay.errors import ReplayError, system_errors
 from replay.interrupts import interruptible
 from replay.outputs import check_output
 
@@ -88,10 +88,11 @@ def _copy(result: duckdb.DuckDBPyRelation, fmt: str, path: os.PathLike) -> None:
     try:
         writer.execute("SET TimeZone = 'UTC'")
         relation = writer.from_arrow(result.to_arrow_reader())
-        if fmt == "csv":
-            relation.write_csv(str(path), header=True)
-        else:
-            relation.write_parquet(str(path), compression="zstd")
+        with system_errors(path, duckdb.IOException):
+            if fmt == "csv":
+                relation.write_csv(str(path), header=True)
+            else:
+                relation.write_parquet(str(path), compression="zstd")
     finally:
         writer.close()
 

@@ -9,6 +9,7 @@ are done, and ``--resume`` starts from it.
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ import polars as pl
 
 from replay.analysis.runs import SWEEP_INDEX
 from replay.atomic import atomic_file
-from replay.errors import ReplayError
+from replay.errors import ReplayError, system_errors
 from replay.sweep.spec import Sweep
 
 
@@ -64,10 +65,11 @@ def index_frame(sweep: Sweep, outcomes: Mapping[str, Outcome]) -> pl.DataFrame:
 
 def write_index(out: Path, frame: pl.DataFrame) -> None:
     try:
-        with atomic_file(index_path(out)) as tmp:
+        with atomic_file(index_path(out)) as tmp, system_errors(tmp, pl.exceptions.PolarsError):
             frame.write_parquet(tmp, compression="zstd")
     except OSError as err:
-        raise ReplayError(f"{index_path(out)}: cannot write the sweep's index ({err})") from None
+        raise ReplayError(f"{index_path(out)}: cannot write the sweep's index "
+                          f"({os.strerror(err.errno) if err.errno else err})") from None
 
 
 def read_index(out: Path) -> dict[str, Outcome]:
