@@ -423,6 +423,11 @@ CASES = [
     Case("query-disk-full-at-flush", (*QUERY, "conflict_rate", "--format", "csv", "--out",
                                       "out.csv"), "out.csv: No space left on device",
          setup=text("out.csv", "an earlier answer\n"), inject=FULL_AT_FLUSH),
+    *[Case(f"query-stdout-temporary-folder-full-{fmt}", (*QUERY, "q.sql", "--format", fmt),
+           "/full: No space left on device (the result waits there to be printed; TMPDIR names",
+           setup=both(full_disk("full", "4k"), text("q.sql", EVERY_DELIVERY)),
+           inject="import os\nos.environ['TMPDIR'] = 'full'")
+      for fmt in ("csv", "json")],
     # DuckDB's own writers (CSV, Parquet) meet the full disk, not Python's
     *[Case(f"query-disk-full-{fmt}", (*QUERY, "q.sql", "--format", fmt, "--out",
                                       f"full/out.{fmt}"), f"full/out.{fmt}: No space left on device",

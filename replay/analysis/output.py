@@ -59,9 +59,15 @@ def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None,
         with atomic_file(out) as tmp:
             _write_file(result, fmt, tmp)
         return
-    with temporary_dir(tempfile.gettempdir(), "replay-query") as folder:
+    scratch = tempfile.gettempdir()
+    with temporary_dir(scratch, "replay-query") as folder:
         tmp = folder / f"result.{fmt}"
-        _write_file(result, fmt, tmp)
+        try:
+            _write_file(result, fmt, tmp)
+        except OSError as err:
+            cause = os.strerror(err.errno) if err.errno else str(err)
+            raise ReplayError(f"{scratch}: {cause} (the result waits there to be printed; "
+                              f"TMPDIR names another folder)") from None
         with tmp.open("rb") as source:
             sys.stdout.flush()
             shutil.copyfileobj(source, sys.stdout.buffer)
