@@ -1,13 +1,14 @@
 -- per_component_delay_timeline: per_component_delay minute by minute, to show the delay of each
 -- stage growing (or not) with the load.
 --
--- One row per run, minute, watcher_role and component (the six stages of the watch pipeline in
+-- One row per run, minute (or bucket of bucket_minutes minutes), watcher_role and component (the six stages of the watch pipeline in
 -- order, then end_to_end; see per_component_delay.sql):
 --   run            the run directory's name
---   minute         the minute (UTC) in which the delivered writes were committed
+--   minute         the minute (UTC) in which the delivered writes were committed; with
+--                  bucket_minutes, the first minute of the bucket (views.sql: bucket_of)
 --   watcher_role   scheduler, binder, dispatcher, kubelet or observer
 --   component      the stage, or end_to_end
---   events         deliveries of writes committed in that minute
+--   events         deliveries of writes committed in that minute (bucket)
 --   mean_ms        mean delay, milliseconds
 --   p50_ms, p90_ms, p99_ms
 --                  percentiles, interpolated linearly between deliveries
@@ -16,11 +17,11 @@
 --                  is 0)
 --
 -- Parameters: from_ts, to_ts select deliveries by their write's commit_ts; watcher selects
--- watchers by name.
+-- watchers by name; bucket_minutes sets the rows' width.
 WITH per_minute AS (
-    -- grouped by the minute as an integer (views.sql: minute_us), made a timestamp per group
+    -- grouped by the minute as an integer (views.sql: bucket_us), made a timestamp per group
     -- below: converting every delivery's minute took an eighth of this query's time
-    SELECT run, minute_us(commit_ts) AS minute_us, watcher_role, count(*) AS events,
+    SELECT run, bucket_us(commit_ts) AS minute_us, watcher_role, count(*) AS events,
            [delay_stats(storage_to_cache), delay_stats(cacher_queue), delay_stats(watcher_queue),
             delay_stats(network), delay_stats(client_queue), delay_stats(handler),
             delay_stats(end_to_end)] AS stats

@@ -7,24 +7,26 @@
 --
 -- One row per run, node (the run's 20 nodes with the most blind core-seconds; fewer if fewer
 -- nodes had any) and minute of the run (from the minute of its first timestamp to that of its
--- last, within from_ts and to_ts), windows or not:
+-- last, within from_ts and to_ts; or bucket of bucket_minutes minutes), windows or not:
 --   run                  the run directory's name
 --   node                 the node
 --   rank                 1 for the node with the most blind core-seconds in the run, 2 for the
 --                        next, ... (ties: by name)
---   minute               the minute in which the windows started
+--   minute               the minute in which the windows started (with bucket_minutes, the
+--                        first minute of their bucket: views.sql, bucket_of)
 --   windows              stale windows of any resource on the node, all watchers
 --   blind_core_seconds   cpu shortfall integrated over the stale cpu windows, core-seconds
 --   wasted_core_seconds  the same over the wasted ones (a pending pod fit the truth, not the view)
 --
--- Parameters: from_ts, to_ts select windows by start_ts; watcher selects watchers by name.
+-- Parameters: from_ts, to_ts select windows by start_ts; watcher selects watchers by name;
+-- bucket_minutes sets the rows' width.
 WITH minutes AS (
     -- each node's stale windows summed minute by minute, once: the ranking below adds these
     -- sums rather than every window again, and the 10M stale windows of a 1M-pod run are not
     -- kept for a second pass (keeping them cost a fifth of this query's CPU time).
     -- Core-seconds as whole nano-core-seconds (BIGINT, as core_seconds adds them), so that a
     -- node's are the sum of its minutes' exactly
-    SELECT run, node, minute_of(start_ts) AS minute, count(*) AS windows,
+    SELECT run, node, bucket_of(start_ts) AS minute, count(*) AS windows,
            sum(round(gap_seconds * 1e9)::BIGINT) FILTER (resource = 'cpu') AS blind_core_ns,
            sum(round(gap_seconds * 1e9)::BIGINT) FILTER (resource = 'cpu' AND wasted)
                AS wasted_core_ns
@@ -46,6 +48,6 @@ SELECT run, node, rank, minute,
        coalesce(blind_core_ns, 0) / 1e9 AS blind_core_seconds,
        coalesce(wasted_core_ns, 0) / 1e9 AS wasted_core_seconds
 FROM ranked
-JOIN run_minutes USING (run)
+JOIN run_buckets USING (run)
 LEFT JOIN minutes USING (run, node, minute)
 ORDER BY run, rank, minute;

@@ -5,10 +5,11 @@
 -- seconds, far less than a minute, except those a missed write leaves open.
 --
 -- One row per run, minute of the run (from the minute of its first timestamp to that of its
--- last, within from_ts and to_ts) and watcher_role with a view of capacity (it watches pods and
+-- last, within from_ts and to_ts; or bucket of bucket_minutes minutes) and watcher_role with a view of capacity (it watches pods and
 -- nodes), windows or not:
 --   run                      the run directory's name
---   minute                   the minute in which the windows started
+--   minute                   the minute in which the windows started (with bucket_minutes,
+--                            the first minute of their bucket: views.sql, bucket_of)
 --   watcher_role             scheduler, binder, kubelet, ...
 --   windows                  stale windows of any resource
 --   blind_core_seconds       cpu shortfall integrated over the stale cpu windows, core-seconds
@@ -19,7 +20,8 @@
 --   conflicted_core_seconds  the same over those during which the watcher, as a scheduler,
 --                            decided an attempt on the node that ended in conflict
 --
--- Parameters: from_ts, to_ts select windows by start_ts; watcher selects watchers by name.
+-- Parameters: from_ts, to_ts select windows by start_ts; watcher selects watchers by name;
+-- bucket_minutes sets the rows' width.
 WITH roles AS (
     SELECT DISTINCT viewers.run, watchers.role AS watcher_role
     FROM capacity_viewers AS viewers
@@ -31,7 +33,7 @@ WITH roles AS (
     -- runs.
     -- Core-seconds as whole nano-core-seconds (BIGINT, as core_seconds adds them), so that a
     -- role's are the sum of its watchers' exactly
-    SELECT run, watcher, minute_of(start_ts) AS minute,
+    SELECT run, watcher, bucket_of(start_ts) AS minute,
            count(*) FILTER (kind = 'stale') AS windows,
            sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'stale' AND resource = 'cpu')
                AS blind_core_ns,
@@ -61,7 +63,7 @@ SELECT run, minute, watcher_role,
        coalesce(phantom_windows, 0)::BIGINT AS phantom_windows,
        coalesce(phantom_core_ns, 0) / 1e9 AS phantom_core_seconds,
        coalesce(conflicted_core_ns, 0) / 1e9 AS conflicted_core_seconds
-FROM run_minutes
+FROM run_buckets
 JOIN roles USING (run)
 LEFT JOIN windows USING (run, watcher_role, minute)
 ORDER BY run, minute, watcher_role;

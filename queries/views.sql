@@ -96,6 +96,7 @@ CREATE OR REPLACE VIEW relists AS FROM run_table('relists');
 --   from_ts, to_ts  only what happens in [from_ts, to_ts) (timestamps; each query says what "what
 --                   happens" is: a write's commit, an attempt's decision, a window's start)
 --   watcher         only watchers (for conflicts: schedulers) whose name matches this glob
+--   bucket_minutes  the minute-by-minute queries' rows cover this many minutes each (default 1)
 ---------------------------------------------------------------------------------------------------
 
 CREATE OR REPLACE MACRO in_time_window(ts) AS
@@ -108,15 +109,28 @@ CREATE OR REPLACE MACRO watcher_selected(name) AS
     CASE WHEN getvariable('watcher') IS NULL THEN name IS NOT NULL
          ELSE name GLOB getvariable('watcher') END;
 
--- minute_of(ts): the minute (UTC) that holds ts, as date_trunc('minute', ts) in UTC, computed
--- from the epoch: date_trunc on a TIMESTAMPTZ goes through the time zone library row by row,
--- which took 1.5-2 s of CPU on the 8M deliveries of a 300k-pod run where this takes 0.1 s.
--- The floor is an integer one (whole microseconds), so the minute is exact before 1970 too.
--- minute_us(ts) is the same minute as whole microseconds since the epoch: an integer to group by,
--- made a timestamp only once per group (per_component_delay_timeline.sql).
-CREATE OR REPLACE MACRO minute_us(ts) AS
-    epoch_us(ts) - ((epoch_us(ts) % 60000000) + 60000000) % 60000000;
-CREATE OR REPLACE MACRO minute_of(ts) AS make_timestamptz(minute_us(ts));
+-- bucket_minutes(): the width of the minute-by-minute queries' rows, in whole minutes: the
+-- variable bucket_minutes, 1 unless it is set (a report of a run months long sets it, so that its
+-- timelines hold a thousand points or so, not a point a minute).
+CREATE OR REPLACE MACRO bucket_minutes() AS
+    CASE WHEN getvariable('bucket_minutes') IS NULL THEN 1
+         WHEN regexp_full_match(getvariable('bucket_minutes')::VARCHAR, '0*[1-9][0-9]{0,8}')
+         THEN getvariable('bucket_minutes')::BIGINT
+         ELSE error('bucket_minutes must be a whole number of minutes, 1 to 999999999, not '
+                    || getvariable('bucket_minutes')::VARCHAR) END;
+
+-- bucket_of(ts): the start (UTC) of the bucket that holds ts: the minute, as date_trunc('minute',
+-- ts) in UTC, with bucket_minutes 1; buckets are counted from the epoch, so that an hour's start
+-- on the hour and a day's at midnight UTC.  Computed from the epoch: date_trunc on a TIMESTAMPTZ
+-- goes through the time zone library row by row, which took 1.5-2 s of CPU on the 8M deliveries
+-- of a 300k-pod run where this takes 0.1 s.  The floor is an integer one (whole microseconds), so
+-- the bucket is exact before 1970 too.  bucket_us(ts) is the same start as whole microseconds since
+-- the epoch: an integer to group by, made a timestamp only once per group
+-- (per_component_delay_timeline.sql).
+CREATE OR REPLACE MACRO bucket_us(ts) AS
+    epoch_us(ts) - ((epoch_us(ts) % (bucket_minutes() * 60000000))
+                    + bucket_minutes() * 60000000) % (bucket_minutes() * 60000000);
+CREATE OR REPLACE MACRO bucket_of(ts) AS make_timestamptz(bucket_us(ts));
 
 -- write_key(ts, rv): a write's instant and resource version as one HUGEINT that sorts as the
 -- pair (ts, rv) does, so that "the latest write of a kind" is a maximum of integers, which a
@@ -261,14 +275,15 @@ FROM (
 )
 GROUP BY run;
 
--- run_minutes: run, minute: every minute (UTC) of each run, from the minute of its first
--- timestamp to that of its last, within from_ts and to_ts when they are set: the rows of the
--- minute-by-minute queries, so that a minute without windows is a row of zeros, not a gap.
-CREATE OR REPLACE VIEW run_minutes AS
+-- run_buckets: run, minute: the start (UTC) of every bucket of each run (bucket_of), from the
+-- bucket of its first timestamp to that of its last, within from_ts and to_ts when they are set:
+-- the rows of the minute-by-minute queries, so that a bucket without windows is a row of zeros,
+-- not a gap.
+CREATE OR REPLACE VIEW run_buckets AS
 SELECT run, unnest(generate_series(
-           date_trunc('minute', greatest(start_ts, getvariable('from_ts')::TIMESTAMPTZ)),
+           bucket_of(greatest(start_ts, getvariable('from_ts')::TIMESTAMPTZ)),
            least(end_ts, getvariable('to_ts')::TIMESTAMPTZ - INTERVAL 1 MICROSECOND),
-           INTERVAL 1 MINUTE)) AS minute
+           to_minutes(bucket_minutes()))) AS minute
 FROM run_bounds;
 
 -- claims: run, rv, commit_ts, pod, life, node, takes, cpu_milli, memory_bytes, gpu_milli,

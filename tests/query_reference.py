@@ -64,8 +64,11 @@ def per_component_delay(tables) -> pl.DataFrame:
     return delay_stats(component_delays(tables), ["watcher_role"])
 
 
-def per_component_delay_timeline(tables) -> pl.DataFrame:
-    delays = component_delays(tables).with_columns(minute=pl.col("commit_ts").dt.truncate("1m"))
+def per_component_delay_timeline(tables, minutes: int = 1) -> pl.DataFrame:
+    width = minutes * MINUTE_US
+    delays = component_delays(tables).with_columns(
+        minute=(pl.col("commit_ts").dt.epoch("us") // width * width).cast(pl.Datetime("us"))
+        .dt.replace_time_zone("UTC"))
     return delay_stats(delays, ["minute", "watcher_role"])
 
 
@@ -551,23 +554,25 @@ def run_start(tables) -> int:
     return min(us(t) for t in times if t is not None)
 
 
-def run_minutes(tables) -> list[int]:
-    """The minute (epoch microseconds) of every minute of the run, first to last."""
-    first = run_start(tables) // MINUTE_US * MINUTE_US
-    return list(range(first, run_end(tables) + 1, MINUTE_US))
+def run_buckets(tables, minutes: int = 1) -> list[int]:
+    """The start (epoch microseconds) of every bucket of ``minutes`` minutes of the run, counted
+    from the epoch, first to last."""
+    width = minutes * MINUTE_US
+    first = run_start(tables) // width * width
+    return list(range(first, run_end(tables) + 1, width))
 
 
-def _minute_windows(tables, windows: pl.DataFrame) -> pl.DataFrame:
+def _minute_windows(tables, windows: pl.DataFrame, minutes: int = 1) -> pl.DataFrame:
+    width = minutes * MINUTE_US
     return windows.join(capacity_viewers(tables).select("watcher", "watcher_role"),
-                        on="watcher").with_columns(minute_us=pl.col("start_us") // MINUTE_US
-                                                   * MINUTE_US)
+                        on="watcher").with_columns(minute_us=pl.col("start_us") // width * width)
 
 
-def stale_capacity_timeline(tables, windows: pl.DataFrame) -> pl.DataFrame:
-    """Per minute of the run and role with a view: the summary's counts and sums."""
-    w = _minute_windows(tables, windows)
+def stale_capacity_timeline(tables, windows: pl.DataFrame, minutes: int = 1) -> pl.DataFrame:
+    """Per bucket of the run and role with a view: the summary's counts and sums."""
+    w = _minute_windows(tables, windows, minutes)
     rows = []
-    for minute in run_minutes(tables):
+    for minute in run_buckets(tables, minutes):
         for role in sorted(set(capacity_viewers(tables)["watcher_role"])):
             mine = w.filter((pl.col("minute_us") == minute) & (pl.col("watcher_role") == role))
             stale, phantom = (mine.filter(pl.col("kind") == k) for k in ("stale", "phantom"))
@@ -584,15 +589,16 @@ def stale_capacity_timeline(tables, windows: pl.DataFrame) -> pl.DataFrame:
         "conflicted_core_seconds": pl.Float64}, orient="row")
 
 
-def stale_capacity_by_node(tables, windows: pl.DataFrame, top: int = 20) -> pl.DataFrame:
-    """The top nodes by blind core-seconds (all watchers), every minute of the run."""
-    stale = _minute_windows(tables, windows).filter(pl.col("kind") == "stale")
+def stale_capacity_by_node(tables, windows: pl.DataFrame, minutes: int = 1,
+                           top: int = 20) -> pl.DataFrame:
+    """The top nodes by blind core-seconds (all watchers), every bucket of the run."""
+    stale = _minute_windows(tables, windows, minutes).filter(pl.col("kind") == "stale")
     cpu = stale.filter(pl.col("resource") == "cpu")
     totals = cpu.group_by("node").agg(pl.col("gap_seconds").sum()).filter(pl.col("gap_seconds") > 0)
     ranked = totals.sort(["gap_seconds", "node"], descending=[True, False]).head(top)["node"]
     rows = []
     for rank, node in enumerate(ranked, 1):
-        for minute in run_minutes(tables):
+        for minute in run_buckets(tables, minutes):
             mine = stale.filter((pl.col("node") == node) & (pl.col("minute_us") == minute))
             blind = mine.filter(pl.col("resource") == "cpu")
             rows.append((node, rank, minute, mine.height, blind["gap_seconds"].sum(),

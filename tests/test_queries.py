@@ -577,26 +577,58 @@ def test_godel_caches_under_load_match_the_reference(tmp_path):
     check_watch_health(answers)
 
 
+# Twelve pods, one every 170 s, each living 400 s on one of two nodes: a run of 36 minutes whose
+# windows fall in many minutes (a delete is applied 3 ms late: a blind window each).
+SPREAD = [node(0, "n0", 4000), node(0, "n1", 4000)] + [
+    row for k in range(12)
+    for row in (pod(k * 170_000, f"p{k}", 1000), bind(k * 170_000 + 5, f"p{k}", f"n{k % 2}"),
+                delete(k * 170_000 + 400_000, f"p{k}"))]
+
+
+@pytest.mark.parametrize("minutes", [1, 2, 7, 1440])
+def test_the_minute_by_minute_queries_in_buckets(tmp_path, minutes):
+    """With bucket_minutes, a timeline's rows are buckets of that many minutes from the epoch,
+    every bucket of the run, and their sums are those of the bucket's windows and deliveries."""
+    answers = Answers(replay_rows(tmp_path, SPREAD, network(3)))
+    windows, tables = answers.reference_windows, answers.tables
+    timeline = answers.query("stale_capacity_timeline", bucket_minutes=minutes)
+    assert timeline["minute"].n_unique() == len(ref.run_buckets(tables, minutes)) > 0
+    assert timeline["windows"].sum() == windows.filter(pl.col("kind") == "stale").height > 0
+    assert_same(by_minute(timeline), ref.stale_capacity_timeline(tables, windows, minutes),
+                ["minute_us", "watcher_role"])
+    assert_same(by_minute(answers.query("stale_capacity_by_node", bucket_minutes=minutes)),
+                ref.stale_capacity_by_node(tables, windows, minutes), ["rank", "minute_us"])
+    assert_same(answers.query("per_component_delay_timeline", bucket_minutes=minutes).drop("run"),
+                ref.per_component_delay_timeline(tables, minutes),
+                ["minute", "watcher_role", "component"])
+
+
 @settings(max_examples=budget(15), deadline=None)
-@given(st.lists(st.integers(-2**50, 2**50), min_size=1, max_size=200))
-def test_minute_of_is_date_trunc_in_utc(micros):
-    """minute_of() and minute_us() (views.sql), which the minute-by-minute queries group by, are
-    date_trunc('minute', ts) in UTC, as a timestamp and as its epoch_us, before 1970 too (a
-    floor, not a truncation towards 0)."""
+@given(st.lists(st.integers(-2**50, 2**50), min_size=1, max_size=200),
+       st.one_of(st.none(), st.integers(1, 3 * 1440)))
+def test_bucket_of_is_date_trunc_in_utc_or_time_bucket(micros, minutes):
+    """bucket_of() and bucket_us() (views.sql), which the minute-by-minute queries group by, are
+    date_trunc('minute', ts) in UTC without bucket_minutes, and DuckDB's time_bucket from the
+    epoch with it, as a timestamp and as its epoch_us, before 1970 too (a floor, not a
+    truncation towards 0)."""
     import duckdb
 
     from replay.analysis.catalog import views_sql
     con = duckdb.connect()
     con.execute("SET TimeZone = 'UTC'")
     macros = [s.query for s in duckdb.extract_statements(views_sql())
-              if "MACRO minute_" in s.query]
-    assert len(macros) == 2
+              if "MACRO bucket_" in s.query]
+    assert len(macros) == 3
     for macro in macros:
         con.execute(macro)
+    if minutes is not None:
+        con.execute("SET VARIABLE bucket_minutes = ?", [minutes])
+    expected = ("date_trunc('minute', ts)" if minutes is None else
+                f"time_bucket(INTERVAL {minutes} MINUTE, ts, TIMESTAMPTZ '1970-01-01 00:00:00+00')")
+    width = 60_000_000 * (minutes or 1)
     differ = con.execute(
-        "SELECT count(*) FILTER (minute_of(ts) IS DISTINCT FROM date_trunc('minute', ts)"
-        "                        OR minute_us(ts) IS DISTINCT FROM"
-        "                           epoch_us(date_trunc('minute', ts))) "
+        f"SELECT count(*) FILTER (bucket_of(ts) IS DISTINCT FROM {expected}"
+        f"                        OR bucket_us(ts) IS DISTINCT FROM epoch_us({expected})) "
         "FROM (SELECT make_timestamp(unnest(?::BIGINT[]))::TIMESTAMPTZ AS ts)",
-        [micros + [m - m % 60_000_000 for m in micros]]).fetchone()[0]
+        [micros + [m - m % width for m in micros]]).fetchone()[0]
     assert differ == 0

@@ -12,13 +12,14 @@ import sys
 
 import polars as pl
 import pytest
-from test_queries import sample_prefix
+from strategies import bind, delete, node, pod
+from test_queries import network, replay_rows, sample_prefix
 
 from replay.api import run_replay
 from replay.engine.config import load_config
 from replay.errors import ReplayError
 from replay.report import build_page, write_report
-from replay.report.data import QUERIES
+from replay.report.data import MOST_BUCKETS, QUERIES, narrowest_width
 from replay.report.figures import Mark
 from replay.report.sections import swept_parameters
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
@@ -95,6 +96,33 @@ def test_one_run_has_every_section_and_every_figure_has_data(runs):
     assert figures["capacity-nodes"].panels[0].heatmap.y == tuple(
         answers.answer("stale_capacity_by_node").sort("rank")["node"].unique(
             maintain_order=True))
+
+
+def test_a_month_long_run_is_drawn_half_an_hour_a_point(tmp_path):
+    """The timelines of a long run come in wider buckets, at most MOST_BUCKETS points a line
+    (the Alibaba trace's five months made a 64 MB page), and the figures say how wide."""
+    day = 86_400_000
+    rows = [node(0, "n0", 4000)] + [
+        row for k in range(20)  # 28.5 days: 41,047 minutes, so 30 a bucket (1,369 buckets)
+        for row in (pod(k * day * 3 // 2, f"p{k}", 1000), bind(k * day * 3 // 2 + 5, f"p{k}", "n0"),
+                    delete(k * day * 3 // 2 + 400_000, f"p{k}"))]
+    page = build_page([str(replay_rows(tmp_path, rows, network(3)))])
+    figures = {f.key: f for s in page.sections for f in s.figures}
+    assert figures["delay-timeline"].title == "End-to-end delay per 30 minutes"
+    assert figures["capacity-timeline"].title == "Blind and phantom core-seconds per 30 minutes"
+    for key in ("delay-timeline", "capacity-timeline", "capacity-nodes"):
+        for panel in figures[key].panels:
+            assert panel.x.title == "time (UTC), a point per 30 minutes"
+            lines = [s.x for s in panel.series] + ([panel.heatmap.x] if panel.heatmap else [])
+            assert lines and all(1 < len(x) <= MOST_BUCKETS for x in lines), key
+    assert len(figures["capacity-timeline"].panels[0].series[0].x) == 1369
+
+
+@pytest.mark.parametrize(("minutes", "width"), [
+    (0, 1), (1440, 1), (1441, 2), (2881, 5), (1440 * 60, 60), (1440 * 60 + 1, 120),
+    (1440 * 1440, 1440), (1440 * 1440 + 1, 2880), (1440 * 1440 * 7, 7 * 1440)])
+def test_a_bucket_is_the_narrowest_width_that_fits(minutes, width):
+    assert narrowest_width(minutes) == width
 
 
 def test_several_runs_are_overlaid_and_their_parameters_compared(runs):

@@ -38,7 +38,7 @@ from replay.interrupts import interruptible
 
 RUNS_VARIABLE = "run_dirs"
 SWEEP_INDEX = "sweep.parquet"  # in a sweep's directory (replay sweep): one row per point
-PARAMETERS = ("from_ts", "to_ts", "watcher")  # optional in every shipped query
+PARAMETERS = ("from_ts", "to_ts", "watcher", "bucket_minutes")  # optional in every shipped query
 _GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 _SETS_A_VARIABLE = re.compile(r"(?:SET|RESET)\s+VARIABLE\b", re.IGNORECASE)

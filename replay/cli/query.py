@@ -10,6 +10,7 @@ from pathlib import Path
 from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
 from replay.analysis.runs import duckdb_errors, open_runs, run_query
+from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.times import time_argument
 
@@ -35,6 +36,9 @@ def add_parser(commands) -> None:
     parser.add_argument("--watcher", metavar="GLOB",
                         help="only watchers (schedulers, for conflicts) whose name matches GLOB, "
                              "e.g. 'kubelet/*'")
+    parser.add_argument("--bucket-minutes", type=positive_int, metavar="N",
+                        help="the minute-by-minute queries (the timelines, "
+                             "stale_capacity_by_node) give a row per N minutes (default 1)")
     parser.add_argument("--verify", action="store_true",
                         help="verify every byte of each run's tables against the checksums in "
                              "its manifest first (by default: sizes, footers and the small "
@@ -68,7 +72,7 @@ def parse_variables(items: list[str]) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     runs, name = split_arguments(args.args)
     variables = {"from_ts": args.from_ts, "to_ts": args.to_ts, "watcher": args.watcher,
-                 **parse_variables(args.variables)}
+                 "bucket_minutes": args.bucket_minutes, **parse_variables(args.variables)}
     if name is None and (args.out or args.format != "table"):
         raise ReplayError("--format and --out need a query NAME or FILE.sql")
     if not name:

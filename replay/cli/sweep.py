@@ -9,6 +9,7 @@ from pathlib import Path
 
 import polars as pl
 
+from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.sweep import (
     LocalExecutor,
@@ -36,7 +37,7 @@ def add_parser(commands) -> None:
     parser.add_argument("sweep", metavar="SWEEP.toml", help="the sweep file")
     parser.add_argument("--out", metavar="DIR",
                         help="the sweep's directory (default: sweeps/<SWEEP's stem>)")
-    parser.add_argument("--jobs", type=_positive, metavar="N",
+    parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help="points at once at most (default: local, the number of CPUs, and "
                              "only as many as fit in memory by their estimates; ray, as many "
                              "as the cluster's resources allow)")
@@ -52,13 +53,6 @@ def add_parser(commands) -> None:
     parser.add_argument("--dry-run", action="store_true",
                         help="print the points and what would run, and run nothing")
     parser.set_defaults(run=run)
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("expected an integer >= 1")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -59,6 +59,15 @@ class Context:
     def answer(self, query: str) -> pl.DataFrame:
         return self.data.answer(query)
 
+    @property
+    def bucket(self) -> str:
+        """What one point of a timeline covers: "minute", "5 minutes", "3 hours", "day"."""
+        return duration_label(self.data.bucket_minutes)
+
+    def time_axis(self) -> Axis:
+        return Axis("minute (UTC)" if self.data.bucket_minutes == 1
+                    else f"time (UTC), a point per {self.bucket}", Scale.TIME)
+
     def name(self, run: str, what: str) -> str:
         """A series' name: what it shows, and which run when there are several."""
         return f"{run} · {what}" if self.several else what
@@ -78,6 +87,15 @@ class Context:
         """Bars of one kind (a stage, an outcome) across the x categories, coloured by kind."""
         return Series(what, tuple(x), tuple(y), Mark.BAR, self.styles.color(what, "kind"),
                       legend_group=what, show_legend=legend)
+
+
+def duration_label(minutes: int) -> str:
+    """``minutes`` in the largest unit that divides it: "minute", "90 minutes", "3 hours"."""
+    for unit, size in (("day", 1440), ("hour", 60), ("minute", 1)):
+        if minutes % size == 0:
+            count = minutes // size
+            return unit if count == 1 else f"{count} {unit}s"
+    raise AssertionError("every whole number of minutes is a number of minutes")
 
 
 def rows_of(frame: pl.DataFrame, **equal: Any) -> list[dict]:
@@ -213,8 +231,8 @@ def timeline(ctx: Context) -> Section | None:
     if minutes.is_empty():
         return None
     pairs = list(dict.fromkeys(zip(minutes["run"], minutes["watcher_role"])))
-    figure = Figure("delay-timeline", "End-to-end delay, minute by minute", tuple(
-        Panel(column[:3], Axis("minute (UTC)", Scale.TIME), Axis("delay (ms)"), tuple(
+    figure = Figure("delay-timeline", f"End-to-end delay per {ctx.bucket}", tuple(
+        Panel(column[:3], ctx.time_axis(), Axis("delay (ms)"), tuple(
             ctx.line(run, role, *_columns(rows_of(minutes, run=run, watcher_role=role),
                                           "minute", column), legend=column == "p50_ms")
             for run, role in pairs))
@@ -222,7 +240,8 @@ def timeline(ctx: Context) -> Section | None:
     return Section(
         "timeline", "Delay over time",
         "Lines that climb while the load lasts mean a queue in the pipeline is fuller than it "
-        "can drain; per_component_delay_timeline gives every stage by the minute to find which.",
+        f"can drain; per_component_delay_timeline gives every stage per {ctx.bucket} to find "
+        "which.",
         ("per_component_delay_timeline",), figures=(figure,))
 
 
@@ -283,19 +302,21 @@ def capacity(ctx: Context) -> Section | None:
         return None  # no view of capacity, or no view ever differed from the truth
     minutes = ctx.answer("stale_capacity_timeline")
     pairs = list(dict.fromkeys(zip(minutes["run"], minutes["watcher_role"])))
-    over_time = Figure("capacity-timeline", "Blind and phantom core-seconds per minute", tuple(
-        Panel(title, Axis("minute (UTC)", Scale.TIME), Axis("core-seconds"), tuple(
+    panels = tuple(
+        Panel(title, ctx.time_axis(), Axis("core-seconds"), tuple(
             ctx.line(run, role, *_columns(rows_of(minutes, run=run, watcher_role=role),
                                           "minute", column), legend=column == "blind_core_seconds")
             for run, role in pairs))
         for column, title in (("blind_core_seconds", "blind (free, not seen)"),
-                              ("phantom_core_seconds", "phantom (seen free, taken)"))), columns=2)
+                              ("phantom_core_seconds", "phantom (seen free, taken)")))
+    over_time = Figure("capacity-timeline", f"Blind and phantom core-seconds per {ctx.bucket}",
+                       panels, columns=2)
     figures = [over_time]
     nodes = ctx.answer("stale_capacity_by_node")
     if not nodes.is_empty():
         figures.append(Figure(
-            "capacity-nodes", "Blind core-seconds per minute on the 20 most affected nodes, "
-            "all watchers", tuple(_heatmap(ctx, nodes, run) for run in values(nodes, "run")),
+            "capacity-nodes", f"Blind core-seconds per {ctx.bucket} on the 20 most affected "
+            "nodes, all watchers", tuple(_heatmap(ctx, nodes, run) for run in values(nodes, "run")),
             columns=min(2, len(values(nodes, "run")))))
     durations = ctx.answer("stale_capacity_durations")
     if not durations.is_empty():
@@ -315,7 +336,7 @@ def _heatmap(ctx: Context, nodes: pl.DataFrame, run: str) -> Panel:
     minutes = values(mine, "minute")
     names = values(mine.sort("rank"), "node")
     cells = {(r["node"], r["minute"]): r["blind_core_seconds"] for r in mine.iter_rows(named=True)}
-    return Panel(run if ctx.several else "", Axis("minute (UTC)", Scale.TIME),
+    return Panel(run if ctx.several else "", ctx.time_axis(),
                  category_axis("node", names),
                  heatmap=Heatmap(tuple(minutes), tuple(names),
                                  tuple(tuple(cells.get((n, m)) for m in minutes) for n in names),
