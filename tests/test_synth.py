@@ -222,3 +222,15 @@ def test_bad_arguments_get_one_clear_line(cli, tmp_path, args, message):
     assert result.code != 0
     assert message in result.err and "Traceback" not in result.err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args, out, err", [
+    (["--nodes", "0"], "4000 rows (2000 pod creates, 2000 pod deletes)",
+     "offered cpu load: no cpu in the cluster to offer it to"),
+    (["--nodes", "0", "--pods", "0"], "0 rows\n", "no cpu in the cluster"),
+    (["--pods", "0"], "100 rows (100 node creates)", "offered cpu load 0% of the cluster"),
+])
+def test_an_empty_side_is_said_plainly(cli, tmp_path, args, out, err):
+    result = cli("synth", "--out", tmp_path / "t.parquet", *args)
+    assert result.code == 0
+    assert out in result.out and err in result.err and "inf" not in result.err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 from replay.errors import ReplayError
@@ -68,8 +69,10 @@ def run(args: argparse.Namespace) -> int:
         raise ReplayError(str(err)) from None
     result = synthesize(spec, args.out)
     kinds = ", ".join(f"{n} {kind}" for kind, n in result.counts.items() if n)
-    print(f"wrote {args.out}: {result.rows} rows ({kinds})")
-    print(f"offered cpu load {result.offered_cpu_load:.0%} of the cluster", file=sys.stderr)
+    print(f"wrote {args.out}: {result.rows} rows" + (f" ({kinds})" if kinds else ""))
+    load = result.offered_cpu_load
+    print("offered cpu load: no cpu in the cluster to offer it to" if math.isinf(load)
+          else f"offered cpu load {load:.0%} of the cluster", file=sys.stderr)
     if result.pending:
         print(f"{result.pending} pods never found a node and stay pending", file=sys.stderr)
     return 0
