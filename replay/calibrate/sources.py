@@ -92,8 +92,11 @@ def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
         text = path.read_text()
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ReplayError(f"{path}: cannot read it ({err})") from None
+    except UnicodeDecodeError as err:
+        raise ReplayError(f"{path}: not text (byte {err.start}), so neither a Prometheus scrape "
+                          f"nor a JSON result") from None
+    except OSError as err:
+        raise ReplayError(f"{path}: cannot read it ({err.strerror or err})") from None
     if text.lstrip().startswith(("{", "[")):
         return _read_json(str(path), text, family, window, warn)
     if family is not None:
