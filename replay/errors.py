@@ -30,6 +30,15 @@ class ReplayError(Exception):
     """Bad input, bad configuration or an unusable file, described in one line for the user."""
 
 
+def unreadable(path: str | os.PathLike, what: str, err: OSError | UnicodeDecodeError) -> ReplayError:
+    """The one line for a ``what`` file (a config file, a query) that could not be read as text:
+    a binary file, such as a trace given in its place, is "not text"; otherwise the system's
+    cause."""
+    if isinstance(err, UnicodeDecodeError):
+        return ReplayError(f"{os.fsdecode(path)}: not text (byte {err.start}), so not a {what}")
+    return ReplayError(f"{os.fsdecode(path)}: cannot read the {what} ({err.strerror or err})")
+
+
 def os_error_message(err: OSError) -> str:
     """``PATH: cause`` for an operating-system error, in one line (``cause`` as the system says
     it: "No space left on device"); the path is the one the error names, if any."""

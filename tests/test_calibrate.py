@@ -375,7 +375,7 @@ def test_identical_scrapes_have_nothing_to_calibrate(cli, scrapes, tmp_path):
     ("# TYPE scheduler_event_handling_duration_seconds gauge\n"
      'scheduler_event_handling_duration_seconds{event="AssignedPodAdd"} 3\n',
      "nothing to calibrate"),
-    (b"PAR1\xc0\x15", "not text (byte 4), so neither a Prometheus scrape nor a JSON result"),
+    (b"PAR1\xc0\x15", "not text (byte 4), so not a Prometheus scrape or JSON result"),
 ])
 def test_bad_input_is_one_line(cli, tmp_path, content, message):
     source = tmp_path / "in.prom"

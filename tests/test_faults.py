@@ -239,6 +239,11 @@ CASES = [
          "would end after 9999"),
     # ingest --------------------------------------------------------------------------------------
     Case("ingest-out-is-the-log", ("ingest", "a.log", "--out", "a.log"), "a.log: is the input"),
+    Case("ingest-a-trace", ("ingest", "trace.parquet", "--out", "t2.parquet"),
+         "trace.parquet: a Parquet file (a trace?), not an audit log"),
+    Case("ingest-binary", ("ingest", "b.log", "--out", "t2.parquet"),
+         "b.log:1: not valid JSON (JSON is malformed: invalid character (byte 0))",
+         setup=lines("b.log", b"\x00\x01binary")),
     Case("ingest-out-is-a-hard-link", ("ingest", "a.log", "--out", "b.log"),
          "b.log: is the input a.log (a link to it)", setup=linked("a.log", "b.log", hard=True)),
     Case("ingest-out-is-a-symlink", ("ingest", "a.log", "--out", "b.log"),

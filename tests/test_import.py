@@ -51,9 +51,11 @@ def test_start_moves_the_epoch(cli, tmp_path):
      "nodes.csv:3: column cpu_milli: 'lots' is not an integer"),
     ("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,-1,\n", "nodes.csv:2: column gpu is negative"),
     ("sn,cpu_milli,memory_mib,gpu,model\nn0,,1024,1,\n", "nodes.csv:2: column cpu_milli is empty"),
+    (b"PAR1\x15\x00\x15", "nodes.csv: not text (byte 5), so not a CSV file"),  # a trace
+    (b"sn,cpu\xc0_milli", "nodes.csv: not text (byte 6), so not a CSV file"),
 ])
 def test_csv_errors_name_file_line_and_column(cli, tmp_path, nodes, message):
-    (tmp_path / "nodes.csv").write_text(nodes)
+    (tmp_path / "nodes.csv").write_bytes(nodes if isinstance(nodes, bytes) else nodes.encode())
     (tmp_path / "pods.csv").write_text(
         "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
         "deletion_time,scheduled_time\np0,1000,1024,1,500,,LS,Running,0,10,1\n")

@@ -191,6 +191,8 @@ def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["nowhere"], "nowhere: no such run directory"),
     ([REPO], "not a run directory (no manifest.json)"),
+    (["{run}/pods.parquet", "conflict_rate"], "pods.parquet: a file, not a run directory"),
+    (["{run}", "{binary}"], "binary.sql: not text (byte 4), so not a query"),
     (["{run}", "no_such_query"], "no query named 'no_such_query'; queries: conflict_rate"),
     (["{run}", "missing.sql"], "missing.sql: no such query file"),
     (["{run}", "{bad}"], "Catalog Error"),
@@ -204,7 +206,9 @@ def test_errors_are_one_line(cli, runs, tmp_path, args, message):
     bad, var = tmp_path / "bad.sql", tmp_path / "var.sql"
     bad.write_text("SELECT * FROM no_such_table")
     var.write_text("SELECT getvariable('limit') AS n")
-    result = cli("query", *[str(a).format(run=runs[0], bad=bad, var=var) for a in args])
+    (tmp_path / "binary.sql").write_bytes(b"PAR1\xc0\x15")
+    result = cli("query", *[str(a).format(run=runs[0], bad=bad, var=var,
+                                          binary=tmp_path / "binary.sql") for a in args])
     assert result.code == 1, result.out
     assert message in result.err
     assert result.err.count("\n") == 1 and "Traceback" not in result.err

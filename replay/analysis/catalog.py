@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import replay
-from replay.errors import ReplayError
+from replay.errors import ReplayError, unreadable
 
 VIEWS = "views"
 HEADLINE = ("per_component_delay", "conflict_rate", "stale_capacity_by_role")
@@ -50,7 +50,7 @@ def load_query(spec: str) -> Query:
         except FileNotFoundError:
             raise ReplayError(f"{spec}: no such query file") from None
         except (OSError, UnicodeDecodeError) as err:
-            raise ReplayError(f"{spec}: cannot read the query ({err})") from None
+            raise unreadable(spec, "query", err) from None
     if spec not in shipped():
         raise ReplayError(f"no query named {spec!r}; queries: {', '.join(shipped())}")
     return Query(spec, (queries_dir() / f"{spec}.sql").read_text())

@@ -50,6 +50,9 @@ def check_run_dir(path: str, derived: bool = True, full: bool = False,
     ``derived``), none of them damaged (``verify_run``, ``full`` or cheap, unless not
     ``verify``); say what is wrong otherwise."""
     run = Path(path)
+    if run.exists() and not run.is_dir():
+        raise ReplayError(f"{path}: a file, not a run directory (`replay run TRACE --out DIR` "
+                          f"makes one)")
     if not run.is_dir():
         raise ReplayError(f"{path}: no such run directory")
     if not (run / "manifest.json").is_file():

@@ -29,7 +29,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from replay.calibrate.series import Labels, Series, merged
-from replay.errors import ReplayError
+from replay.errors import ReplayError, unreadable
 
 # Families only the API server exports (a scheduler's or a controller manager's scrape has
 # apiserver_* families too: its own serving and authentication)
@@ -92,11 +92,8 @@ def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
         text = path.read_text()
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such file") from None
-    except UnicodeDecodeError as err:
-        raise ReplayError(f"{path}: not text (byte {err.start}), so neither a Prometheus scrape "
-                          f"nor a JSON result") from None
-    except OSError as err:
-        raise ReplayError(f"{path}: cannot read it ({err.strerror or err})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise unreadable(path, "Prometheus scrape or JSON result", err) from None
     if text.lstrip().startswith(("{", "[")):
         return _read_json(str(path), text, family, window, warn)
     if family is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 from replay.engine.distributions import (Constant, Distribution, Exponential, LogNormal, Uniform,
                                          parse_distribution)
-from replay.errors import ReplayError
+from replay.errors import ReplayError, unreadable
 from replay.limits import INT64_MAX, MAX_WATCHERS
 
 if sys.version_info >= (3, 11):
@@ -279,7 +279,7 @@ def read_toml(path: str | os.PathLike[str], kind: str = "config file") -> dict[s
     except tomllib.TOMLDecodeError as err:
         raise ReplayError(f"{path}: not valid TOML: {err}") from None
     except (OSError, UnicodeDecodeError) as err:
-        raise ReplayError(f"{path}: cannot read the {kind} ({err})") from None
+        raise unreadable(path, kind, err) from None
 
 
 def config_from_table(table: Mapping[str, Any],

@@ -29,6 +29,7 @@ from typing import NamedTuple, Optional
 import msgspec
 
 from replay.quantity import QuantityError, parse_quantity
+from replay.trace.audit.event import lowered
 
 Quantities = Optional[dict[str, str | int | float]]
 NO_PART = msgspec.Raw()
@@ -157,9 +158,9 @@ def _decode(raw: msgspec.Raw, decoder: msgspec.json.Decoder, key: str):
         return decoder.decode(raw)
     except msgspec.ValidationError as err:
         message, _, where = str(err).partition(" - at `$")
-        raise BadBody(f"key {key}{where.rstrip('`')}: {message[0].lower()}{message[1:]}") from None
+        raise BadBody(f"key {key}{where.rstrip('`')}: {lowered(message)}") from None
     except msgspec.DecodeError as err:
-        raise BadBody(f"key {key}: not valid JSON ({str(err)[:1].lower()}{str(err)[1:]})") from None
+        raise BadBody(f"key {key}: not valid JSON ({lowered(str(err))})") from None
     except RecursionError:
         raise BadBody(f"key {key}: nested too deeply to decode") from None
 

@@ -211,7 +211,7 @@ def _field_problem(err: msgspec.ValidationError) -> str:
     key = where.rstrip("`").lstrip(".")
     if key in TIME_KEYS:
         return f"key {key}: not an RFC 3339 time with a time zone"
-    return f"key {key}: {message[0].lower()}{message[1:]}" if key else message
+    return f"key {key}: {lowered(message)}" if key else message
 
 
 def _not_an_event(line: bytes, err: msgspec.ValidationError | None = None) -> str:
@@ -236,5 +236,12 @@ def _not_an_event(line: bytes, err: msgspec.ValidationError | None = None) -> st
 
 
 def _reason(err: msgspec.DecodeError) -> str:
-    text = str(err)
-    return text[0].lower() + text[1:] if text else "malformed"
+    return lowered(str(err)) or "malformed"
+
+
+def lowered(message: str) -> str:
+    """msgspec's message ("Expected `int`", "JSON is malformed") to follow a colon in ours: its
+    first letter lowered, unless it begins an acronym."""
+    if message[:2].isalpha() and message[:2].isupper():
+        return message
+    return message[:1].lower() + message[1:]

@@ -42,6 +42,7 @@ BLOCK = 16 << 20
 DOCUMENT_ITEMS = 1 << 20  # a document's items per block
 PEEK = 1 << 16  # bytes read to tell gzip, a JSON document and JSON lines apart
 GZIP_MAGIC = b"\x1f\x8b"
+PARQUET_MAGIC = b"PAR1"  # a trace, or a run's table, given where a log was meant
 STDIN = "-"
 
 
@@ -138,6 +139,8 @@ def read_blocks(source: str) -> Iterator[Block | Range | LongLine]:
     """The ranges of a plain file, or the blocks of a gzip file, stdin or a JSON document."""
     with _open(source) as stream:
         start = stream.peek(PEEK)
+        if start[:4] == PARQUET_MAGIC:
+            raise ReplayError(f"{source}: a Parquet file (a trace?), not an audit log")
         if source == STDIN or start[:2] == GZIP_MAGIC:
             yield from _blocks(source, stream)
         elif _is_document(start):

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import codecs
 from pathlib import Path
 
 import polars as pl
 
-from replay.errors import ReplayError
+from replay.errors import ReplayError, unreadable
+
+TEXT_PEEK = 1 << 16  # bytes read to tell text from a binary file
 
 
 def read_csv(path: str | Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
@@ -17,6 +20,7 @@ def read_csv(path: str | Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """
     path = Path(path)
     try:
+        _check_text(path)
         header = pl.read_csv(path, n_rows=0, infer_schema=False).columns
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such file") from None
@@ -28,6 +32,20 @@ def read_csv(path: str | Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
                           f"(found: {', '.join(header)})")
     text = pl.read_csv(path, columns=list(schema), infer_schema=False)
     return pl.DataFrame([_typed(path, text, name, dtype) for name, dtype in schema.items()])
+
+
+def _check_text(path: Path) -> None:
+    """Its first ``TEXT_PEEK`` bytes are UTF-8 without a NUL; polars would read a binary file,
+    such as a trace given in a CSV's place, as a header of garbage."""
+    with path.open("rb") as file:
+        head = file.read(TEXT_PEEK)
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(head)  # (a character cut at the end is fine)
+        if b"\0" in head:
+            at = head.index(b"\0")
+            raise UnicodeDecodeError("utf-8", head, at, at + 1, "a NUL byte")
+    except UnicodeDecodeError as err:
+        raise unreadable(path, "CSV file", err) from None
 
 
 def _typed(path: Path, text: pl.DataFrame, name: str, dtype: pl.DataType) -> pl.Series:
