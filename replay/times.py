@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from datetime import datetime, timezone
 
+from replay.errors import ReplayError
+
 
 def parse_time(text: str) -> datetime:
     """An ISO 8601 time; one without a zone is UTC.  ``ValueError`` if it is not one."""
@@ -23,3 +25,11 @@ def time_argument(text: str) -> datetime:
         return parse_time(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text!r}") from None
+
+
+def check_window(from_ts: datetime | None, to_ts: datetime | None) -> None:
+    """``--from`` before ``--to``: a window with nothing in it is a slip to point out, not a
+    question whose answer is empty tables."""
+    if from_ts is not None and to_ts is not None and from_ts >= to_ts:
+        raise ReplayError(f"--from {from_ts.isoformat()} is not before --to "
+                          f"{to_ts.isoformat()}: the window holds nothing")

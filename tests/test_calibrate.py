@@ -273,6 +273,13 @@ def test_a_vector_result_gives_the_scrapes_histogram(scrapes, tmp_path):
         == from_text.counts
 
 
+def test_a_window_that_ends_before_it_starts_is_a_usage_error(cli, scrapes, tmp_path):
+    result = cli("calibrate", scrapes["scheduler"], "--window", "2024-02-01/2024-01-01",
+                 "--out", tmp_path / "c.toml")
+    assert result.code == 2 and "START is after END: '2024-02-01/2024-01-01'" in result.err
+    assert not (tmp_path / "c.toml").exists()
+
+
 def test_a_matrix_result_is_differenced_within_the_window(scrapes, tmp_path):
     """Two samples per series, the second the scrape plus known observations: the histogram is
     those observations; a window that holds only the first sample leaves nothing."""

@@ -201,6 +201,8 @@ def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
     (["{run}", "--format", "csv"], "--format and --out need a query NAME or FILE.sql"),
     (["{run}", "{run}", "conflict_rate"], "two run directories are named 'fast'"),
     (["{run}", "conflict_rate", "--var", "novalue"], "--var 'novalue': expected NAME=VALUE"),
+    (["{run}", "conflict_rate", "--from", "2024-01-02", "--to", "2024-01-02"],
+     "--from 2024-01-02T00:00:00+00:00 is not before --to 2024-01-02T00:00:00+00:00"),
 ])
 def test_errors_are_one_line(cli, runs, tmp_path, args, message):
     bad, var = tmp_path / "bad.sql", tmp_path / "var.sql"

@@ -269,6 +269,15 @@ def test_bad_runs_are_one_line(cli, tmp_path):
     assert result.code == 1 and "no such run directory" in result.err
 
 
+def test_an_empty_window_is_one_line(cli, runs, tmp_path):
+    result = cli("report", runs[0], "--from", "2024-02-01", "--to", "2024-01-01T12:00+02:00",
+                 "--out", tmp_path / "r.html")
+    assert result.code == 1 and result.err == (
+        "replay: error: --from 2024-02-01T00:00:00+00:00 is not before --to "
+        "2024-01-01T12:00:00+02:00: the window holds nothing\n")
+    assert not (tmp_path / "r.html").exists()
+
+
 # --- with the report extra -----------------------------------------------------------------------
 
 def test_the_page_is_self_contained_small_and_the_same_every_time(cli, runs, tmp_path):

@@ -59,9 +59,12 @@ def _window(text: str) -> Window:
     if not sep:
         raise argparse.ArgumentTypeError(f"expected START/END, got {text!r}")
     try:
-        return Window(parse_time(start) if start else None, parse_time(end) if end else None)
+        window = Window(parse_time(start) if start else None, parse_time(end) if end else None)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not ISO 8601 times: {text!r}") from None
+    if window.start is not None and window.end is not None and window.start > window.end:
+        raise argparse.ArgumentTypeError(f"START is after END: {text!r}")
+    return window
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from replay.analysis.output import FORMATS, render_table, write_result
 from replay.analysis.runs import duckdb_errors, open_runs, run_query
 from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
-from replay.times import time_argument
+from replay.times import check_window, time_argument
 
 
 def add_parser(commands) -> None:
@@ -71,6 +71,7 @@ def parse_variables(items: list[str]) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     runs, name = split_arguments(args.args)
+    check_window(args.from_ts, args.to_ts)
     variables = {"from_ts": args.from_ts, "to_ts": args.to_ts, "watcher": args.watcher,
                  "bucket_minutes": args.bucket_minutes, **parse_variables(args.variables)}
     if name is None and (args.out or args.format != "table"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from replay.report import write_report
-from replay.times import time_argument
+from replay.times import check_window, time_argument
 
 
 def add_parser(commands) -> None:
@@ -34,6 +34,7 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_window(args.from_ts, args.to_ts)
     result = write_report(args.run_dirs, args.out, static=args.static, from_ts=args.from_ts,
                           to_ts=args.to_ts, title=args.title)
     timing = ", ".join(f"{k} {v:.1f} s" for k, v in result.seconds.items())
