@@ -65,9 +65,8 @@ def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None,
         try:
             _write_file(result, fmt, tmp)
         except OSError as err:
-            cause = os.strerror(err.errno) if err.errno else str(err)
-            raise ReplayError(f"{scratch}: {cause} (the result waits there to be printed; "
-                              f"TMPDIR names another folder)") from None
+            raise ReplayError(f"{scratch}: {err.strerror or err} (the result waits there to be "
+                              f"printed; TMPDIR names another folder)") from None
         with tmp.open("rb") as source:
             sys.stdout.flush()
             shutil.copyfileobj(source, sys.stdout.buffer)

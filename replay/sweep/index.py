@@ -9,7 +9,6 @@ are done, and ``--resume`` starts from it.
 from __future__ import annotations
 
 import enum
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +68,7 @@ def write_index(out: Path, frame: pl.DataFrame) -> None:
             frame.write_parquet(tmp, compression="zstd")
     except OSError as err:
         raise ReplayError(f"{index_path(out)}: cannot write the sweep's index "
-                          f"({os.strerror(err.errno) if err.errno else err})") from None
+                          f"({err.strerror or err})") from None
 
 
 def read_index(out: Path) -> dict[str, Outcome]:
