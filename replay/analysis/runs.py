@@ -42,6 +42,8 @@ PARAMETERS = ("from_ts", "to_ts", "watcher", "bucket_minutes")  # optional in ev
 _GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
 _SETS_A_VARIABLE = re.compile(r"(?:SET|RESET)\s+VARIABLE\b", re.IGNORECASE)
+_GLOB_SPECIAL = re.compile(r"([*?\[])")  # what DuckDB's glob reads as a pattern
+_GLOB_CLASS_OF_ONE = re.compile(r"\[([*?\[])\]")
 
 
 def check_run_dir(path: str, derived: bool = True, full: bool = False,
@@ -106,9 +108,13 @@ def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False
 
 
 def sandbox(con: duckdb.DuckDBPyConnection, run_dirs: list[str]) -> None:
-    """From now on ``con`` reads files only inside ``run_dirs``, and its settings are final."""
+    """From now on ``con`` reads files only inside ``run_dirs``, and its settings are final.
+
+    DuckDB checks a path as the view gives it, before expanding the glob, so each directory is
+    allowed as ``as_glob`` writes it too (``r[[]1]`` for ``r[1]``)."""
     allowed = sorted({os.path.join(os.path.abspath(form), "") for path in run_dirs
-                      for form in (path, os.path.realpath(path))})
+                      for literal in (path, os.path.realpath(path))
+                      for form in (literal, as_glob(literal))})
     con.execute("SET allowed_directories = ?", [allowed])
     con.execute("SET enable_external_access = false")
     con.execute("SET lock_configuration = true")
@@ -152,7 +158,21 @@ def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool 
     if twice:
         raise ReplayError(f"two run directories are named {twice[0]!r}: a run is known by its "
                           f"directory's name, so give them different names")
-    con.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [[str(Path(p)) for p in run_dirs]])
+    con.execute(f"SET VARIABLE {RUNS_VARIABLE} = ?", [[as_glob(str(Path(p))) for p in run_dirs]])
+
+
+def as_glob(path: str) -> str:
+    """``path`` as a DuckDB glob that matches it and nothing else: each ``*``, ``?`` and ``[``
+    in a class of its own (``[*]``).  The views read ``run_dirs`` as globs, so that a notebook
+    may name ``runs/*``; a run directory named ``r[1]`` would otherwise read the tables of
+    ``r1``, and one named ``r*`` those of every run beside it."""
+    return _GLOB_SPECIAL.sub(r"[\1]", path)
+
+
+def run_dirs_of(con: duckdb.DuckDBPyConnection) -> list[Path]:
+    """The run directories ``point_at`` pointed the connection's views at."""
+    globs = con.sql(f"SELECT getvariable('{RUNS_VARIABLE}')").fetchall()[0][0]
+    return [Path(_GLOB_CLASS_OF_ONE.sub(r"\1", glob)) for glob in globs]
 
 
 def one_run(con: duckdb.DuckDBPyConnection) -> bool:

@@ -29,7 +29,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -40,7 +39,7 @@ import pyarrow.parquet as pq
 from replay import interrupts
 from replay.analysis.changes import CLASS
 from replay.analysis.counting import counting_order
-from replay.analysis.runs import RUNS_VARIABLE, one_run
+from replay.analysis.runs import one_run, run_dirs_of
 from replay.arrays import lex_order
 from replay.jit import njit
 
@@ -387,8 +386,7 @@ def _deliveries_file(con: duckdb.DuckDBPyConnection) -> pq.ParquetFile:
     viewers once, rather than DuckDB, which parses each row's run from its file name
     (``views.sql``'s ``run_table``), hashes each row's watcher name for the join and hands the
     result over in buffers of its own before they are copied into the columns."""
-    path = Path(con.sql(f"SELECT getvariable('{RUNS_VARIABLE}')[1]").fetchall()[0][0])
-    return pq.ParquetFile(path / "deliveries.parquet", read_dictionary=["watcher"])
+    return pq.ParquetFile(run_dirs_of(con)[0] / "deliveries.parquet", read_dictionary=["watcher"])
 
 
 def _deliveries_by_sql(con: duckdb.DuckDBPyConnection) -> Columns:

@@ -78,7 +78,7 @@ def read_index(out: Path) -> dict[str, Outcome]:
     if not path.exists():
         return {}
     try:
-        frame = pl.read_parquet(path, columns=["point", *OUTCOME_SCHEMA])
+        frame = pl.read_parquet(path, columns=["point", *OUTCOME_SCHEMA], glob=False)
     except Exception as err:  # polars raises several types for a damaged or foreign file
         raise ReplayError(f"{path}: not a sweep index ({str(err).splitlines()[0]})") from None
     return {row["point"]: Outcome(row["point"], Status(row["status"]), row["error"],

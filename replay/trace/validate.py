@@ -24,7 +24,7 @@ def validate(path: str | os.PathLike) -> list[str]:
     A file that is not Parquet at all raises ``ReplayError`` instead.
     """
     problems, well_typed = schema_problems(open_trace(path).schema_arrow)
-    return problems + value_problems(pl.scan_parquet(os.fspath(path)), well_typed)
+    return problems + value_problems(pl.scan_parquet(os.fspath(path), glob=False), well_typed)
 
 
 def schema_problems(arrow_schema: pa.Schema) -> tuple[list[str], list[str]]:
@@ -125,7 +125,7 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.
     problems, well_typed = schema_problems(open_trace(path).schema_arrow)
     if not problems:
         try:
-            frame = pl.read_parquet(os.fspath(path), columns=columns)
+            frame = pl.read_parquet(os.fspath(path), columns=columns, glob=False)
         except Exception as err:  # pyarrow and polars raise many types for damaged data pages
             raise ReplayError(f"{path}: cannot read the trace ({first_line(err)})") from None
         present = [c for c in well_typed if c in frame.columns]

@@ -21,7 +21,7 @@ def read_csv(path: str | Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     path = Path(path)
     try:
         _check_text(path)
-        header = pl.read_csv(path, n_rows=0, infer_schema=False).columns
+        header = pl.read_csv(path, n_rows=0, infer_schema=False, glob=False).columns
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such file") from None
     except (OSError, pl.exceptions.PolarsError) as err:
@@ -30,7 +30,7 @@ def read_csv(path: str | Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     if missing:
         raise ReplayError(f"{path}: no column {', '.join(map(repr, missing))} in the header "
                           f"(found: {', '.join(header)})")
-    text = pl.read_csv(path, columns=list(schema), infer_schema=False)
+    text = pl.read_csv(path, columns=list(schema), infer_schema=False, glob=False)
     return pl.DataFrame([_typed(path, text, name, dtype) for name, dtype in schema.items()])
 
 
