@@ -83,7 +83,7 @@ def atomic_file(dest: str | os.PathLike) -> Iterator[Path]:
     dest = Path(dest)
     make_folder(dest.parent)
     sweep(dest.parent)
-    tmp = dest.parent / temporary_name(dest.name)
+    tmp = _temporary_for(dest)
     with _temporary(tmp, _new_file):
         try:
             yield tmp
@@ -106,7 +106,7 @@ def atomic_dir(dest: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
     dest = Path(dest)
     make_folder(dest.parent)
     sweep(dest.parent)
-    tmp = dest.parent / temporary_name(dest.name)
+    tmp = _temporary_for(dest)
     with _temporary(tmp, lambda path: os.mkdir(path, 0o777)):
         try:
             yield tmp
@@ -125,6 +125,25 @@ def atomic_dir(dest: str | os.PathLike, *, replace: bool = False) -> Iterator[Pa
             fsync(dest.parent)
         except OSError as err:
             raise _naming(err, tmp, dest) from None
+
+
+def _temporary_for(dest: Path) -> Path:
+    """The temporary that ``dest`` is written as; a name that the temporary's parts make too
+    long for the file system is refused in terms of ``dest`` (the system's error would name
+    the folder, or the temporary)."""
+    try:
+        limit = os.pathconf(dest.parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255  # Linux's and macOS's file systems
+    name = len(os.fsencode(dest.name))
+    # the temporary's parts, with the longest process id Linux gives (7 digits), so that whether
+    # a name fits does not depend on the process's
+    extra = len(temporary_name("")) - len(str(os.getpid())) + 7
+    if name + extra > limit:
+        raise ReplayError(f"{dest}: a name of {name} bytes; replay writes it first under a "
+                          f"temporary name up to {extra} bytes longer, and this file system "
+                          f"allows {limit}: choose a name of at most {limit - extra}")
+    return dest.parent / temporary_name(dest.name)
 
 
 @contextlib.contextmanager

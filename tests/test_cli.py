@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -75,3 +76,19 @@ def test_replay_trace_refuses_what_replay_run_refuses(cli, tmp_path, monkeypatch
 def test_help_shows_replay_trace_first(cli):
     result = cli("--help")
     assert result.code == 0 and result.out.startswith("usage: replay TRACE")
+
+
+def test_characters_the_terminal_lacks_are_escaped_not_a_traceback():
+    done = subprocess.run([sys.executable, "-m", "replay", "models"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert done.returncode == 0 and "G\\xf6del" in done.stdout, done.stderr
+
+
+def test_a_current_directory_that_is_not_utf8_is_one_line(tmp_path):
+    here = os.fsencode(tmp_path) + b"/d\xff"
+    os.mkdir(here)
+    done = subprocess.run([sys.executable, "-m", "replay", "run", str(SAMPLE_TRACE), "--out", "r"],
+                          cwd=here, capture_output=True, text=True, errors="replace")
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "the current directory " in done.stderr and "d\\xff: not UTF-8" in done.stderr
+    assert os.listdir(here) == []

@@ -9,6 +9,7 @@ partial output has been removed (the writers' own cleanup, ``replay.atomic``).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import polars as pl
@@ -55,7 +56,9 @@ def is_trace_shortcut(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _never_fail_to_print()
     try:
+        _check_utf8(argv)
         parser = build_parser()
         _load_numpy_interfaces()
         interrupts.install()
@@ -82,6 +85,34 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(err, SystemExit) or not interrupts.received():
             raise
         return _failed("interrupted", prefix="replay: ", status=130)
+
+
+def _never_fail_to_print() -> None:
+    """Characters that stdout's or stderr's encoding lacks (a Gödel model's name, a table's
+    lines, with ``PYTHONIOENCODING=ascii`` or a Latin-1 locale) are printed as escapes, not a
+    traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def _check_utf8(argv: list[str]) -> None:
+    """Refuse an argument, or a current directory, that is not UTF-8 (a file name in another
+    encoding, which Python holds as escapes): Arrow, DuckDB and polars take UTF-8 names only,
+    and failed on one with a traceback half-way through a run."""
+    try:
+        here = os.getcwd()
+    except OSError:
+        here = "."  # removed meanwhile: the first path used reports it
+    for name, what in ((here, "the current directory "), *((arg, "") for arg in argv)):
+        try:
+            name.encode()
+        except UnicodeEncodeError as err:
+            shown = os.fsencode(name).decode(errors="backslashreplace")
+            raise ReplayError(f"{what}{shown}: not UTF-8 (byte {err.start}); the libraries "
+                              f"replay reads and writes with take UTF-8 names only: rename "
+                              f"it") from None
 
 
 def _load_numpy_interfaces() -> None:

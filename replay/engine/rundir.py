@@ -421,7 +421,10 @@ def check_replaceable(dest: Path, force: bool) -> None:
         return
     if not force:
         raise ReplayError(f"{dest}: already exists; choose another --out or pass --force")
-    if dest.is_symlink() or not dest.is_dir():
+    if dest.is_symlink():
+        raise ReplayError(f"{dest}: is a symbolic link; not replacing it (name the directory it "
+                          f"points to, or another --out)")
+    if not dest.is_dir():
         raise ReplayError(f"{dest}: exists and is not a directory; not replacing it")
     entries = [entry.name for entry in dest.iterdir()]
     if not entries:
