@@ -101,4 +101,14 @@ def _check_writable(folder: Path) -> None:
     if folder.exists() and not folder.is_dir():
         raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
     if folder.is_dir() and not os.access(folder, os.W_OK | os.X_OK):
-        raise OSError(errno.EACCES, os.strerror(errno.EACCES), str(folder))
+        cause = errno.EROFS if _read_only_mount(folder) else errno.EACCES
+        raise OSError(cause, os.strerror(cause), str(folder))
+
+
+def _read_only_mount(folder: Path) -> bool:
+    """Whether ``folder`` is on a file system mounted read-only (``os.access`` says only "no",
+    which is "Read-only file system" there, not "Permission denied")."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

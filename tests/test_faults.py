@@ -144,6 +144,16 @@ def full_disk(path: str, size: str = "16k") -> Callable[[Path], None]:
     return setup
 
 
+def read_only_disk(path: str, *inputs: str) -> Callable[[Path], None]:
+    """A tmpfs at ``path`` holding copies of ``inputs``, then mounted read-only."""
+    def setup(folder: Path) -> None:
+        full_disk(path, "64m")(folder)
+        copied_in = [copied(name, f"{path}/{name}") for name in inputs]
+        both(*copied_in)(folder)
+        subprocess.run(["mount", "-o", "remount,ro", str(folder / path)], check=True)
+    return setup
+
+
 class CannotMount(Exception):
     pass
 
@@ -331,6 +341,8 @@ CASES = [
          "run: holds the input run/c.toml", setup=text("run/c.toml", "seed = 1\n")),
     Case("run-out-read-only-folder", ("run", "trace.parquet", "--out", "ro/r"),
          "ro: Permission denied", setup=read_only("ro"), unprivileged=True),
+    Case("run-out-on-a-read-only-disk", ("run", "trace.parquet", "--out", "full/r"),
+         "full: Read-only file system", setup=read_only_disk("full")),
     Case("run-disk-full", ("run", "trace.parquet", "--out", "full/r"),
          "No space left on device", setup=full_disk("full")),
     Case("run-force-fails-keeps-the-old-run", ("run", "trace.parquet", "--out", "run",
@@ -388,6 +400,8 @@ CASES = [
     Case("derive-no-such-run", ("derive", "nowhere"), "nowhere: no such run directory"),
     Case("derive-read-only-run", ("derive", "run"), "run: Permission denied",
          setup=lambda folder: (folder / "run").chmod(0o555), unprivileged=True),
+    Case("derive-run-on-a-read-only-disk", ("derive", "full/run"),
+         "full/run: Read-only file system", setup=read_only_disk("full", "run")),
     # query ---------------------------------------------------------------------------------------
     Case("query-out-over-a-run-table", (*QUERY, "conflict_rate", "--format", "parquet", "--out",
                                         "run/events.parquet"),
@@ -502,7 +516,8 @@ def execute(case: Case, folder: Path, outcome: Outcome) -> Outcome:
         outcome.after = snapshot(folder)
         for path in [folder, *folder.rglob("*")]:  # so that the folder can be removed
             if path.is_dir() and not path.is_symlink() and not path.is_mount():
-                path.chmod(0o755)
+                with contextlib.suppress(OSError):  # a read-only mount's: removed unmounted
+                    path.chmod(0o755)
     return outcome
 
 

@@ -157,6 +157,21 @@ def test_a_full_disk_is_one_line_naming_the_index(cli, folder, tmp_path):
                           f"index (No space left on device)\n")
 
 
+def test_a_read_only_disk_is_one_line_naming_the_sweep(cli, folder, tmp_path):
+    disk = tmp_path / "ro"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=4k", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs: {mounted.stderr.strip()}")
+    try:
+        result = cli("sweep", sweep_file(folder, KILLED), "--out", disk / "sw")
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+    assert result.err == (f"replay: error: {disk}/sw: cannot make the sweep's directory "
+                          f"(Read-only file system)\n")
+
+
 def test_dry_run_prints_the_points_and_runs_nothing(cli, folder, tmp_path):
     result = cli("sweep", sweep_file(folder, KILLED), "--out", tmp_path / "out", "--dry-run")
     assert result.code == 0, result.err

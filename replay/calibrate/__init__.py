@@ -141,7 +141,7 @@ def write_config(calibration: Calibration, out: str | os.PathLike) -> Path:
             tmp.write_text(text)
             load_config(tmp)  # what was written is a valid run config, or nothing is written
     except OSError as err:
-        raise ReplayError(f"{out}: cannot write it ({err})") from None
+        raise ReplayError(f"{out}: cannot write it ({err.strerror or err})") from None
     return out
 
 
