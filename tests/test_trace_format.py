@@ -19,6 +19,12 @@ from conftest import REPO, SAMPLE_TRACE
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 
 
+# received_ts of three rows: T0, null, and a microsecond before 0001-01-01 (which Python's
+# datetime cannot hold, and Arrow's can)
+BEFORE_YEAR_1 = pl.Series([int(T0.timestamp() * 1e6), None, -62135596800000001],
+                          dtype=pl.Int64).cast(pl.Datetime("us", "UTC"))
+
+
 def rows(n: int = 3, **overrides) -> pl.DataFrame:
     base = {
         "ts": [T0 + dt.timedelta(seconds=i) for i in range(n)],
@@ -87,6 +93,10 @@ def test_empty_trace_is_valid(tmp_path):
     (rows(verb=["create", "frobnicate", "patch"]), "verb not one of"),
     (rows(code=[201, 0, 201]), "code is not an HTTP status"),
     (rows(received_ts=[T0 + dt.timedelta(seconds=5)] * 3), "received_ts is later than ts"),
+    (rows(ts=[T0, T0, dt.datetime(9999, 1, 1, tzinfo=dt.UTC)]),
+     "ts outside the times replay handles (from 0001-01-01 up to 9999-01-01): 1 row, first at "
+     "row index 2"),
+    (rows(received_ts=BEFORE_YEAR_1), "received_ts outside the times replay handles"),
 ])
 def test_validate_names_each_value_problem(tmp_path, frame, expected):
     problems = validate(write(tmp_path / "t.parquet", frame))
@@ -99,6 +109,8 @@ def test_validate_names_each_value_problem(tmp_path, frame, expected):
     rows(cpu_milli=[1, -5, -1]),
     rows(verb=["create", "frobnicate", "patch"], code=[201, 0, 700]),
     rows(received_ts=[T0 + dt.timedelta(seconds=5)] * 3),
+    rows(ts=[T0, T0, dt.datetime(9999, 1, 1, tzinfo=dt.UTC)]),
+    rows(received_ts=BEFORE_YEAR_1),
     rows(name=["a", None, "c"], component=[None, "x", None]),
     rows(0),
 ])

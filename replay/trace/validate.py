@@ -8,6 +8,7 @@ in one streaming pass over the columns concerned.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import cast
 
 import polars as pl
@@ -16,6 +17,13 @@ import pyarrow as pa
 from replay.errors import ReplayError
 from replay.trace import schema
 from replay.trace.io import first_line, open_trace
+
+# The times a trace may hold: a run's tables and report read them back as Python's datetimes,
+# which end with the year 9999, and a run's times come after its trace's by its delays (a
+# trace ending on 9999-12-31 had a report fail on deliveries in the year 10000).
+EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)  # excluded
+_IN_RANGE = f"from {EARLIEST.date().isoformat()} up to {LATEST.date().isoformat()}"
 
 
 def validate(path: str | os.PathLike) -> list[str]:
@@ -69,6 +77,11 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str]) -> li
         if "received_ts" in columns:
             checks.append(("received after ts", pl.col("received_ts") > pl.col("ts"),
                            "received_ts is later than ts"))
+    for name in ("ts", "received_ts"):
+        if name in columns:
+            checks.append((f"{name} out of range",
+                           ~pl.col(name).is_between(EARLIEST, LATEST, closed="left"),
+                           f"{name} outside the times replay handles ({_IN_RANGE})"))
     for name in schema.RESOURCE_COLUMNS:
         if name in columns:
             checks.append((f"negative {name}", pl.col(name) < 0, f"negative {name}"))
@@ -108,6 +121,9 @@ def _clean(frame: pl.DataFrame, columns: list[str]) -> bool:
         return False
     if {"ts", "received_ts"} <= present and (frame["received_ts"] > frame["ts"]).any():
         return False
+    for name in present & {"ts", "received_ts"}:  # (a minimum before the year 1 is no datetime)
+        if not frame[name].is_between(EARLIEST, LATEST, closed="left").fill_null(True).all():
+            return False
     resources = present & set(schema.RESOURCE_COLUMNS)  # integers, nullable
     if any((cast("int | None", frame[c].min()) or 0) < 0 for c in resources):
         return False
@@ -131,6 +147,7 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.
         present = [c for c in well_typed if c in frame.columns]
         problems = value_problems(frame.lazy(), present)
     if problems:
-        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        others = len(problems) - 1
+        more = f" (and {others} more problem{'s' if others > 1 else ''})" if others else ""
         raise ReplayError(f"{path}: {problems[0]}{more}; `replay validate` lists them all")
     return frame
