@@ -129,7 +129,7 @@ def _read_scrape(name: str, text: str) -> Source:
                 entry["sum"] = float(sample.value)
             elif sample.name.endswith("_count"):
                 entry["count"] = float(sample.value)
-        source.histograms[family.name] = _series(family.name, values, source.interval)
+        source.histograms[family.name] = _series(name, family.name, values, source.interval)
     return source
 
 
@@ -177,7 +177,7 @@ def _read_json(name: str, text: str, family: str | None, window: Window | None,
         warn(f"{name}: {len(restarted)} series fell within the window (counter resets: the "
              "component restarted); their increase counts from each restart on")
     interval = _interval(name, kind, times)
-    return Source(name, kind, {m: _series(m, v, interval) for m, v in families.items()},
+    return Source(name, kind, {m: _series(name, m, v, interval) for m, v in families.items()},
                   interval=interval)
 
 
@@ -256,15 +256,34 @@ def _labels(labels: dict[str, str]) -> Labels:
     return tuple(sorted((str(k), str(v)) for k, v in labels.items()))
 
 
-def _series(family: str, values: dict[Labels, dict], interval: str) -> dict[Labels, Series]:
+def _series(name: str, family: str, values: dict[Labels, dict],
+            interval: str) -> dict[Labels, Series]:
     out = {}
     for labels, entry in values.items():
         buckets = sorted(entry["buckets"].items())
         if buckets:
-            out[labels] = Series(family, labels, tuple(b for b, _ in buckets),
-                                 tuple(v for _, v in buckets), entry.get("sum"),
-                                 entry.get("count"), interval)
+            out[labels] = _cumulative(name, Series(
+                family, labels, tuple(b for b, _ in buckets), tuple(v for _, v in buckets),
+                entry.get("sum"), entry.get("count"), interval))
     return out
+
+
+def _cumulative(name: str, series: Series) -> Series:
+    """``series``, whose bucket counts must be counts (finite, >= 0) that never fall from one
+    bound to the next, as a histogram's cumulative buckets are; else the source is damaged, and
+    differencing its buckets would make up a histogram (a count that fell gave the bucket after
+    it the difference, and the bucket before it a negative count)."""
+    previous = (-math.inf, 0.0)
+    for le, count in zip(series.le, series.cumulative):
+        if not (math.isfinite(count) and count >= 0):
+            raise ReplayError(f"{name}: {series.selector()}: the bucket le={le:g} counts "
+                              f"{count:g}, not a number of observations")
+        if count < previous[1]:
+            raise ReplayError(f"{name}: {series.selector()}: the bucket le={le:g} counts "
+                              f"{count:g}, fewer than le={previous[0]:g} ({previous[1]:g}), "
+                              f"but a histogram's buckets are cumulative")
+        previous = (le, count)
+    return series
 
 
 def component_of(source: Source) -> str:
