@@ -14,9 +14,13 @@ INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-# Time: every time is integer microseconds in an int64, and must also be a valid date for the
-# tools that read traces (Python's datetime stops at year 9999).
-LAST_TIME = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc)
+# Time: every time is integer microseconds in an int64, and must also be a date that the tools
+# reading traces and runs can show (Python's datetime holds the years 1 to 9999).  A trace's
+# times end a year before that, since a run's come after its trace's by the modelled delays: a
+# trace ending on 9999-12-31 replayed, and then its report failed on deliveries in the year
+# 10000.
+FIRST_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
+TRACE_END = datetime(9999, 1, 1, tzinfo=timezone.utc)  # a trace's times are before it
 YEAR_MS = 365.25 * 24 * 3600 * 1000
 MAX_DURATION_MS = 100 * YEAR_MS  # any duration in a configuration or a model parameter
 

@@ -246,7 +246,9 @@ CASES = [
          "more than the limit of 250,000,000"),
     Case("synth-trace-past-year-9999", ("synth", "--start", "9999-12-31", "--mean-lifetime",
                                         "100000", "--out", "t2.parquet"),
-         "would end after 9999"),
+         "would end after 9999-01-01, the limit of a trace's times"),
+    Case("synth-trace-before-year-1", ("synth", "--start", "0001-01-01", "--out", "t2.parquet"),
+         "would begin (its first request received) before 0001-01-01"),
     # ingest --------------------------------------------------------------------------------------
     Case("ingest-out-is-the-log", ("ingest", "a.log", "--out", "a.log"), "a.log: is the input"),
     Case("ingest-a-trace", ("ingest", "trace.parquet", "--out", "t2.parquet"),

@@ -27,17 +27,18 @@ import dataclasses
 import math
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.limits import (
+    FIRST_TIME,
     INT64_MAX,
-    LAST_TIME,
     MAX_DURATION_MS,
     MAX_SYNTH_ROWS,
+    TRACE_END,
     is_finite_number,
 )
 from replay.outputs import check_output
@@ -171,9 +172,13 @@ class SynthSpec:
                              "--mean-lifetime x --max-lifetime-factor, --bind-delay-ms or "
                              "--heartbeat-interval), the limit")
         span_s = 2 * arrivals_s + longest_s + self.bind_delay_ms / 1000 + 1
-        if (LAST_TIME - self.start).total_seconds() < span_s:
+        if (TRACE_END - self.start).total_seconds() < span_s:
             raise ValueError(f"a trace starting at {self.start.isoformat()} would end after "
-                             f"{LAST_TIME.year}, which no tool reading it could show")
+                             f"{TRACE_END.date().isoformat()}, the limit of a trace's times")
+        if self.start < FIRST_TIME + timedelta(microseconds=API_LATENCY_US):
+            raise ValueError(f"a trace starting at {self.start.isoformat()} would begin (its "
+                             f"first request received) before {FIRST_TIME.date().isoformat()}, "
+                             f"the limit of a trace's times")
         rows: float = self.nodes + 3 * self.pods
         if self.heartbeat_interval > 0:
             rows += self.nodes * (span_s / self.heartbeat_interval + 1)

@@ -8,22 +8,17 @@ in one streaming pass over the columns concerned.
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from typing import cast
 
 import polars as pl
 import pyarrow as pa
 
 from replay.errors import ReplayError
+from replay.limits import FIRST_TIME, TRACE_END
 from replay.trace import schema
 from replay.trace.io import first_line, open_trace
 
-# The times a trace may hold: a run's tables and report read them back as Python's datetimes,
-# which end with the year 9999, and a run's times come after its trace's by its delays (a
-# trace ending on 9999-12-31 had a report fail on deliveries in the year 10000).
-EARLIEST = datetime(1, 1, 1, tzinfo=UTC)
-LATEST = datetime(9999, 1, 1, tzinfo=UTC)  # excluded
-_IN_RANGE = f"from {EARLIEST.date().isoformat()} up to {LATEST.date().isoformat()}"
+_IN_RANGE = f"from {FIRST_TIME.date().isoformat()} up to {TRACE_END.date().isoformat()}"
 
 
 def validate(path: str | os.PathLike) -> list[str]:
@@ -80,7 +75,7 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str]) -> li
     for name in ("ts", "received_ts"):
         if name in columns:
             checks.append((f"{name} out of range",
-                           ~pl.col(name).is_between(EARLIEST, LATEST, closed="left"),
+                           ~pl.col(name).is_between(FIRST_TIME, TRACE_END, closed="left"),
                            f"{name} outside the times replay handles ({_IN_RANGE})"))
     for name in schema.RESOURCE_COLUMNS:
         if name in columns:
@@ -122,7 +117,7 @@ def _clean(frame: pl.DataFrame, columns: list[str]) -> bool:
     if {"ts", "received_ts"} <= present and (frame["received_ts"] > frame["ts"]).any():
         return False
     for name in present & {"ts", "received_ts"}:  # (a minimum before the year 1 is no datetime)
-        if not frame[name].is_between(EARLIEST, LATEST, closed="left").fill_null(True).all():
+        if not frame[name].is_between(FIRST_TIME, TRACE_END, closed="left").fill_null(True).all():
             return False
     resources = present & set(schema.RESOURCE_COLUMNS)  # integers, nullable
     if any((cast("int | None", frame[c].min()) or 0) < 0 for c in resources):

@@ -29,7 +29,7 @@ from pathlib import Path
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.limits import INT64_MAX, LAST_TIME
+from replay.limits import INT64_MAX, TRACE_END
 from replay.trace.importers.base import Imported, Importer
 from replay.trace.importers.csvfile import read_csv
 
@@ -105,14 +105,14 @@ def _in_range(frame: pl.DataFrame, path: str, start_us: int) -> pl.DataFrame:
     """``frame``, unless a value would overflow the trace's 64-bit column it is scaled into
     (memory in MiB times 2^20, GPUs times 1000, seconds times 10^6 after the start, which must
     also end before year 10000): polars would wrap it around without a word."""
-    last_s = (int(LAST_TIME.timestamp()) * 10**6 - start_us) // 10**6
+    last_s = (int(TRACE_END.timestamp()) * 10**6 - 1 - start_us) // 10**6
     bounds = {"memory_mib": INT64_MAX // MIB, "gpu": INT64_MAX // 1000,
               **{name: last_s for name in ("creation_time", "deletion_time", "scheduled_time")}}
     for name, bound in bounds.items():
         if name in frame.columns:
             _refuse_first(frame, path, name, frame[name] > bound,
                           "too large: the trace's 64-bit value would overflow" if "time" not in
-                          name else f"after year {LAST_TIME.year} from --start")
+                          name else f"on or after {TRACE_END.date().isoformat()} from --start")
     if "num_gpu" in frame.columns:
         share = frame["gpu_milli"]
         too_many = (share > 0) & (frame["num_gpu"] > INT64_MAX // share.clip(lower_bound=1))
