@@ -21,6 +21,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # 10000.
 FIRST_TIME = datetime(1, 1, 1, tzinfo=timezone.utc)
 TRACE_END = datetime(9999, 1, 1, tzinfo=timezone.utc)  # a trace's times are before it
+TRACE_TIMES = f"from {FIRST_TIME.date().isoformat()} up to {TRACE_END.date().isoformat()}"
 YEAR_MS = 365.25 * 24 * 3600 * 1000
 MAX_DURATION_MS = 100 * YEAR_MS  # any duration in a configuration or a model parameter
 

@@ -271,6 +271,10 @@ CASES = [
     Case("ingest-status-code-out-of-range", ("ingest", "bad.log", "--out", "t2.parquet"),
          "bad.log:2: key responseStatus.code: 999 is not an HTTP status",
          setup=lines("bad.log", GOOD, audit(responseStatus={"code": 999}))),
+    Case("ingest-time-past-a-traces", ("ingest", "bad.log", "--out", "t2.parquet"),
+         "bad.log:2: key stageTimestamp: outside the times a trace may hold (from 0001-01-01 up "
+         "to 9999-01-01)", setup=lines("bad.log", GOOD, audit(received="9999-06-01T00:00:00Z",
+                                                               stage="9999-06-01T00:00:01Z"))),
     Case("ingest-status-code-beyond-int64", ("ingest", "bad.log", "--out", "t2.parquet"),
          "bad.log:2: key responseStatus.code",
          setup=lines("bad.log", GOOD, audit(responseStatus={"code": 2**70}))),

@@ -14,11 +14,9 @@ import polars as pl
 import pyarrow as pa
 
 from replay.errors import ReplayError
-from replay.limits import FIRST_TIME, TRACE_END
+from replay.limits import FIRST_TIME, TRACE_END, TRACE_TIMES
 from replay.trace import schema
 from replay.trace.io import first_line, open_trace
-
-_IN_RANGE = f"from {FIRST_TIME.date().isoformat()} up to {TRACE_END.date().isoformat()}"
 
 
 def validate(path: str | os.PathLike) -> list[str]:
@@ -76,7 +74,7 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str]) -> li
         if name in columns:
             checks.append((f"{name} out of range",
                            ~pl.col(name).is_between(FIRST_TIME, TRACE_END, closed="left"),
-                           f"{name} outside the times replay handles ({_IN_RANGE})"))
+                           f"{name} outside the times replay handles ({TRACE_TIMES})"))
     for name in schema.RESOURCE_COLUMNS:
         if name in columns:
             checks.append((f"negative {name}", pl.col(name) < 0, f"negative {name}"))

@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from replay.limits import TRACE_END, TRACE_TIMES
 from replay.trace import schema
 from replay.trace.audit.body import (
     NONE,
@@ -152,19 +153,23 @@ def _in_range(columns: dict[str, pa.Array], positions: list[int], rows: Rows
               ) -> tuple[dict[str, pa.Array], list[int]]:
     """``columns`` and ``positions`` less the events whose values no trace may hold, which
     join ``rows.errors``: a status code outside 100..599, a request received after the stage
-    that completed it.  Such an event is broken, and a trace that held it would fail
-    ``replay validate``."""
+    that completed it, a time outside a trace's (``replay.limits``).  Such an event is broken,
+    and a trace that held it would fail ``replay validate``."""
     code, ts, received = columns["code"], columns["ts"], columns["received_ts"]
     bad_code = pc.invert(pc.fill_null(pc.and_(pc.greater_equal(code, 100),
                                               pc.less_equal(code, 599)), True))
     late = pc.fill_null(pc.greater(received, ts), False)
-    bad = pc.or_(bad_code, late)
+    bad_ts, bad_received = _outside_a_trace(ts), _outside_a_trace(received)
+    bad = pc.or_(pc.or_(bad_code, late), pc.or_(bad_ts, bad_received))
     columns["code"] = pc.if_else(bad_code, pa.scalar(0, pa.int64()), code).cast(pa.int32())
     if not pc.any(bad).as_py():
         return columns, positions
     for row in pc.indices_nonzero(bad).to_pylist():
         if bad_code[row].as_py():
             problem = f"key responseStatus.code: {code[row]} is not an HTTP status (100-599)"
+        elif bad_ts[row].as_py() or bad_received[row].as_py():
+            key = "stageTimestamp" if bad_ts[row].as_py() else "requestReceivedTimestamp"
+            problem = f"key {key}: outside the times a trace may hold ({TRACE_TIMES})"
         else:
             problem = ("key requestReceivedTimestamp: later than the stageTimestamp (a request "
                        "completed before it was received)")
@@ -172,6 +177,12 @@ def _in_range(columns: dict[str, pa.Array], positions: list[int], rows: Rows
     keep = pc.invert(bad)
     return ({name: column.filter(keep) for name, column in columns.items()},
             [position for position, kept in zip(positions, keep.to_pylist()) if kept])
+
+
+def _outside_a_trace(times: pa.Array) -> pa.Array:
+    """Where ``times`` are not before ``TRACE_END`` (null: False).  None is before the year 1
+    (``FIRST_TIME``): the year 0000 is no time to Python, nor to ``_api_server_time``."""
+    return pc.fill_null(pc.greater_equal(times, pa.scalar(TRACE_END, TIMESTAMP)), False)
 
 
 def _columns(events: list[Event], seqs: list[int]) -> dict[str, pa.Array]:
