@@ -8,6 +8,11 @@ asks Python's signal handler to write each signal's number to a socket as well
 connection registered with ``interruptible``.  The query then stops, and the main thread raises
 ``KeyboardInterrupt`` or DuckDB's ``RuntimeError("Query interrupted")``, which the command line
 reports as ``replay: interrupted``.
+
+SIGTERM, which ``timeout``, ``kill``, batch systems and Kubernetes send to stop a process, and
+SIGHUP, which a closed terminal sends, are taken as Ctrl-C: without a handler they ended the
+process where it stood, and a run's partial directory stayed behind until the next command that
+wrote into the same folder.
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ Connection = TypeVar("Connection")
 
 _connections: weakref.WeakSet = weakref.WeakSet()
 _installed = False
-_received = threading.Event()  # a SIGINT has arrived since ``install``
+_received = threading.Event()  # a signal of ``STOPS`` has arrived since ``install``
+STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the signals taken as Ctrl-C
 
 
 def install() -> None:
@@ -37,7 +43,8 @@ def install() -> None:
     receive, send = socket.socketpair()
     send.setblocking(False)
     signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
-    signal.signal(signal.SIGINT, _on_sigint)
+    for stop in STOPS:
+        signal.signal(stop, _on_sigint)
     threading.Thread(target=_relay, args=(receive, send), name="replay-interrupts",
                      daemon=True).start()
     _installed = True
@@ -89,20 +96,21 @@ def deferred() -> Iterator[None]:
 
 
 _holding = 0  # how many ``hold``s (of the main thread) are not yet released
-_held: list[int] = []  # the SIGINTs that arrived meanwhile
-_handler_before: Any = None  # the handler the outermost ``hold`` found
+_held: list[int] = []  # the signals of ``STOPS`` that arrived meanwhile
+_handlers_before: dict[int, Any] = {}  # the handlers the outermost ``hold`` found
 
 
 def hold() -> None:
     """Hold Ctrl-C until the matching ``release`` (holds nest); ``deferred`` as two calls, for a
     library's start and end callbacks (``replay.jit``).  Main thread only, like ``deferred``.
     A Ctrl-C that came before and was swallowed is raised first (``checkpoint``)."""
-    global _holding, _handler_before
+    global _holding
     if threading.current_thread() is not threading.main_thread():
         return
     checkpoint()
     if _holding == 0:
-        _handler_before = signal.signal(signal.SIGINT, lambda signum, frame: _held.append(signum))
+        for stop in STOPS:
+            _handlers_before[stop] = signal.signal(stop, lambda signum, frame: _held.append(signum))
     _holding += 1
 
 
@@ -113,10 +121,12 @@ def release() -> None:
         return
     _holding -= 1
     if _holding == 0:
-        signal.signal(signal.SIGINT, _handler_before)
+        for stop in STOPS:
+            signal.signal(stop, _handlers_before.pop(stop))
         if _held:
+            first = _held[0]
             _held.clear()
-            signal.raise_signal(signal.SIGINT)  # to the handler the hold found
+            signal.raise_signal(first)  # to the handler the hold found
 
 
 def interruptible(connection: Connection) -> Connection:
@@ -126,7 +136,8 @@ def interruptible(connection: Connection) -> Connection:
 
 
 def _relay(receive: socket.socket, send: socket.socket) -> None:
-    """Interrupt every live connection whenever SIGINT arrives; ``send`` is kept open here."""
+    """Interrupt every live connection whenever a signal of ``STOPS`` arrives; ``send`` is
+    kept open here."""
     while True:
         try:
             signals = receive.recv(64)
@@ -134,7 +145,7 @@ def _relay(receive: socket.socket, send: socket.socket) -> None:
             return
         if not signals:
             return
-        if signal.SIGINT in signals:
+        if any(stop in signals for stop in STOPS):
             for connection in list(_connections):
                 with contextlib.suppress(Exception):  # closed meanwhile
                     connection.interrupt()

