@@ -36,7 +36,10 @@ STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the signals taken as C
 
 
 def install() -> None:
-    """Relay Ctrl-C to the registered connections, from now on (main thread only; once)."""
+    """Relay Ctrl-C to the registered connections, from now on (main thread only; once).
+
+    A signal the process was started ignoring stays ignored: ``nohup`` ignores SIGHUP, and a
+    shell ignores SIGINT in a command it starts in the background (``&``) of a script."""
     global _installed
     if _installed or threading.current_thread() is not threading.main_thread():
         return
@@ -44,7 +47,8 @@ def install() -> None:
     send.setblocking(False)
     signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
     for stop in STOPS:
-        signal.signal(stop, _on_sigint)
+        if signal.getsignal(stop) is not signal.SIG_IGN:
+            signal.signal(stop, _on_sigint)
     threading.Thread(target=_relay, args=(receive, send), name="replay-interrupts",
                      daemon=True).start()
     _installed = True

@@ -853,6 +853,16 @@ def test_sigterm_and_sighup_of_run_are_taken_as_ctrl_c(medium, tmp_path, later, 
     assert list((tmp_path / "runs").iterdir()) == []
 
 
+def test_a_run_started_under_nohup_keeps_ignoring_sighup(medium, tmp_path):
+    (tmp_path / "runs").mkdir()
+    process = replay("run", str(medium), "--out", "runs/m", folder=tmp_path,
+                     preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
+    wait_for(lambda: temporaries(tmp_path / "runs"), what="the run to start writing")
+    os.kill(process.pid, signal.SIGHUP)
+    assert process.wait(TIMEOUT) == 0, process.stderr.read().decode()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["m"]
+
+
 # pyarrow's ``pa.array`` of a Python list tries to import ``dateutil`` on every call and drops the
 # import's error: a Ctrl-C whose KeyboardInterrupt Python raised while that import searched
 # ``sys.path`` vanished, and ``replay run`` went on and exited 0 (one Ctrl-C in about a hundred as
