@@ -8,7 +8,11 @@ when the extra is installed; tests/test_report_browser.py opens the page in Chro
 from __future__ import annotations
 
 import datetime as dt
+import errno
+import os
+import re
 import sys
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -313,3 +317,34 @@ def test_static_figures_for_papers(runs, tmp_path):
     with pytest.raises(ReplayError, match="holds other files"):
         write_report([str(runs[0])], tmp_path / "r.html", static=folder)
     assert (folder / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("static, message", [
+    ("a-file", "a-file: not a folder"),
+    ("r.html", "r.html: is or holds the --out file"),
+    (".", ".: is or holds the --out file"),
+])
+def test_a_static_folder_that_cannot_be_written_is_refused_before_the_page(runs, tmp_path,
+                                                                          monkeypatch, static,
+                                                                          message):
+    """The page used to be written first, and the command then failed on the folder."""
+    pytest.importorskip("matplotlib", reason="the report extra is not installed")
+    pytest.importorskip("plotly", reason="the report extra is not installed")
+    monkeypatch.chdir(tmp_path)
+    Path("a-file").write_text("mine")
+    with pytest.raises(ReplayError, match=re.escape(message)):
+        write_report([str(runs[0])], "r.html", static=static)
+    assert sorted(os.listdir()) == ["a-file"]
+
+
+def test_figures_that_fail_leave_no_page(runs, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib", reason="the report extra is not installed")
+    pytest.importorskip("plotly", reason="the report extra is not installed")
+    from replay.report import static
+
+    def full(figure):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(static, "draw", full)
+    with pytest.raises(ReplayError, match="No space left on device"):
+        write_report([str(runs[0])], tmp_path / "r.html", static=tmp_path / "figures")
+    assert os.listdir(tmp_path) == []

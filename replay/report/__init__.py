@@ -21,6 +21,7 @@ from pathlib import Path
 from replay.analysis.runs import check_run_dir, points_of
 from replay.atomic import atomic_file
 from replay.errors import ReplayError
+from replay.outputs import check_output
 from replay.report import data, html
 from replay.report.page import Page
 from replay.report.sections import build_sections
@@ -66,9 +67,15 @@ def write_report(run_dirs: Sequence[str], out: str | os.PathLike,
     for run in [run for path in run_dirs for run in points_of(str(path))]:
         check_run_dir(run)  # say what is wrong with the input first
     html.plotly_js()  # the extra is there, before minutes of queries
+    check_output(out)  # and the outputs can be written
     if static is not None:
         from replay.report import static as static_files
         static_files.check_installed()
+        folder = Path(static).resolve()
+        if folder == out.resolve() or folder in out.resolve().parents:
+            raise ReplayError(f"{static}: is or holds the --out file; give --static a folder "
+                              f"of its own")
+        static_files.check_folder(Path(static))
     seconds = {"queries": -time.perf_counter()}
     page = build_page(run_dirs, from_ts, to_ts, title)
     seconds["queries"] += time.perf_counter()
@@ -77,18 +84,18 @@ def write_report(run_dirs: Sequence[str], out: str | os.PathLike,
             raise ReplayError(f"{out}: the trace of a run, an input; write the report elsewhere")
     seconds["page"] = -time.perf_counter()
     text = html.render(page)
+    figures = [f for s in page.sections for f in s.figures]
+    written: list[Path] = []
     try:
         with atomic_file(out) as tmp:
             tmp.write_text(text, encoding="utf-8")
+            seconds["page"] += time.perf_counter()
+            if static is not None:  # inside: the page appears only if the figures did
+                seconds["static"] = -time.perf_counter()
+                written = static_files.write_figures(figures, Path(static))
+                seconds["static"] += time.perf_counter()
     except OSError as err:
         raise ReplayError(f"{out}: cannot write the report ({err.strerror or err})") from None
-    seconds["page"] += time.perf_counter()
-    figures = [f for s in page.sections for f in s.figures]
-    written: list[Path] = []
-    if static is not None:
-        seconds["static"] = -time.perf_counter()
-        written = static_files.write_figures(figures, Path(static))
-        seconds["static"] += time.perf_counter()
     return ReportResult(out, len(text.encode()), [s.key for s in page.sections], len(figures),
                         written, seconds)
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from replay.atomic import atomic_dir
 from replay.errors import ReplayError
+from replay.outputs import check_output
 from replay.report.figures import BarMode, Dash, Figure, Heatmap, Mark, Panel, Scale
 
 if TYPE_CHECKING:
@@ -35,14 +36,23 @@ def check_installed() -> None:
                           "pip install 'k8s-watch-replay[report]'") from None
 
 
-def write_figures(figures: Sequence[Figure], folder: Path) -> list[Path]:
-    """Draw every figure into ``folder`` as PNG and SVG; replace a folder of earlier figures."""
+def check_folder(folder: Path) -> None:
+    """``folder`` can take the figures: it is missing, or a folder of earlier figures only (which
+    they replace), in a folder this process may write in."""
+    if folder.exists() and not folder.is_dir():
+        raise ReplayError(f"{folder}: not a folder; choose another --static folder")
     if folder.exists():
         others = [p.name for p in folder.iterdir() if p.suffix[1:] not in FORMATS]
-        if not folder.is_dir() or others:
+        if others:
             raise ReplayError(f"{folder}: exists and holds other files than figures "
-                              f"({', '.join(sorted(others)[:3]) or 'not a folder'}); choose "
-                              f"another --static folder")
+                              f"({', '.join(sorted(others)[:3])}); choose another --static "
+                              f"folder")
+    check_output(folder, directory=True)
+
+
+def write_figures(figures: Sequence[Figure], folder: Path) -> list[Path]:
+    """Draw every figure into ``folder`` as PNG and SVG; replace a folder of earlier figures."""
+    check_folder(folder)
     import matplotlib
 
     names = []
