@@ -140,27 +140,16 @@ def test_a_bad_sweep_file_is_one_line_and_runs_nothing(cli, folder, tmp_path, te
     assert not (tmp_path / "out").exists()
 
 
-def test_a_full_disk_is_one_line_naming_the_index(cli, folder, tmp_path):
-    """polars reports the system's error in an error of its own: it is told as one."""
-    full = tmp_path / "full"
-    full.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4k", "tmpfs", str(full)],
-                             capture_output=True, text=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs: {mounted.stderr.strip()}")
-    try:
-        result = cli("sweep", sweep_file(folder, KILLED), "--out", full / "sw")
-    finally:
-        subprocess.run(["umount", str(full)], check=True)
-    assert result.code == 1
-    assert result.err == (f"replay: error: {full}/sw/sweep.parquet: cannot write the sweep's "
-                          f"index (No space left on device)\n")
-
-
-def test_a_read_only_disk_is_one_line_naming_the_sweep(cli, folder, tmp_path):
-    disk = tmp_path / "ro"
+@pytest.mark.parametrize("options, message", [
+    ("size=4k", "{disk}/sw/sweep.parquet: cannot write the sweep's index (No space left on "
+                "device)"),
+    ("ro,size=4k", "{disk}/sw: cannot make the sweep's directory (Read-only file system)"),
+], ids=["full", "read-only"])
+def test_a_disk_that_fails_is_one_line_naming_the_path(cli, folder, tmp_path, options, message):
+    """polars reports a full disk in an error of its own: it is told as the system's error."""
+    disk = tmp_path / "disk"
     disk.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=4k", "tmpfs", str(disk)],
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(disk)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs: {mounted.stderr.strip()}")
@@ -168,8 +157,8 @@ def test_a_read_only_disk_is_one_line_naming_the_sweep(cli, folder, tmp_path):
         result = cli("sweep", sweep_file(folder, KILLED), "--out", disk / "sw")
     finally:
         subprocess.run(["umount", str(disk)], check=True)
-    assert result.err == (f"replay: error: {disk}/sw: cannot make the sweep's directory "
-                          f"(Read-only file system)\n")
+    assert result.code == 1
+    assert result.err == f"replay: error: {message.format(disk=disk)}\n"
 
 
 def test_dry_run_prints_the_points_and_runs_nothing(cli, folder, tmp_path):
