@@ -368,12 +368,11 @@ def test_identical_scrapes_have_nothing_to_calibrate(cli, scrapes, tmp_path):
 
 
 # a scrape of one histogram series, its three buckets' counts to be filled in
-HANDLING = ("# TYPE scheduler_event_handling_duration_seconds histogram\n"
-            'scheduler_event_handling_duration_seconds_bucket{{event="AssignedPodAdd",le="0.0001"}} {}\n'
-            'scheduler_event_handling_duration_seconds_bucket{{event="AssignedPodAdd",le="0.0002"}} {}\n'
-            'scheduler_event_handling_duration_seconds_bucket{{event="AssignedPodAdd",le="+Inf"}} {}\n'
-            'scheduler_event_handling_duration_seconds_sum{{event="AssignedPodAdd"}} 0.002\n'
-            'scheduler_event_handling_duration_seconds_count{{event="AssignedPodAdd"}} 40\n')
+ONE_SERIES = (f"# TYPE {HANDLING} histogram\n"
+              + "".join(f'{HANDLING}_bucket{{{{event="AssignedPodAdd",le="{le}"}}}} {{}}\n'
+                        for le in ("0.0001", "0.0002", "+Inf"))
+              + f'{HANDLING}_sum{{{{event="AssignedPodAdd"}}}} 0.002\n'
+              + f'{HANDLING}_count{{{{event="AssignedPodAdd"}}}} 40\n')
 
 
 @pytest.mark.parametrize("content, message", [
@@ -392,12 +391,12 @@ HANDLING = ("# TYPE scheduler_event_handling_duration_seconds histogram\n"
      'scheduler_event_handling_duration_seconds{event="AssignedPodAdd"} 3\n',
      "nothing to calibrate"),
     (b"PAR1\xc0\x15", "not text (byte 4), so not a Prometheus scrape or JSON result"),
-    (HANDLING.format(38, 10, 40), 'scheduler_event_handling_duration_seconds{event="AssignedPodAdd"}:'
+    (ONE_SERIES.format(38, 10, 40), 'scheduler_event_handling_duration_seconds{event="AssignedPodAdd"}:'
      " the bucket le=0.0002 counts 10, fewer than le=0.0001 (38), but a histogram's buckets are "
      "cumulative"),
-    (HANDLING.format(38, -5, 40), "the bucket le=0.0002 counts -5, not a number of observations"),
-    (HANDLING.format(38, "NaN", 40), "the bucket le=0.0002 counts nan, not a number"),
-    (HANDLING.format(38, "+Inf", 40), "the bucket le=0.0002 counts inf, not a number"),
+    (ONE_SERIES.format(38, -5, 40), "the bucket le=0.0002 counts -5, not a number of observations"),
+    (ONE_SERIES.format(38, "NaN", 40), "the bucket le=0.0002 counts nan, not a number"),
+    (ONE_SERIES.format(38, "+Inf", 40), "the bucket le=0.0002 counts inf, not a number"),
     ('{"data": {"resultType": "vector", "result": ['
      '{"metric": {"__name__": "x_bucket", "le": "1"}, "value": [1, "5"]}, '
      '{"metric": {"__name__": "x_bucket", "le": "+Inf"}, "value": [1, "3"]}]}}',
