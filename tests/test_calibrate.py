@@ -19,7 +19,7 @@ import pytest
 from replay.api import run_replay
 from replay.calibrate import calibrate
 from replay.calibrate.mapping import event_resource
-from replay.engine.config import load_config
+from replay.engine.config import load_config, read_toml
 from replay.engine.distributions import Histogram
 from replay.errors import ReplayError
 from replay.rng import Stream
@@ -306,6 +306,18 @@ def test_a_matrix_result_is_differenced_within_the_window(scrapes, tmp_path):
 
 
 # --- two scrapes, counter resets, and what cannot be calibrated ------------------------------------
+
+def test_a_byte_order_mark_is_not_part_of_the_scrape(calibrated, scrapes, tmp_path):
+    marked = {}
+    for name in ("apiserver", "scheduler"):
+        marked[name] = tmp_path / f"{name}.prom"
+        marked[name].write_bytes(b"\xef\xbb\xbf" + scrapes[name].read_bytes())
+    out = tmp_path / "marked.toml"
+    from replay.cli.main import main
+    assert main(["calibrate", str(marked["apiserver"]), str(marked["scheduler"]), "--out",
+                 str(out)]) == 0
+    assert read_toml(out) == read_toml(calibrated / "plain.toml")  # every value; comments aside
+
 
 def test_two_scrapes_are_differenced(scrapes, tmp_path):
     """t1 is the real scrape plus known observations: the calibrated histogram is exactly

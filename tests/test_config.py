@@ -192,6 +192,14 @@ def test_errors_name_the_key(tmp_path, text, message):
     assert message in str(err.value)
 
 
+def test_a_byte_order_mark_is_not_part_of_the_file(tmp_path):
+    """Windows' editors start a UTF-8 file with one; tomllib refused it ("Invalid statement")."""
+    path = tmp_path / "run.toml"
+    path.write_bytes(b"\xef\xbb\xbfseed = 3\n[model]\nname = \"kube\"\n")
+    config = load_config(path)
+    assert config.seed == 3 and config.model == "kube"
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ReplayError, match="no such config file"):
         load_config(tmp_path / "nope.toml")

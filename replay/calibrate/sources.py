@@ -89,7 +89,7 @@ def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
     if sep and not path.exists() and METRIC_NAME.fullmatch(name):
         family, path = name, Path(rest)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8-sig")  # a byte order mark is not the scrape's
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:

@@ -269,11 +269,11 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 def read_toml(path: str | os.PathLike[str], kind: str = "config file") -> dict[str, Any]:
     """The TOML table of the ``kind`` of file at ``path`` (a run config, a sweep file), not yet
-    checked (``config_from_table`` checks a run config's)."""
+    checked (``config_from_table`` checks a run config's).  A byte order mark at its start, as
+    Windows' editors write, is not part of the TOML (tomllib refuses it)."""
     path = Path(path)
     try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
+        return tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such {kind}") from None
     except tomllib.TOMLDecodeError as err:
