@@ -38,8 +38,10 @@ STOPS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # the signals taken as C
 def install() -> None:
     """Relay Ctrl-C to the registered connections, from now on (main thread only; once).
 
-    A signal the process was started ignoring stays ignored: ``nohup`` ignores SIGHUP, and a
-    shell ignores SIGINT in a command it starts in the background (``&``) of a script."""
+    A SIGHUP the process was started ignoring stays ignored: ``nohup`` ignores it for a command
+    meant to outlive its terminal.  SIGINT and SIGTERM are taken whatever the process was
+    started with (a script's background job starts with SIGINT ignored, and ``kill -INT`` of
+    it stopped replay, with its cleanup, before SIGHUP and SIGTERM were taken too)."""
     global _installed
     if _installed or threading.current_thread() is not threading.main_thread():
         return
@@ -47,7 +49,7 @@ def install() -> None:
     send.setblocking(False)
     signal.set_wakeup_fd(send.fileno(), warn_on_full_buffer=False)
     for stop in STOPS:
-        if signal.getsignal(stop) is not signal.SIG_IGN:
+        if stop != signal.SIGHUP or signal.getsignal(stop) is not signal.SIG_IGN:
             signal.signal(stop, _on_sigint)
     threading.Thread(target=_relay, args=(receive, send), name="replay-interrupts",
                      daemon=True).start()
