@@ -70,9 +70,13 @@ def test_a_query_reads_that_run_only(cli, folder, runs, name, tmp_path):
     assert pods.out.splitlines()[1:] == [f"{name},{runs[name]},40"], pods.err
 
 
-def test_derive_check_and_report_read_that_run(cli, folder, runs, tmp_path):
+def test_derive_and_check_read_that_run(cli, folder, runs):
     assert cli("derive", folder / "r[1]").code == 0
     assert cli("check", folder / "r[1]").code == 0
+
+
+def test_report_reads_that_run(cli, folder, runs, tmp_path):
+    pytest.importorskip("plotly", reason="the report extra is not installed")
     result = cli("report", folder / "r[1]", "--out", tmp_path / "r[1].html")
     assert result.code == 0, result.err
     assert "r[1]" in (tmp_path / "r[1].html").read_text()
