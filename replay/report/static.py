@@ -51,8 +51,8 @@ def check_folder(folder: Path) -> None:
 
 
 def write_figures(figures: Sequence[Figure], folder: Path) -> list[Path]:
-    """Draw every figure into ``folder`` as PNG and SVG; replace a folder of earlier figures."""
-    check_folder(folder)
+    """Draw every figure into ``folder`` as PNG and SVG; replace a folder of earlier figures
+    (``check_folder`` says first whether it may: ``write_report`` asks before its queries)."""
     import matplotlib
 
     names = []

@@ -104,7 +104,7 @@ def _checked(frame: pl.DataFrame, path: str) -> pl.DataFrame:
 def _in_range(frame: pl.DataFrame, path: str, start_us: int) -> pl.DataFrame:
     """``frame``, unless a value would overflow the trace's 64-bit column it is scaled into
     (memory in MiB times 2^20, GPUs times 1000, seconds times 10^6 after the start, which must
-    also end before year 10000): polars would wrap it around without a word."""
+    also end before ``TRACE_END``): polars would wrap it around without a word."""
     last_s = (int(TRACE_END.timestamp()) * 10**6 - 1 - start_us) // 10**6
     bounds = {"memory_mib": INT64_MAX // MIB, "gpu": INT64_MAX // 1000,
               **{name: last_s for name in ("creation_time", "deletion_time", "scheduled_time")}}
