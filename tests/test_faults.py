@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -988,6 +989,23 @@ def test_a_ctrl_c_while_the_tables_are_abandoned_waits_for_every_file(tmp_path, 
                        if t.name.startswith("replay-table-file")]
     assert writing == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupt_python_could_not_raise_is_not_printed(monkeypatch):
+    """A signal landing in a finaliser printed "Exception ignored in: ..." and a traceback;
+    checkpoint raises it again, so it is dropped; any other unraisable error is still told."""
+    told = []
+    quiet = interrupts._quiet_about_interrupts(told.append)
+    event = threading.Event()
+    monkeypatch.setattr(interrupts, "_received", event)
+    landed = types.SimpleNamespace(exc_value=KeyboardInterrupt())
+    quiet(landed)
+    assert told == [landed]  # no signal arrived: not replay's to hide
+    event.set()
+    quiet(landed)
+    other = types.SimpleNamespace(exc_value=ValueError("a finaliser's own error"))
+    quiet(other)
+    assert told == [landed, other]
 
 
 def test_a_ctrl_c_deferred_arrives_when_the_block_ends():
