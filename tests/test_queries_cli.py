@@ -106,6 +106,16 @@ def test_several_runs_compare_with_one_group_by(cli, runs, tmp_path):
     assert {r["run"] for r in summary} == {"fast", "slow"}
 
 
+def test_a_variable_may_be_an_sql_keyword_in_any_case(cli, runs, tmp_path):
+    """DuckDB compares variable names in lower case, and ``limit`` must be quoted to be set."""
+    mine = tmp_path / "keyword.sql"
+    mine.write_text("SELECT getvariable('limit') AS n, getvariable('Kind') AS kind")
+    result = cli("query", runs[0], mine, "--var", "LIMIT=3", "--var", "kind=stale",
+                 "--format", "json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out) == [{"n": "3", "kind": "stale"}]
+
+
 def test_model_parameters_become_columns(tmp_path):
     answers = Answers(replay_rows(tmp_path, WORKED, network(2)))
     runs_view = answers.con.sql("SELECT * FROM runs").pl()
@@ -198,7 +208,16 @@ def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
     (["{run}", "{bad}"], "Catalog Error"),
     (["{run}", "{var}"], "reads the variable 'limit'; set it with --var limit=VALUE"),
     (["{run}", "conflict_rate", "--format", "parquet"], "--format parquet writes a file"),
-    (["{run}", "--format", "csv"], "--format and --out need a query NAME or FILE.sql"),
+    (["{run}", "--format", "csv"], "--format, --out and --var need a query NAME or FILE.sql"),
+    (["{run}", "--var", "limit=3"], "--format, --out and --var need a query NAME or FILE.sql"),
+    (["{run}", "{var}", "--var", "limt=3"],
+     "var.sql: does not read the variable 'limt' that --var limt=... sets"),
+    (["{run}", "conflict_rate", "--var", "limit=3"],
+     "conflict_rate: does not read the variable 'limit'"),
+    (["{run}", "{var}", "--var", "limit=3", "--var", "from_ts=2024-01-01"],
+     "--var from_ts=...: set from_ts with --from"),
+    (["{run}", "{var}", "--var", "Run_Dirs=/etc"],
+     "--var Run_Dirs=...: set run_dirs with the RUN_DIR arguments"),
     (["{run}", "{run}", "conflict_rate"], "two run directories are named 'fast'"),
     (["{run}", "conflict_rate", "--var", "novalue"], "--var 'novalue': expected NAME=VALUE"),
     (["{run}", "conflict_rate", "--from", "2024-01-02", "--to", "2024-01-02"],

@@ -202,10 +202,16 @@ def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> 
     for name, value in values.items():
         if not name.isidentifier():
             raise ReplayError(f"--var {name}=...: a variable name is letters, digits and _")
-        if value is None:
-            con.execute(f"RESET VARIABLE {name}")
+        if value is None:  # quoted: a name such as ``limit`` is an SQL keyword
+            con.execute(f'RESET VARIABLE "{name}"')
         else:
-            con.execute(f"SET VARIABLE {name} = ?", [value])
+            con.execute(f'SET VARIABLE "{name}" = ?', [value])
+
+
+def variables_read(query: Query) -> set[str]:
+    """The names of the DuckDB variables ``query`` reads with ``getvariable('name')``, in
+    lower case, as DuckDB compares them."""
+    return {name.lower() for name in _GETVARIABLE.findall(query.sql)}
 
 
 def run_query(con: duckdb.DuckDBPyConnection, query: Query,
@@ -216,8 +222,8 @@ def run_query(con: duckdb.DuckDBPyConnection, query: Query,
     NULL; a statement that is not a read is refused (``check_statements``)."""
     check_statements(query)
     optional = {RUNS_VARIABLE, *PARAMETERS}
-    given = {name for name, value in variables.items() if value is not None}
-    missing = sorted(set(_GETVARIABLE.findall(query.sql)) - optional - given)
+    given = {name.lower() for name, value in variables.items() if value is not None}
+    missing = sorted(variables_read(query) - optional - given)
     if missing:
         raise ReplayError(f"{query.name}: reads the variable {missing[0]!r}; "
                           f"set it with --var {missing[0]}=VALUE")

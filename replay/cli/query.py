@@ -7,9 +7,10 @@ import shlex
 from typing import Any
 from pathlib import Path
 
-from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, load_query, shipped
+from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, Query, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
-from replay.analysis.runs import duckdb_errors, open_runs, run_query
+from replay.analysis.runs import (RUNS_VARIABLE, duckdb_errors, open_runs, run_query,
+                                  variables_read)
 from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.times import check_window, time_argument
@@ -45,8 +46,8 @@ def add_parser(commands) -> None:
                              "tables)")
     parser.add_argument("--var", dest="variables", action="append", default=[],
                         metavar="NAME=VALUE",
-                        help="set the DuckDB variable NAME (a string) for your own query; "
-                             "repeatable")
+                        help="set the DuckDB variable NAME (a string) that your own query "
+                             "reads with getvariable('NAME'); repeatable")
     parser.set_defaults(run=run)
 
 
@@ -59,27 +60,48 @@ def split_arguments(args: list[str]) -> tuple[list[str], str | None]:
     return args, None
 
 
+# The variables that have an option (or the arguments) of their own: a --var of one of these
+# would bypass the option's checks.
+_OWN_OPTION = {"from_ts": "--from", "to_ts": "--to", "watcher": "--watcher",
+               "bucket_minutes": "--bucket-minutes", RUNS_VARIABLE: "the RUN_DIR arguments"}
+
+
 def parse_variables(items: list[str]) -> dict[str, str]:
     variables = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise ReplayError(f"--var {item!r}: expected NAME=VALUE")
+        if name.lower() in _OWN_OPTION:
+            raise ReplayError(f"--var {name}=...: set {name.lower()} with "
+                              f"{_OWN_OPTION[name.lower()]}")
         variables[name] = value
     return variables
+
+
+def check_read(query: Query, given: dict[str, str]) -> None:
+    """Refuse a ``--var`` the query never reads: most likely a misspelt name, which would
+    otherwise leave the variable the query does read unset, or silently change nothing."""
+    read = variables_read(query)
+    unread = [name for name in sorted(given) if name.lower() not in read]
+    if unread:
+        raise ReplayError(f"{query.name}: does not read the variable {unread[0]!r} that "
+                          f"--var {unread[0]}=... sets")
 
 
 def run(args: argparse.Namespace) -> int:
     runs, name = split_arguments(args.args)
     check_window(args.from_ts, args.to_ts)
+    given = parse_variables(args.variables)
     variables = {"from_ts": args.from_ts, "to_ts": args.to_ts, "watcher": args.watcher,
-                 "bucket_minutes": args.bucket_minutes, **parse_variables(args.variables)}
-    if name is None and (args.out or args.format != "table"):
-        raise ReplayError("--format and --out need a query NAME or FILE.sql")
+                 "bucket_minutes": args.bucket_minutes, **given}
+    if name is None and (args.out or args.format != "table" or given):
+        raise ReplayError("--format, --out and --var need a query NAME or FILE.sql")
     if not name:
         print_headline(runs, variables, verify=args.verify)
         return 0
     query = load_query(name)
+    check_read(query, given)
     con = open_runs(runs, verify=args.verify)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
