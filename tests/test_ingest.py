@@ -182,6 +182,25 @@ def test_gzip_stdin_eventlist_and_pretty_documents(cli, tmp_path, monkeypatch):
     assert [r["name"] for r in rows(out)] == ["p0", "p1", "p2", "p3"]
 
 
+def test_a_byte_order_mark_is_skipped_and_lines_keep_their_numbers(cli, tmp_path):
+    """A log saved by a Windows editor starts with UTF-8's byte order mark: plain, gzip, or
+    a JSON document."""
+    bom = b"\xef\xbb\xbf"
+    events = [event(name=f"p{i}", audit_id=f"id{i}", second=i) for i in range(2)]
+    lines = "".join(json.dumps(e) + "\n" for e in events).encode()
+    logs = {"plain.log": bom + lines, "packed.log.gz": gzip.compress(bom + lines),
+            "document.json": bom + json.dumps(events, indent=2).encode()}
+    out = tmp_path / "t.parquet"
+    for name, data in logs.items():
+        (tmp_path / name).write_bytes(data)
+        result = cli("ingest", tmp_path / name, "--out", out)
+        assert result.code == 0, (name, result.err)
+        assert [r["name"] for r in rows(out)] == ["p0", "p1"], name
+    (tmp_path / "bad.log").write_bytes(bom + lines + b"not json\n")
+    result = cli("ingest", tmp_path / "bad.log", "--out", out)
+    assert result.code == 1 and "bad.log:3: not valid JSON" in result.err, result.err
+
+
 def test_stdin_is_read(tmp_path):
     import subprocess
 

@@ -10,7 +10,8 @@ blocks in input order, numbers their lines (``where``).
 
 Compression is recognised by the gzip magic bytes, not the file name, so it works on stdin too;
 a stream cut short (a log copied while being written) is reported as truncated rather than
-silently losing its end.
+silently losing its end.  A UTF-8 byte order mark at the start (which Windows' editors write)
+is skipped.
 
 A line longer than ``MAX_LINE_BYTES`` becomes a ``LongLine``, a bad record in its place (reported
 by its line number, or skipped and counted), and is never held whole in memory.
@@ -43,6 +44,7 @@ DOCUMENT_ITEMS = 1 << 20  # a document's items per block
 PEEK = 1 << 16  # bytes read to tell gzip, a JSON document and JSON lines apart
 GZIP_MAGIC = b"\x1f\x8b"
 PARQUET_MAGIC = b"PAR1"  # a trace, or a run's table, given where a log was meant
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark, skipped where a log starts with one
 STDIN = "-"
 
 
@@ -143,10 +145,10 @@ def read_blocks(source: str) -> Iterator[Block | Range | LongLine]:
             raise ReplayError(f"{source}: a Parquet file (a trace?), not an audit log")
         if source == STDIN or start[:2] == GZIP_MAGIC:
             yield from _blocks(source, stream)
-        elif _is_document(start):
-            yield from _document(source, stream.read())
+        elif _is_document(start.removeprefix(BOM)):
+            yield from _document(source, stream.read().removeprefix(BOM))
         else:
-            yield from _ranges(source, stream)
+            yield from _ranges(source, stream, first=len(BOM) * start.startswith(BOM))
 
 
 def _open(source: str) -> io.BufferedReader:
@@ -161,12 +163,12 @@ def _open(source: str) -> io.BufferedReader:
         raise ReplayError(f"{source}: cannot read ({err.strerror or err})") from None
 
 
-def _ranges(source: str, stream: BinaryIO) -> Iterator[Range | LongLine]:
-    """``source`` cut into ranges of at least ``RANGE`` bytes that end at a newline, and the
-    lines too long to read."""
+def _ranges(source: str, stream: BinaryIO, first: int = 0) -> Iterator[Range | LongLine]:
+    """``source`` from byte ``first`` on, cut into ranges of at least ``RANGE`` bytes that end
+    at a newline, and the lines too long to read."""
     file = stream.fileno()
     size = os.fstat(file).st_size
-    start = 0
+    start = first
     while start < size:
         at = min(start + RANGE, size)
         end = _line_end(file, at, size, limit=MAX_LINE_BYTES)
@@ -220,7 +222,7 @@ def _line_start(file: int, start: int, at: int) -> int:
 
 def _blocks(source: str, stream: io.BufferedReader) -> Iterator[Block | LongLine]:
     gzipped = stream.peek(2)[:2] == GZIP_MAGIC
-    data = _decompressed(source, stream) if gzipped else _raw(source, stream)
+    data = _without_bom(_decompressed(source, stream) if gzipped else _raw(source, stream))
     line, rest, skipping = 1, b"", False
     try:
         for piece in data:
@@ -251,6 +253,18 @@ def _blocks(source: str, stream: io.BufferedReader) -> Iterator[Block | LongLine
         raise Truncated(source, line) from None
     if rest:
         yield Block(source, rest)
+
+
+def _without_bom(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """``pieces`` without the UTF-8 byte order mark that a Windows editor may put first."""
+    head = b""
+    for piece in pieces:
+        head += piece
+        if len(head) >= len(BOM):
+            break
+    if head:
+        yield head.removeprefix(BOM)
+    yield from pieces
 
 
 def _is_document(start: bytes) -> bool:
