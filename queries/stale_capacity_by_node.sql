@@ -24,11 +24,11 @@ WITH minutes AS (
     -- each node's stale windows summed minute by minute, once: the ranking below adds these
     -- sums rather than every window again, and the 10M stale windows of a 1M-pod run are not
     -- kept for a second pass (keeping them cost a fifth of this query's CPU time).
-    -- Core-seconds as whole nano-core-seconds (BIGINT, as core_seconds adds them), so that a
+    -- Core-seconds as whole nano-core-seconds (core_ns, as core_seconds adds them), so that a
     -- node's are the sum of its minutes' exactly
     SELECT run, node, bucket_of(start_ts) AS minute, count(*) AS windows,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (resource = 'cpu') AS blind_core_ns,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (resource = 'cpu' AND wasted)
+           sum(core_ns(gap_seconds)) FILTER (resource = 'cpu') AS blind_core_ns,
+           sum(core_ns(gap_seconds)) FILTER (resource = 'cpu' AND wasted)
                AS wasted_core_ns
     FROM capacity_windows
     WHERE kind = 'stale' AND in_time_window(start_ts) AND watcher_selected(watcher)

@@ -31,18 +31,18 @@ WITH roles AS (
     -- each watcher's minutes first, then its role's: joining the few sums of each watcher to
     -- the watchers' roles, rather than every window, took a seventh less CPU time on two 1M-pod
     -- runs.
-    -- Core-seconds as whole nano-core-seconds (BIGINT, as core_seconds adds them), so that a
+    -- Core-seconds as whole nano-core-seconds (core_ns, as core_seconds adds them), so that a
     -- role's are the sum of its watchers' exactly
     SELECT run, watcher, bucket_of(start_ts) AS minute,
            count(*) FILTER (kind = 'stale') AS windows,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'stale' AND resource = 'cpu')
+           sum(core_ns(gap_seconds)) FILTER (kind = 'stale' AND resource = 'cpu')
                AS blind_core_ns,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'stale' AND resource = 'cpu'
+           sum(core_ns(gap_seconds)) FILTER (kind = 'stale' AND resource = 'cpu'
                                                          AND wasted) AS wasted_core_ns,
            count(*) FILTER (kind = 'phantom') AS phantom_windows,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'phantom' AND resource = 'cpu')
+           sum(core_ns(gap_seconds)) FILTER (kind = 'phantom' AND resource = 'cpu')
                AS phantom_core_ns,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'phantom' AND resource = 'cpu'
+           sum(core_ns(gap_seconds)) FILTER (kind = 'phantom' AND resource = 'cpu'
                                                          AND conflicts > 0) AS conflicted_core_ns
     FROM capacity_windows
     WHERE in_time_window(start_ts) AND watcher_selected(watcher)

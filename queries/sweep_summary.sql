@@ -60,9 +60,9 @@ WITH attempt_counts AS (
     SELECT run,
            -- whole nano-core-seconds, summed as integers: the same whatever order the threads
            -- add them in (as core_seconds in views.sql), which a sum of doubles is not
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'stale' AND resource = 'cpu')
+           sum(core_ns(gap_seconds)) FILTER (kind = 'stale' AND resource = 'cpu')
                / 1e9 AS blind_core_seconds,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (kind = 'stale' AND resource = 'cpu'
+           sum(core_ns(gap_seconds)) FILTER (kind = 'stale' AND resource = 'cpu'
                                                          AND wasted) / 1e9 AS wasted_core_seconds,
            count(*) FILTER (kind = 'phantom') AS phantom_windows
     FROM capacity_windows

@@ -427,12 +427,16 @@ WHERE cpu_milli <> 0 OR memory_bytes <> 0 OR gpu_milli <> 0
 UNION ALL
 FROM node_capacity_changes;
 
+-- core_ns(gap_seconds): a cpu window's core-seconds as whole nano-core-seconds (a cpu gap is
+-- whole millicores over whole microseconds), which add up the same whatever order DuckDB's
+-- threads add them in, as doubles do not.  HUGEINT: a window of a large node open for years
+-- holds more than BIGINT's 9.2e9 core-seconds.
+CREATE OR REPLACE MACRO core_ns(gap_seconds) AS round(gap_seconds * 1e9)::HUGEINT;
+
 -- core_seconds(gap_seconds, condition): an aggregate: the sum of gap_seconds over the rows
--- where condition holds, 0 if none.  It adds whole nano-core-seconds (a cpu gap is whole
--- millicores over whole microseconds), so the sum is the same whatever order DuckDB's threads
--- add them in, as a sum of doubles is not.
+-- where condition holds, 0 if none, added as core_ns.
 CREATE OR REPLACE MACRO core_seconds(gap_seconds, condition) AS
-    coalesce(sum(round(gap_seconds * 1e9)::BIGINT) FILTER (condition), 0) / 1e9;
+    coalesce(sum(core_ns(gap_seconds)) FILTER (condition), 0) / 1e9;
 
 -- capacity_viewers: run, watcher, node, counts_assumed: the watchers that have a view of free
 -- capacity: those that watch both pods and nodes.  node is the only node a node-bound watcher (a
@@ -517,12 +521,12 @@ WITH viewers AS (
     FROM capacity_windows
     WHERE in_time_window(start_ts) AND watcher_selected(watcher)
 ), each_watcher AS (
-    -- core-seconds as whole nano-core-seconds (BIGINT, as core_seconds adds them), so that a
+    -- core-seconds as whole nano-core-seconds (core_ns, as core_seconds adds them), so that a
     -- role's are the sum of its watchers' exactly
     SELECT run, watcher, kind, count(*) AS windows,
            quantile_cont(duration_ms, [0.5, 0.99]) AS durations, max(duration_ms) AS max_ms,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (resource = 'cpu') AS core_ns,
-           sum(round(gap_seconds * 1e9)::BIGINT) FILTER (resource = 'cpu' AND counted)
+           sum(core_ns(gap_seconds)) FILTER (resource = 'cpu') AS core_ns,
+           sum(core_ns(gap_seconds)) FILTER (resource = 'cpu' AND counted)
                AS counted_core_ns
     FROM windows
     GROUP BY run, watcher, kind

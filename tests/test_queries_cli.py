@@ -116,6 +116,26 @@ def test_a_variable_may_be_an_sql_keyword_in_any_case(cli, runs, tmp_path):
     assert json.loads(result.out) == [{"n": "3", "kind": "stale"}]
 
 
+def test_core_seconds_beyond_bigint_are_summed(cli, tmp_path):
+    """Nodes and pods of 2^60 and 2^58 millicores: one stale window of a few milliseconds holds
+    about 10^12 core-seconds, whose nano-core-seconds (core_ns) BIGINT cannot hold."""
+    trace, run = tmp_path / "big.parquet", tmp_path / "big"
+    made = cli("synth", "--nodes", "2", "--pods", "4", "--node-shape", f"{2**60}m/64Gi=1",
+               "--pod-shape", f"{2**58}m/1Gi=1", "--out", trace)
+    assert made.code == 0, made.err
+    assert cli("run", trace, "--out", run).code == 0
+    for name in QUERIES:
+        result = cli("query", run, name, "--format", "json")
+        assert result.code == 0, (name, result.err)
+    summary = json.loads(cli("query", run, "stale_capacity_summary", "--format", "json").out)
+    windows = pl.read_parquet(run / "capacity_windows.parquet").filter(
+        kind="stale", resource="cpu")
+    for row in summary:
+        expected = windows.filter(watcher=row["watcher"])["gap_seconds"].sum()
+        assert row["blind_core_seconds"] == pytest.approx(expected, rel=1e-12)
+    assert max(r["blind_core_seconds"] for r in summary) > 2**63 / 1e9
+
+
 def test_model_parameters_become_columns(tmp_path):
     answers = Answers(replay_rows(tmp_path, WORKED, network(2)))
     runs_view = answers.con.sql("SELECT * FROM runs").pl()
