@@ -215,6 +215,9 @@ def test_shape_syntax(text, shape):
     (["--arrival-rate", "0"], "--arrival-rate must be > 0"),
     (["--bind", "best"], "invalid choice"),
     (["--start", "yesterday"], "not an ISO 8601 time"),
+    (["--nodes", "2", "--node-shape", f"{2**61}m/1Gi=1", "--pods", "4",
+      "--pod-shape", f"{2**60}m/1Gi=1"],
+     "cpu_milli too large: the sum over 2 nodes and 4 pods could overflow a 64-bit integer"),
 ])
 def test_bad_arguments_get_one_clear_line(cli, tmp_path, args, message):
     out = tmp_path / "t.parquet"

@@ -11,7 +11,7 @@ import pytest
 
 from replay.errors import ReplayError
 from replay.trace import schema
-from replay.trace.io import conform, source_of, trace_writer, write_trace
+from replay.trace.io import conform, source_of, trace_metadata, trace_writer, write_trace
 from replay.trace.validate import read_trace, validate, value_problems
 
 from conftest import REPO, SAMPLE_TRACE
@@ -79,6 +79,31 @@ def test_failed_writer_leaves_no_file(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+HUGE = 2**62  # three of them add up to more than int64 holds
+
+
+def test_resources_whose_sums_would_wrap_are_refused(tmp_path):
+    """Three pods of 2^62 millicores: a node holding them would wrap its int64 sums.  The
+    writer refuses to make such a trace, and validate names it in one made by others."""
+    huge = rows(cpu_milli=[HUGE] * 3)
+    with pytest.raises(ReplayError, match="the cpu_milli of the trace's objects .each one's "
+                                          "largest. add up to 1.384e.19, more than the 9.223e.18"):
+        write(tmp_path / "t.parquet", huge)
+    assert list(tmp_path.iterdir()) == []
+    made_by_others = conform(huge).replace_schema_metadata(trace_metadata("test", {}))
+    path = write(tmp_path / "t.parquet", made_by_others, metadata=False)
+    assert [p[:39] for p in validate(path)] == ["the cpu_milli of the trace's objects (e"]
+    with pytest.raises(ReplayError, match="cpu_milli of the trace's objects"):
+        read_trace(path)
+
+
+def test_one_object_repeating_a_large_resource_is_valid(tmp_path):
+    """A node's allocatable repeated by its status updates counts once, however many rows."""
+    node = rows(resource=["nodes"] * 3, name=["n0"] * 3, cpu_milli=[HUGE] * 3)
+    assert validate(write(tmp_path / "t.parquet", node)) == []
+    assert read_trace(tmp_path / "t.parquet").height == 3
+
+
 def test_empty_trace_is_valid(tmp_path):
     path = tmp_path / "empty.parquet"
     with trace_writer(path, source="test", source_args={}):
@@ -113,6 +138,8 @@ def test_validate_names_each_value_problem(tmp_path, frame, expected):
     rows(received_ts=BEFORE_YEAR_1),
     rows(name=["a", None, "c"], component=[None, "x", None]),
     rows(0),
+    rows(cpu_milli=[HUGE] * 3),
+    rows(name=["a"] * 3, memory_bytes=[HUGE] * 3),
 ])
 def test_a_frame_in_memory_gets_the_same_report(frame):
     """read_trace checks the frame it read by quick summaries first; the report is the same."""

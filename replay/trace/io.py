@@ -10,20 +10,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from replay import __version__
 from replay.atomic import atomic_file
 from replay.errors import ReplayError
+from replay.limits import INT64_MAX
 from replay.trace import schema
 
 ROW_GROUP_ROWS = 256 * 1024
+OBJECT_KEY = ("resource", "namespace", "name")  # one Kubernetes object, whatever its incarnation
 
 
 def trace_metadata(source: str, source_args: Mapping[str, Any]) -> dict[bytes, bytes]:
@@ -70,6 +73,7 @@ class TraceWriter:
         self._metadata = metadata
         self._writer: pq.ParquetWriter | None = None
         self.rows = 0
+        self.resource_totals = dict.fromkeys(schema.RESOURCE_COLUMNS, 0.0)  # over every row
 
     def write(self, table: pa.Table | pl.DataFrame) -> None:
         table = conform(table).replace_schema_metadata(self._metadata)
@@ -77,6 +81,9 @@ class TraceWriter:
             self._writer = pq.ParquetWriter(self._path, table.schema, compression="zstd")
         self._writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.rows += table.num_rows
+        for name in schema.RESOURCE_COLUMNS:
+            rounded = table[name].cast(pa.float64(), safe=False)  # (beyond 2**53: to the nearest)
+            self.resource_totals[name] += pc.sum(rounded).as_py() or 0.0
 
     def close(self) -> None:
         if self._writer is None:
@@ -95,6 +102,38 @@ def trace_writer(path: str | os.PathLike, *, source: str,
             yield writer
         finally:
             writer.close()
+        if max(writer.resource_totals.values()) > INT64_MAX / 2:  # (a margin for rounding)
+            problems = resource_sum_problems(pl.scan_parquet(tmp, glob=False),
+                                             schema.COLUMN_NAMES)
+            if problems:
+                raise ReplayError(f"{path}: {problems[0]}")
+
+
+def resource_sum_problems(frame: pl.LazyFrame, columns: Collection[str]) -> list[str]:
+    """A sentence for each resource column whose values could wrap replay's 64-bit sums.
+
+    The free capacity of a node, and the gap between two views of it, add the requests of the
+    node's pods and its allocatable in int64.  No such sum can exceed the sum over the trace's
+    objects of each one's largest value, so that is what must fit.  Over every row (a node's
+    allocatable repeated by each status update) is the first, quick bound; only a trace that
+    exceeds it is grouped by object (if the frame has the object's key: a model reading fewer
+    columns is held to the first bound)."""
+    resources = [name for name in schema.RESOURCE_COLUMNS if name in columns]
+    if not resources:
+        return []
+    totals = _sums(frame, resources)
+    over = [name for name in resources if totals[name] > INT64_MAX]
+    if over and set(OBJECT_KEY) <= set(columns):
+        totals = _sums(frame.group_by(OBJECT_KEY).agg(pl.col(over).max()), over)
+    return [f"the {name} of the trace's objects (each one's largest) add up to "
+            f"{totals[name]:.4g}, more than the {INT64_MAX:.4g} that replay's 64-bit sums of "
+            f"a node's requests can hold" for name in over if totals[name] > INT64_MAX]
+
+
+def _sums(frame: pl.LazyFrame, names: list[str]) -> dict[str, int]:
+    """Each column's exact sum (in 128 bits)."""
+    sums = frame.select(pl.col(names).cast(pl.Int128).sum()).collect()
+    return {name: int(sums[name][0] or 0) for name in names}
 
 
 def write_trace(table: pa.Table | pl.DataFrame, path: str | os.PathLike, *, source: str,

@@ -185,12 +185,13 @@ class SynthSpec:
         if rows > MAX_SYNTH_ROWS:
             raise ValueError(f"this trace would hold about {rows:,.0f} rows, more than the limit "
                              f"of {MAX_SYNTH_ROWS:,} (a synthesized trace is built in memory)")
-        for option, shapes, count in (("--node-shape", self.node_shapes, self.nodes),
-                                      ("--pod-shape", self.pod_shapes, self.pods)):
-            largest = max(max(s.cpu_milli, s.memory_bytes, s.gpu_milli) for s in shapes)
-            if largest * max(count, 1) > INT64_MAX:
-                raise ValueError(f"{option}: {largest:,} is too large: the sum over all "
-                                 f"{count:,} would overflow a 64-bit integer")
+        for resource in ("cpu_milli", "memory_bytes", "gpu_milli"):
+            nodes = max(getattr(s, resource) for s in self.node_shapes) * self.nodes
+            pods = max(getattr(s, resource) for s in self.pod_shapes) * self.pods
+            if nodes + pods > INT64_MAX:
+                raise ValueError(f"--node-shape and --pod-shape: {resource} too large: the "
+                                 f"sum over {self.nodes:,} nodes and {self.pods:,} pods could "
+                                 f"overflow a 64-bit integer")
 
     @property
     def longest_lifetime(self) -> float:

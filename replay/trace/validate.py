@@ -14,9 +14,9 @@ import polars as pl
 import pyarrow as pa
 
 from replay.errors import ReplayError
-from replay.limits import FIRST_TIME, TRACE_END, TRACE_TIMES
+from replay.limits import FIRST_TIME, INT64_MAX, TRACE_END, TRACE_TIMES
 from replay.trace import schema
-from replay.trace.io import first_line, open_trace
+from replay.trace.io import first_line, open_trace, resource_sum_problems
 
 
 def validate(path: str | os.PathLike) -> list[str]:
@@ -100,6 +100,8 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str]) -> li
         if count:
             rows = "row" if count == 1 else "rows"
             problems.append(f"{sentence}: {count} {rows}, first at row index {found[f'{key}:first']}")
+    if not any(problem.startswith("negative") for problem in problems):
+        problems += resource_sum_problems(frame, columns)
     return problems
 
 
@@ -119,6 +121,9 @@ def _clean(frame: pl.DataFrame, columns: list[str]) -> bool:
             return False
     resources = present & set(schema.RESOURCE_COLUMNS)  # integers, nullable
     if any((cast("int | None", frame[c].min()) or 0) < 0 for c in resources):
+        return False
+    if any((cast("int | None", frame[c].max()) or 0) * frame.height > INT64_MAX
+           for c in resources):  # then resource_sum_problems must look
         return False
     if "verb" in present and not set(frame["verb"].unique().to_list()) <= set(schema.VERBS):
         return False
