@@ -4,6 +4,7 @@ directories corrupted on purpose (one corruption per invariant); its command lin
 from __future__ import annotations
 
 import datetime as dt
+import json
 import shutil
 import subprocess
 import sys
@@ -304,6 +305,22 @@ def test_a_corrupted_run_fails_naming_the_invariant(base, tmp_path, invariant, m
     findings = {f.invariant: f for f in check_run(broken)}
     assert findings[invariant].status is Status.FAILED
     assert 1 <= len(findings[invariant].examples) <= findings[invariant].count
+
+
+@pytest.mark.parametrize("key, value, problem", [
+    ("seed", "7", "'seed' must be an integer"),
+    ("tables", 5, "'tables' must be an object"),
+    ("trace", "trace.parquet", "'trace' must be an object"),
+])
+def test_an_edited_manifest_fails_table_integrity(base, tmp_path, key, value, problem):
+    """A manifest edited by hand passed every invariant, and broke `replay derive` later."""
+    run = tmp_path / "run"
+    shutil.copytree(base["godel"], run)
+    manifest = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps({**manifest, key: value}))
+    integrity = {f.invariant: f for f in check_run(run)}["table_integrity"]
+    assert integrity.status is Status.FAILED
+    assert problem in integrity.examples[0]["problem"]
 
 
 # Gödel's binder checks a's placement on its view at 47 ms and sends the binding, which commits

@@ -34,6 +34,7 @@ import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,12 +194,27 @@ def linked(source: str, dest: str, hard: bool = False) -> Callable[[Path], None]
     return setup
 
 
-def no_checksums(run: str) -> Callable[[Path], None]:
+def edited_manifest(run: str, **changes: Any) -> Callable[[Path], None]:
+    """The run's manifest.json with keys replaced (``"key.inner"``: inside an object) or, given
+    ``DROP``, removed: a manifest edited by hand, or written by an older version."""
     def setup(folder: Path) -> None:
         manifest = json.loads((folder / run / "manifest.json").read_text())
-        del manifest["files"]
+        for key, value in changes.items():
+            *outer, last = key.split(".")
+            holder = manifest[outer[0]] if outer else manifest
+            if value is DROP:
+                del holder[last]
+            else:
+                holder[last] = value
         (folder / run / "manifest.json").write_text(json.dumps(manifest))
     return setup
+
+
+DROP = object()
+
+
+def no_checksums(run: str) -> Callable[[Path], None]:
+    return edited_manifest(run, files=DROP)
 
 
 GOOD = json.dumps(event(audit_id="g", second=0)).encode()
@@ -405,6 +421,11 @@ CASES = [
     Case("derive-damaged-table", ("derive", "run"), "the events table is damaged",
          setup=damaged("run/events.parquet")),
     Case("derive-no-such-run", ("derive", "nowhere"), "nowhere: no such run directory"),
+    Case("derive-manifest-tables-edited", ("derive", "run"),
+         "run/manifest.json: unreadable manifest ('tables' must be an object)",
+         setup=edited_manifest("run", tables=5)),
+    Case("derive-manifest-row-count-edited", ("derive", "run"), "'tables' must map each table "
+         "to its number of rows", setup=edited_manifest("run", **{"tables.pods": "many"})),
     Case("derive-read-only-run", ("derive", "run"), "run: Permission denied",
          setup=lambda folder: (folder / "run").chmod(0o555), unprivileged=True),
     Case("derive-run-on-a-read-only-disk", ("derive", "full/run"),
@@ -449,6 +470,14 @@ CASES = [
          setup=damaged("run/deliveries.parquet")),
     Case("query-truncated-table", (*QUERY, "conflict_rate"), "run: the attempts table is "
          "damaged", setup=truncated("run/attempts.parquet", 1000)),
+    Case("query-manifest-seed-edited", (*QUERY, "conflict_rate"),
+         "run/manifest.json: unreadable manifest ('seed' must be an integer)",
+         setup=edited_manifest("run", seed="7")),
+    Case("query-manifest-without-model-name", (*QUERY, "conflict_rate"),
+         "('model.name' must be a string)", setup=edited_manifest("run", **{"model.name": DROP})),
+    Case("query-manifest-file-sizes-edited", (*QUERY, "conflict_rate"),
+         "('files' must give each table's bytes and sha256)",
+         setup=edited_manifest("run", **{"files.pods": {"bytes": "1"}})),
     Case("query-verify-a-run-without-checksums", (*QUERY, "conflict_rate", "--verify"),
          "written by an older version of replay, without checksums",
          setup=no_checksums("run")),

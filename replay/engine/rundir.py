@@ -464,7 +464,46 @@ def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise ReplayError(f"{path}: unreadable manifest ({str(err).splitlines()[0]})") from None
     if not isinstance(document, dict):
         raise ReplayError(f"{path}: unreadable manifest (not a JSON object)")
+    problem = _manifest_problem(document)
+    if problem:
+        raise ReplayError(f"{path}: unreadable manifest ({problem})")
     return document
+
+
+# What the commands and the views read of a manifest, and the JSON type of each: "key" at the
+# top, "key.inner" inside an object.  A key marked optional may be missing ("files" in a run
+# written before checksums were recorded; "sweep" outside a sweep).
+_MANIFEST_TYPES: dict[str, tuple[type, bool]] = {
+    "model": (dict, True), "model.name": (str, True), "model.params": (dict, True),
+    "seed": (int, True),
+    "config": (dict, True), "config.profile": (str, True), "config.model": (dict, True),
+    "trace": (dict, True), "trace.path": (str, True), "trace.sha256": (str, True),
+    "tables": (dict, True), "files": (dict, False), "sweep": (dict, False),
+    "watchers": (int, False), "replay_version": (str, False),
+}
+_JSON_NAMES = {dict: "an object", int: "an integer", str: "a string"}
+
+
+def _manifest_problem(document: dict[str, Any]) -> str | None:
+    """What is wrong with the shape of a manifest (an edited one), or None."""
+    for key, (kind, required) in _MANIFEST_TYPES.items():
+        outer, _, inner = key.partition(".")
+        holder = document.get(outer) if inner else document
+        if not isinstance(holder, dict):
+            continue  # (the outer key's own problem was reported first)
+        value = holder.get(inner or outer)
+        if value is None and not required:
+            continue
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"{key!r} must be {_JSON_NAMES[kind]}"
+    counts = document["tables"].values()
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts):
+        return "'tables' must map each table to its number of rows"
+    files = document.get("files") or {}
+    if not all(isinstance(f, dict) and isinstance(f.get("bytes"), int)
+               and isinstance(f.get("sha256"), str) for f in files.values()):
+        return "'files' must give each table's bytes and sha256"
+    return None
 
 
 def verify_run(run_dir: str | os.PathLike[str], full: bool = False,
