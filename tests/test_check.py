@@ -323,6 +323,17 @@ def test_an_edited_manifest_fails_table_integrity(base, tmp_path, key, value, pr
     assert problem in integrity.examples[0]["problem"]
 
 
+def test_a_table_linked_from_outside_fails_table_integrity(base, tmp_path):
+    """The views may not follow the link (the sandbox): reported, rather than a DuckDB error."""
+    run = tmp_path / "run"
+    shutil.copytree(base["godel"], run)
+    (run / "pods.parquet").rename(tmp_path / "pods.parquet")
+    (run / "pods.parquet").symlink_to(tmp_path / "pods.parquet")
+    integrity = {f.invariant: f for f in check_run(run)}["table_integrity"]
+    assert integrity.status is Status.FAILED
+    assert "a symbolic link out of the run directory" in integrity.examples[0]["problem"]
+
+
 # Gödel's binder checks a's placement on its view at 47 ms and sends the binding, which commits
 # commit_ms (20 ms) later; n0 goes away at 55 ms, in between, and the API server accepts the
 # binding anyway

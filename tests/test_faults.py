@@ -213,6 +213,12 @@ def edited_manifest(run: str, **changes: Any) -> Callable[[Path], None]:
 DROP = object()
 
 
+def moved(source: str, dest: str) -> Callable[[Path], None]:
+    def setup(folder: Path) -> None:
+        (folder / source).rename(folder / dest)
+    return setup
+
+
 def no_checksums(run: str) -> Callable[[Path], None]:
     return edited_manifest(run, files=DROP)
 
@@ -470,6 +476,10 @@ CASES = [
          setup=damaged("run/deliveries.parquet")),
     Case("query-truncated-table", (*QUERY, "conflict_rate"), "run: the attempts table is "
          "damaged", setup=truncated("run/attempts.parquet", 1000)),
+    Case("query-table-linked-from-outside", (*QUERY, "conflict_rate"),
+         "run/pods.parquet: a symbolic link out of the run directory",
+         setup=both(moved("run/pods.parquet", "pods.parquet"),
+                    linked("../pods.parquet", "run/pods.parquet"))),
     Case("query-manifest-seed-edited", (*QUERY, "conflict_rate"),
          "run/manifest.json: unreadable manifest ('seed' must be an integer)",
          setup=edited_manifest("run", seed="7")),

@@ -47,7 +47,7 @@ from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
 from replay.arrays import stable_order
 from replay.engine.config import from_description
 from replay.engine.pipeline import Source, view_lag_us
-from replay.engine.rundir import OUTCOMES, read_manifest, verify_run
+from replay.engine.rundir import OUTCOMES, read_manifest
 from replay.errors import ReplayError
 
 EXAMPLES = 5  # offending rows shown per invariant
@@ -447,11 +447,11 @@ def _not_applicable(invariant: str, why: str) -> Finding:
 # -- the files ------------------------------------------------------------------------------------
 
 def table_integrity(run_dir: Path) -> Finding:
-    """Every table is the one the run wrote: its size, footer and SHA-256 are those manifest.json
-    records (``verify_run`` in full).  The other invariants are checked only then: a damaged
-    table's numbers say nothing about the model."""
+    """Every table is the one the run wrote: there, inside the run directory, its size, footer
+    and SHA-256 those manifest.json records (``check_run_dir`` verifying in full).  The other
+    invariants are checked only then: a damaged table's numbers say nothing about the model."""
     try:
-        verify_run(run_dir, full=True)
+        check_run_dir(str(run_dir), full=True)
     except ReplayError as err:
         return _finding("table_integrity", 1, [{"problem": str(err)}])
     return _finding("table_integrity", 0, [])

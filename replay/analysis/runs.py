@@ -66,10 +66,23 @@ def check_run_dir(path: str, derived: bool = True, full: bool = False,
     if missing:
         raise ReplayError(f"{path}: no {', '.join(missing)} table; `replay derive {path}` "
                           f"computes it from the run's other tables")
+    _check_inside(run, ["manifest.json", *(f"{t}.parquet" for t in TABLES),
+                        *(f"{t}.parquet" for t in DERIVED_TABLES if derived)])
     if verify:
         verify_run(run, full, tables=[*TABLES, *(DERIVED_TABLES if derived else ())])
     for table, schema in TABLES.items():
         _check_columns(run / f"{table}.parquet", schema)
+
+
+def _check_inside(run: Path, names: list[str]) -> None:
+    """Each file is inside the run directory, not a symbolic link out of it: the sandbox lets
+    the views read only inside (``sandbox``), and DuckDB's refusal would name no cause."""
+    inside = os.path.join(os.path.realpath(run), "")
+    for name in names:
+        if not os.path.realpath(run / name).startswith(inside):
+            raise ReplayError(f"{run / name}: a symbolic link out of the run directory, which "
+                              f"queries may not follow (docs/reliability.md); copy the file "
+                              f"into the run directory instead")
 
 
 def _check_columns(path: Path, schema: pa.Schema) -> None:
