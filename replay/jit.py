@@ -8,7 +8,8 @@ numba's ``RuntimeError: no compiled object yet`` and a traceback.  This happened
 Ctrl-Cs of ``replay run`` on a machine whose numba cache was empty, which CI's fresh clone always
 is.
 
-So every kernel module takes ``njit`` from here, and importing this module registers a listener
+So every kernel module takes ``njit`` from here (which also compiles a kernel without numba's
+cache where it has nowhere to keep one), and importing this module registers a listener
 with numba's event API (``numba.core.event``) that holds Ctrl-C from the moment numba asks for
 its compiler lock until it gives it back (``replay.interrupts.hold``).  numba holds that lock
 for every compilation and every load from its cache, and for nothing else, so Ctrl-C is late
@@ -20,13 +21,38 @@ when the call returns.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from numba import njit
+import numba
 from numba.core import event
 
 from replay import interrupts
 
-__all__ = ["compiled_entry", "njit"]
+__all__ = ["UNCACHED", "compiled_entry", "njit"]
+
+# The kernels compiled without numba's cache, in this process: numba found no folder to keep it
+# in (the package installed read-only, as in a container with a read-only root file system,
+# and no writable user cache directory).
+UNCACHED: list[str] = []
+
+
+def njit(*args: Any, **options: Any) -> Callable[[Callable[..., Any]], Any]:
+    """numba's ``njit`` decorator, except that a kernel numba cannot cache is compiled without
+    its cache (again in each process) rather than failing the import with numba's
+    ``RuntimeError: cannot cache function ...: no locator available`` (``UNCACHED`` names it)."""
+    if args and callable(args[0]):  # njit(function), not njit(signature, ...)(function)
+        return njit(*args[1:], **options)(args[0])
+    decorate = numba.njit(*args, **options)
+
+    def cached_if_possible(function: Callable[..., Any]) -> Any:
+        try:
+            return decorate(function)
+        except RuntimeError as err:
+            if not options.get("cache") or "no locator available" not in str(err):
+                raise
+        UNCACHED.append(f"{function.__module__}.{function.__qualname__}")
+        return numba.njit(*args, **{**options, "cache": False})(function)
+    return cached_if_possible
 
 
 def compiled_entry(function: Callable[..., object], signature: str) -> Callable[..., object]:

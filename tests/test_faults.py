@@ -1080,6 +1080,27 @@ def test_a_ctrl_c_while_numba_compiles_arrives_when_it_has_compiled():
     assert len(kernel.signatures) == 1 and kernel(2) == 4
 
 
+def test_a_kernel_numba_cannot_cache_is_compiled_without_its_cache(cli, monkeypatch):
+    """Installed read-only (a container's read-only root file system) with no writable user
+    cache either, numba's ``cache=True`` failed every command's import with a traceback.  Code
+    with no source file has no cache locator either: the same failure, without a mount."""
+    import numba
+
+    from replay import jit
+
+    generated: dict = {"__name__": "generated"}
+    exec(compile("def add_one(x):\n    return x + 1\n", "<generated>", "exec"), generated)
+    with pytest.raises(RuntimeError, match="no locator available"):
+        numba.njit(cache=True)(generated["add_one"])
+    monkeypatch.setattr(jit, "UNCACHED", [])
+    assert jit.njit(cache=True, nogil=True)(generated["add_one"])(1) == 2
+    assert jit.UNCACHED == ["generated.add_one"]
+    result = cli("models")
+    assert result.code == 0 and result.err.startswith(
+        "replay: warning: numba has no writable folder to cache its compiled kernels in")
+    assert "set NUMBA_CACHE_DIR to a writable folder\n" in result.err
+
+
 MAKING_TEMPORARIES = {"atomic_file": lambda folder: atomic.atomic_file(folder / "out.csv"),
                       "atomic_dir": lambda folder: atomic.atomic_dir(folder / "run"),
                       "temporary_dir": lambda folder: atomic.temporary_dir(folder, "spill")}

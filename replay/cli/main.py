@@ -14,7 +14,7 @@ import sys
 
 import polars as pl
 
-from replay import __version__, interrupts
+from replay import __version__, interrupts, jit
 from replay.cli import (calibrate, check, default, derive, importer, ingest, models, query, report,
                         run, sweep, synth, validate)
 from replay.errors import ReplayError, os_error_message
@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         _load_numpy_interfaces()
         interrupts.install()
+        _warn_if_uncached()
         if is_trace_shortcut(parser, argv):
             return default.main(argv)
         args = parser.parse_args(argv)
@@ -113,6 +114,15 @@ def _check_utf8(argv: list[str]) -> None:
             raise ReplayError(f"{what}{shown}: not UTF-8 (byte {err.start}); the libraries "
                               f"replay reads and writes with take UTF-8 names only: rename "
                               f"it") from None
+
+
+def _warn_if_uncached() -> None:
+    """Say so when numba could cache none of the kernels imported so far (``replay.jit``): every
+    command then spends seconds compiling them again, which one setting avoids."""
+    if jit.UNCACHED:
+        print("replay: warning: numba has no writable folder to cache its compiled kernels in "
+              "(the package is read-only, and so is ~/.cache), so each command compiles them "
+              "again; set NUMBA_CACHE_DIR to a writable folder", file=sys.stderr)
 
 
 def _load_numpy_interfaces() -> None:
