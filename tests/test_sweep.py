@@ -11,13 +11,17 @@ import time
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from test_queries import FEW_WATCHERS, WORKED, Answers, network, replay_rows
 
+from replay.analysis.runs import points_of
 from replay.atomic import TEMPORARY_SUFFIX
 from replay.engine.distributions import LogNormal
 from replay.engine.rundir import DERIVED_TABLES, TABLES
+from replay.errors import ReplayError
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
 from replay.sweep.point import Task, run_point
 from replay.trace.synth import SynthSpec, synthesize
@@ -405,6 +409,17 @@ def test_query_treats_every_point_as_a_run_with_its_swept_values(cli, killed_and
     assert json.loads(result.out) == [{"model_schedulers": r["model_schedulers"],
                                        "attempts": r["attempts"]} for r in rows]
     assert cli("query", out).code == 0
+
+
+@pytest.mark.parametrize("point", ["../elsewhere", "/abs/run", "..", "", "a/b"])
+def test_an_index_naming_a_point_outside_the_sweep_is_refused(tmp_path, point):
+    """An edited sweep.parquet must not point the queries at run directories nobody named."""
+    pq.write_table(pa.table({"point": ["good", point], "status": ["done", "done"]}),
+                   tmp_path / "sweep.parquet")
+    with pytest.raises(ReplayError, match=f"the point {point!r} is not the name of a run "):
+        points_of(str(tmp_path))
+    pq.write_table(pa.table({"point": ["good"], "status": ["done"]}), tmp_path / "sweep.parquet")
+    assert points_of(str(tmp_path)) == [str(tmp_path / "good")]
 
 
 def test_sweep_summary_agrees_with_the_reference(tmp_path):

@@ -204,6 +204,11 @@ def points_of(path: str) -> list[str]:
         points = pq.read_table(index, columns=["point", "status"]).to_pylist()
     except (OSError, pa.ArrowInvalid, KeyError) as err:
         raise ReplayError(f"{index}: not a sweep's index ({err})") from None
+    for point in points:
+        name = point["point"]
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise ReplayError(f"{index}: the point {name!r} is not the name of a run directory "
+                              f"in the sweep's directory")
     done = [str(Path(path) / p["point"]) for p in points if p["status"] == "done"]
     if not done:
         raise ReplayError(f"{path}: a sweep with no finished point yet")
