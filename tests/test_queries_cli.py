@@ -214,8 +214,24 @@ def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
         result = cli(*command)
         assert result.code == 1
         assert result.err == (f"replay: error: {run / 'pods.parquet'}: lacks bound_rv; the run "
-                              "was written by an older version of replay: replay its trace "
-                              "again\n")
+                              "was written by an older version of replay, or the table was "
+                              "edited: replay its trace again\n")
+
+
+def test_a_table_edited_to_other_types_is_refused_even_when_accepted(cli, runs, tmp_path):
+    """``derive --accept-edits`` recorded the checksum of an attempts table whose ids had
+    become strings, and every query and ``replay check`` then took it."""
+    run = tmp_path / "edited"
+    shutil.copytree(runs[0], run)
+    attempts = pl.read_parquet(run / "attempts.parquet")
+    attempts.with_columns(pl.col("attempt_id").cast(pl.String)).write_parquet(
+        run / "attempts.parquet")
+    result = cli("derive", run, "--accept-edits")
+    assert result.code == 1
+    assert result.err == (f"replay: error: {run / 'attempts.parquet'}: column attempt_id is "
+                          "large_string, where a run's table has int64; the run was written by "
+                          "an older version of replay, or the table was edited: replay its "
+                          "trace again\n")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -86,15 +86,38 @@ def _check_inside(run: Path, names: list[str]) -> None:
 
 
 def _check_columns(path: Path, schema: pa.Schema) -> None:
-    """A run table has the columns of its schema (a run written by an older version may not)."""
+    """A run table has the columns of its schema, of its types (a run written by an older
+    version may not, nor a table edited and accepted with ``replay derive --accept-edits``)."""
     try:
-        present = set(pq.read_schema(path).names)
+        present = pq.read_schema(path)
     except (OSError, pa.ArrowInvalid) as err:
         raise ReplayError(f"{path}: not a Parquet file ({err})") from None
-    missing = [name for name in schema.names if name not in present]
+    missing = [name for name in schema.names if name not in present.names]
     if missing:
         raise ReplayError(f"{path}: lacks {', '.join(missing)}; the run was written by an older "
-                          f"version of replay: replay its trace again")
+                          f"version of replay, or the table was edited: replay its trace again")
+    for field in schema:
+        found = present.field(field.name).type
+        if _kind(found) != _kind(field.type):
+            raise ReplayError(f"{path}: column {field.name} is {found}, where a run's table has "
+                              f"{field.type}; the run was written by an older version of "
+                              f"replay, or the table was edited: replay its trace again")
+
+
+def _kind(arrow_type: pa.DataType) -> str:
+    """What a column's type means to the queries: an integer of any width, a float, a string
+    however stored (a table edited with polars has large strings, a categorical a dictionary),
+    else the type itself (a timestamp with its unit and zone)."""
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if pa.types.is_integer(arrow_type):
+        return "integer"
+    if pa.types.is_floating(arrow_type):
+        return "float"
+    if (pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type)
+            or pa.types.is_string_view(arrow_type)):
+        return "string"
+    return str(arrow_type)
 
 
 def open_runs(run_dirs: list[str], derived: bool = True, *, verify: bool = False,
