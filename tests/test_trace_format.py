@@ -82,6 +82,18 @@ def test_failed_writer_leaves_no_file(tmp_path):
 HUGE = 2**62  # three of them add up to more than int64 holds
 
 
+@pytest.mark.parametrize("twice", ["name", "extra"])
+def test_a_column_named_twice_is_a_problem_not_a_traceback(tmp_path, twice):
+    """pyarrow writes a file with two columns of one name, which polars cannot read."""
+    table = conform(rows())
+    table = table.append_column("extra", table["name"]).append_column(twice, table["name"])
+    path = write(tmp_path / "t.parquet",
+                 table.replace_schema_metadata(trace_metadata("test", {})), metadata=False)
+    assert validate(path) == [f"column {twice!r} appears 2 times"]
+    with pytest.raises(ReplayError, match=f"column {twice!r} appears 2 times"):
+        read_trace(path)
+
+
 def test_resources_whose_sums_would_wrap_are_refused(tmp_path):
     """Three pods of 2^62 millicores: a node holding them would wrap its int64 sums.  The
     writer refuses to make such a trace, and validate names it in one made by others."""

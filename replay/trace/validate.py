@@ -8,6 +8,7 @@ in one streaming pass over the columns concerned.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from typing import cast
 
 import polars as pl
@@ -24,17 +25,25 @@ def validate(path: str | os.PathLike) -> list[str]:
 
     A file that is not Parquet at all raises ``ReplayError`` instead.
     """
-    problems, well_typed = schema_problems(open_trace(path).schema_arrow)
+    arrow_schema = open_trace(path).schema_arrow
+    problems, well_typed = schema_problems(arrow_schema)
+    if len(set(arrow_schema.names)) < len(arrow_schema.names):
+        return problems  # polars reads no file that names a column twice, so no value either
     return problems + value_problems(pl.scan_parquet(os.fspath(path), glob=False), well_typed)
 
 
 def schema_problems(arrow_schema: pa.Schema) -> tuple[list[str], list[str]]:
     """Problems found in a trace's schema and metadata, and the columns that are well typed."""
     problems = _metadata_problems(arrow_schema.metadata or {})
+    counts = Counter(arrow_schema.names)
+    problems += [f"column {name!r} appears {count} times" for name, count in sorted(counts.items())
+                 if count > 1]
     well_typed = []
     for col in schema.COLUMNS:
         if col.name not in arrow_schema.names:
             problems.append(f"missing column {col.name!r}")
+        elif counts[col.name] > 1:
+            continue
         elif arrow_schema.field(col.name).type != col.type:
             found = arrow_schema.field(col.name).type
             problems.append(f"column {col.name!r} has type {found}, expected {col.type}")
