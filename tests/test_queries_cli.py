@@ -218,7 +218,7 @@ def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
                               "edited: replay its trace again\n")
 
 
-def test_a_table_edited_to_other_types_is_refused_even_when_accepted(cli, runs, tmp_path):
+def test_a_table_edited_to_other_types_or_names_is_refused_even_when_accepted(cli, runs, tmp_path):
     """``derive --accept-edits`` recorded the checksum of an attempts table whose ids had
     become strings, and every query and ``replay check`` then took it."""
     run = tmp_path / "edited"
@@ -232,6 +232,12 @@ def test_a_table_edited_to_other_types_is_refused_even_when_accepted(cli, runs, 
                           "large_string, where a run's table has int64; the run was written by "
                           "an older version of replay, or the table was edited: replay its "
                           "trace again\n")
+    twice = attempts.to_arrow().append_column("pod", attempts.to_arrow()["pod"])
+    pq.write_table(twice, run / "attempts.parquet")
+    result = cli("derive", run, "--accept-edits")
+    assert result.code == 1 and result.err == (
+        f"replay: error: {run / 'attempts.parquet'}: names the column pod more than once; the "
+        "table was edited: replay its trace again\n")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -92,6 +92,10 @@ def _check_columns(path: Path, schema: pa.Schema) -> None:
         present = pq.read_schema(path)
     except (OSError, pa.ArrowInvalid) as err:
         raise ReplayError(f"{path}: not a Parquet file ({err})") from None
+    twice = sorted(name for name, count in Counter(present.names).items() if count > 1)
+    if twice:
+        raise ReplayError(f"{path}: names the column {twice[0]} more than once; the table was "
+                          f"edited: replay its trace again")
     missing = [name for name in schema.names if name not in present.names]
     if missing:
         raise ReplayError(f"{path}: lacks {', '.join(missing)}; the run was written by an older "
