@@ -450,7 +450,7 @@ def test_never_over_an_input_and_the_static_table(cli, scrapes, tmp_path):
     copy = tmp_path / "scheduler.prom"
     copy.write_bytes(scrapes["scheduler"].read_bytes())
     result = cli("calibrate", copy, "--out", copy)
-    assert result.code == 1 and "is one of the sources" in result.err
+    assert result.code == 1 and f"{copy}: is the input {copy}; choose another" in result.err
     assert copy.read_bytes() == scrapes["scheduler"].read_bytes()
     table = cli("calibrate", "--explain")
     assert table.code == 0

@@ -92,3 +92,27 @@ def test_a_current_directory_that_is_not_utf8_is_one_line(tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
     assert "the current directory " in done.stderr and "d\\xff: not UTF-8" in done.stderr
     assert os.listdir(here) == []
+
+
+@pytest.mark.parametrize("args", [
+    ["synth", "--out", "-"], ["ingest", "a.log", "--out", "-"], ["run", "t.parquet", "--out", "-"],
+    ["t.parquet", "--out", "-"], ["report", "run", "--out", "-"],
+    ["report", "run", "--out", "r.html", "--static", "-"], ["sweep", "s.toml", "--out", "-"],
+    ["calibrate", "a.prom", "--out", "-"],
+    ["import", "alibaba-gpu-2023", "--pods", "p.csv", "--nodes", "n.csv", "--out", "-"],
+])
+def test_an_output_of_dash_is_refused_not_a_file_named_dash(cli, tmp_path, monkeypatch, args):
+    """``-`` reads as standard output; it became a file (or a run directory) named ``-``."""
+    monkeypatch.chdir(tmp_path)
+    result = cli(*args)
+    assert result.code == 2 and "- is standard output, where this command cannot write" in result.err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_query_out_dash_is_standard_output(cli, tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    assert cli("run", SAMPLE_TRACE, "--model", "oracle", "--out", run).code == 0
+    monkeypatch.chdir(tmp_path)
+    result = cli("query", run, "conflict_rate", "--format", "csv", "--out", "-")
+    assert result.code == 0 and result.out.startswith("run,scheduler,attempts")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]

@@ -24,6 +24,7 @@ from replay.calibrate.series import Series, layouts, merged, selector_of
 from replay.calibrate.sources import Family, Window, collect, read_source
 from replay.engine.config import load_config
 from replay.errors import ReplayError
+from replay.outputs import check_output
 
 __all__ = ["Calibration", "Result", "Window", "calibrate", "write_config"]
 
@@ -132,9 +133,8 @@ def write_config(calibration: Calibration, out: str | os.PathLike) -> Path:
                                     if r.mapping.use is not Use.CHECK}))
         raise ReplayError(f"nothing to calibrate from {', '.join(calibration.sources)} "
                           f"({reasons})")
-    if any(_same_file(out, source.partition("=")[2] or source) or _same_file(out, source)
-           for source in calibration.sources):
-        raise ReplayError(f"{out}: is one of the sources; choose another --out")
+    check_output(out, [path for source in calibration.sources  # (METRIC=FILE.json: FILE.json)
+                       for path in (source, source.partition("=")[2]) if path])
     text = render_config(calibration)
     try:
         with atomic_file(out) as tmp:
@@ -143,10 +143,3 @@ def write_config(calibration: Calibration, out: str | os.PathLike) -> Path:
     except OSError as err:
         raise ReplayError(f"{out}: cannot write it ({err.strerror or err})") from None
     return out
-
-
-def _same_file(a: Path, b: str) -> bool:
-    try:
-        return a.resolve() == Path(b).resolve()
-    except OSError:
-        return False

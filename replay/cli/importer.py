@@ -10,6 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from replay.cli.arguments import output_path
 from replay.times import time_argument
 from replay.trace.importers import importers, run_import
 from replay.trace.importers.base import Importer, option_fields
@@ -34,7 +35,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         sub = traces.add_parser(name, help=importer.help, description=importer.description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         add_options(sub, importer)
-        sub.add_argument("--out", required=True, metavar="TRACE", help="trace file to write")
+        sub.add_argument("--out", required=True, type=output_path, metavar="TRACE", help="trace file to write")
         sub.set_defaults(run=run, importer=importer)
 
 

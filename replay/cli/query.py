@@ -29,7 +29,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--format", choices=FORMATS, default="table",
                         help="output format (default: table, at most 40 rows; the others hold "
                              "every row; parquet needs --out)")
-    parser.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
+    parser.add_argument("--out", metavar="FILE",
+                        help="write to FILE instead of stdout (- is stdout)")
     parser.add_argument("--from", dest="from_ts", type=time_argument, metavar="TIME",
                         help="only what happens from TIME on (ISO 8601; UTC unless it says)")
     parser.add_argument("--to", dest="to_ts", type=time_argument, metavar="TIME",
@@ -59,6 +60,8 @@ def split_arguments(args: list[str]) -> tuple[list[str], str | None]:
         return runs, last
     return args, None
 
+
+STDOUT = "-"  # as --out: standard output, as without --out
 
 # The variables that have an option (or the arguments) of their own: a --var of one of these
 # would bypass the option's checks.
@@ -92,10 +95,11 @@ def check_read(query: Query, given: dict[str, str]) -> None:
 def run(args: argparse.Namespace) -> int:
     runs, name = split_arguments(args.args)
     check_window(args.from_ts, args.to_ts)
+    out = None if args.out == STDOUT else args.out
     given = parse_variables(args.variables)
     variables = {"from_ts": args.from_ts, "to_ts": args.to_ts, "watcher": args.watcher,
                  "bucket_minutes": args.bucket_minutes, **given}
-    if name is None and (args.out or args.format != "table" or given):
+    if name is None and (out or args.format != "table" or given):
         raise ReplayError("--format, --out and --var need a query NAME or FILE.sql")
     if not name:
         print_headline(runs, variables, verify=args.verify)
@@ -105,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     con = open_runs(runs, verify=args.verify)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
-        write_result(run_query(con, query, variables), args.format, args.out, inputs)
+        write_result(run_query(con, query, variables), args.format, out, inputs)
     return 0
 
 

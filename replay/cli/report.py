@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from replay.cli.arguments import output_path
 from replay.report import write_report
 from replay.times import check_window, time_argument
 
@@ -19,9 +20,9 @@ def add_parser(commands) -> None:
                     "pip install 'k8s-watch-replay[report]'. docs/report.md describes the page.")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
                         help="run directories, or a sweep's directory for its finished points")
-    parser.add_argument("--out", required=True, metavar="FILE",
+    parser.add_argument("--out", required=True, type=output_path, metavar="FILE",
                         help="the HTML file to write (appears only when complete)")
-    parser.add_argument("--static", metavar="DIR",
+    parser.add_argument("--static", type=output_path, metavar="DIR",
                         help="also write every figure as DIR/NAME.png and DIR/NAME.svg "
                              "(matplotlib), for papers")
     parser.add_argument("--title", help="the page's title (default: the runs' names)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from replay.api import RunResult, load_config, run_replay
+from replay.cli.arguments import output_path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -29,7 +30,7 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-p", dest="params", action="append", default=[], metavar="KEY=VALUE",
                         help="set a model parameter (repeatable); overrides [model] in --config")
     parser.add_argument("--seed", type=int, help="random seed (overrides the config's)")
-    parser.add_argument("--out", metavar="RUN_DIR",
+    parser.add_argument("--out", type=output_path, metavar="RUN_DIR",
                         help="run directory to write (default: runs/<trace stem>-<model>)")
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
-from replay.cli.arguments import positive_int
+from replay.cli.arguments import output_path, positive_int
 from replay.errors import ReplayError
 from replay.sweep import (
     LocalExecutor,
@@ -34,7 +34,7 @@ def add_parser(commands) -> None:
                     "A failed point does not stop the others. `replay query DIR NAME` then "
                     "queries every finished point, e.g. sweep_summary.")
     parser.add_argument("sweep", metavar="SWEEP.toml", help="the sweep file")
-    parser.add_argument("--out", metavar="DIR",
+    parser.add_argument("--out", type=output_path, metavar="DIR",
                         help="the sweep's directory (default: sweeps/<SWEEP's stem>)")
     parser.add_argument("--jobs", type=positive_int, metavar="N",
                         help="points at once at most (default: local, the number of CPUs, and "

@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 
+from replay.cli.arguments import output_path
 from replay.errors import ReplayError
 from replay.times import time_argument
 from replay.trace import ideal
@@ -51,7 +52,7 @@ def add_parser(commands) -> None:
     parser.add_argument("--start", type=time_argument, default=DEFAULTS.start,
                         help="trace start, ISO 8601 (UTC if no offset)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
-    parser.add_argument("--out", required=True, metavar="FILE", help="trace file to write")
+    parser.add_argument("--out", required=True, type=output_path, metavar="FILE", help="trace file to write")
     parser.set_defaults(run=run)
 
 
