@@ -258,6 +258,11 @@ def test_a_table_edited_to_other_types_or_names_is_refused_even_when_accepted(cl
      "conflict_rate: does not read the variable 'limit'"),
     (["{run}", "{var}", "--var", "limit=3", "--var", "from_ts=2024-01-01"],
      "--var from_ts=...: set from_ts with --from"),
+    (["{run}", "per_component_delay", "--bucket-minutes", "5"],
+     "per_component_delay: has no minute buckets for --bucket-minutes to widen (the "
+     "minute-by-minute queries: per_component_delay_timeline, stale_capacity_by_node, "
+     "stale_capacity_timeline)"),
+    (["{run}", "--bucket-minutes", "5"], "--bucket-minutes needs a minute-by-minute query"),
     (["{run}", "{var}", "--var", "Run_Dirs=/etc"],
      "--var Run_Dirs=...: set run_dirs with the RUN_DIR arguments"),
     (["{run}", "{run}", "conflict_rate"], "two run directories are named 'fast'"),

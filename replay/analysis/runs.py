@@ -41,6 +41,7 @@ SWEEP_INDEX = "sweep.parquet"  # in a sweep's directory (replay sweep): one row 
 PARAMETERS = ("from_ts", "to_ts", "watcher", "bucket_minutes")  # optional in every shipped query
 _GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
+_BUCKETS = re.compile(r"\b(bucket_of|bucket_us|run_buckets)\b", re.IGNORECASE)
 _SETS_A_VARIABLE = re.compile(r"(?:SET|RESET)\s+VARIABLE\b", re.IGNORECASE)
 _GLOB_SPECIAL = re.compile(r"([*?\[])")  # what DuckDB's glob reads as a pattern
 _GLOB_CLASS_OF_ONE = re.compile(r"\[([*?\[])\]")
@@ -251,6 +252,12 @@ def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> 
             con.execute(f'RESET VARIABLE "{name}"')
         else:
             con.execute(f'SET VARIABLE "{name}" = ?', [value])
+
+
+def has_buckets(query: Query) -> bool:
+    """Whether ``query`` gives a row per bucket of ``bucket_minutes`` (it uses ``bucket_of``,
+    ``bucket_us`` or ``run_buckets`` of views.sql, or reads the variable itself)."""
+    return bool(_BUCKETS.search(query.sql)) or "bucket_minutes" in variables_read(query)
 
 
 def variables_read(query: Query) -> set[str]:

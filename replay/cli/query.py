@@ -9,8 +9,8 @@ from pathlib import Path
 
 from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, Query, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
-from replay.analysis.runs import (RUNS_VARIABLE, duckdb_errors, open_runs, run_query,
-                                  variables_read)
+from replay.analysis.runs import (RUNS_VARIABLE, duckdb_errors, has_buckets, open_runs,
+                                  run_query, variables_read)
 from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.times import check_window, time_argument
@@ -82,6 +82,11 @@ def parse_variables(items: list[str]) -> dict[str, str]:
     return variables
 
 
+def bucketed() -> str:
+    """The shipped queries that give a row per bucket of ``--bucket-minutes``."""
+    return ", ".join(name for name in shipped() if has_buckets(load_query(name)))
+
+
 def check_read(query: Query, given: dict[str, str]) -> None:
     """Refuse a ``--var`` the query never reads: most likely a misspelt name, which would
     otherwise leave the variable the query does read unset, or silently change nothing."""
@@ -101,11 +106,17 @@ def run(args: argparse.Namespace) -> int:
                  "bucket_minutes": args.bucket_minutes, **given}
     if name is None and (out or args.format != "table" or given):
         raise ReplayError("--format, --out and --var need a query NAME or FILE.sql")
+    if name is None and args.bucket_minutes is not None:
+        raise ReplayError(f"--bucket-minutes needs a minute-by-minute query ({bucketed()}); "
+                          f"the headline answers have no minutes")
     if not name:
         print_headline(runs, variables, verify=args.verify)
         return 0
     query = load_query(name)
     check_read(query, given)
+    if args.bucket_minutes is not None and not has_buckets(query):
+        raise ReplayError(f"{query.name}: has no minute buckets for --bucket-minutes to widen "
+                          f"(the minute-by-minute queries: {bucketed()})")
     con = open_runs(runs, verify=args.verify)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
