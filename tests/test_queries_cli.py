@@ -136,6 +136,16 @@ def test_core_seconds_beyond_bigint_are_summed(cli, tmp_path):
     assert max(r["blind_core_seconds"] for r in summary) > 2**63 / 1e9
 
 
+def test_options_reach_a_file_that_reads_them_through_the_views(cli, runs, tmp_path):
+    """in_time_window (views.sql) reads from_ts and to_ts: --from applies, and filters."""
+    mine = tmp_path / "decided.sql"
+    mine.write_text("SELECT count(*) AS n FROM attempts WHERE in_time_window(decided_ts)")
+    every = json.loads(cli("query", runs[0], mine, "--format", "json").out)[0]["n"]
+    later = cli("query", runs[0], mine, "--format", "json", "--from", "2100-01-01")
+    assert later.code == 0, later.err
+    assert json.loads(later.out) == [{"n": 0}] and every > 0
+
+
 def test_model_parameters_become_columns(tmp_path):
     answers = Answers(replay_rows(tmp_path, WORKED, network(2)))
     runs_view = answers.con.sql("SELECT * FROM runs").pl()
@@ -263,6 +273,10 @@ def test_a_table_edited_to_other_types_or_names_is_refused_even_when_accepted(cl
      "minute-by-minute queries: per_component_delay_timeline, stale_capacity_by_node, "
      "stale_capacity_timeline)"),
     (["{run}", "--bucket-minutes", "5"], "--bucket-minutes needs a minute-by-minute query"),
+    (["{run}", "{var}", "--var", "limit=3", "--from", "2024-01-01"],
+     "var.sql: does not read from_ts, so --from would change nothing"),
+    (["{run}", "{var}", "--var", "limit=3", "--watcher", "kubelet/*"],
+     "var.sql: does not read watcher, so --watcher would change nothing"),
     (["{run}", "{var}", "--var", "Run_Dirs=/etc"],
      "--var Run_Dirs=...: set run_dirs with the RUN_DIR arguments"),
     (["{run}", "{run}", "conflict_rate"], "two run directories are named 'fast'"),

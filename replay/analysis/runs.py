@@ -20,6 +20,7 @@ than numbers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from collections import Counter
@@ -41,7 +42,8 @@ SWEEP_INDEX = "sweep.parquet"  # in a sweep's directory (replay sweep): one row 
 PARAMETERS = ("from_ts", "to_ts", "watcher", "bucket_minutes")  # optional in every shipped query
 _GETVARIABLE = re.compile(r"getvariable\s*\(\s*'([^']*)'\s*\)", re.IGNORECASE)
 _LEADING_COMMENTS = re.compile(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?\*/)*", re.DOTALL)
-_BUCKETS = re.compile(r"\b(bucket_of|bucket_us|run_buckets)\b", re.IGNORECASE)
+_COMMENT = re.compile(r"--[^\n]*")
+_CREATE = re.compile(r"CREATE\s+OR\s+REPLACE\s+(?:VIEW|MACRO)\s+(\w+)", re.IGNORECASE)
 _SETS_A_VARIABLE = re.compile(r"(?:SET|RESET)\s+VARIABLE\b", re.IGNORECASE)
 _GLOB_SPECIAL = re.compile(r"([*?\[])")  # what DuckDB's glob reads as a pattern
 _GLOB_CLASS_OF_ONE = re.compile(r"\[([*?\[])\]")
@@ -254,16 +256,36 @@ def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> 
             con.execute(f'SET VARIABLE "{name}" = ?', [value])
 
 
-def has_buckets(query: Query) -> bool:
-    """Whether ``query`` gives a row per bucket of ``bucket_minutes`` (it uses ``bucket_of``,
-    ``bucket_us`` or ``run_buckets`` of views.sql, or reads the variable itself)."""
-    return bool(_BUCKETS.search(query.sql)) or "bucket_minutes" in variables_read(query)
-
-
 def variables_read(query: Query) -> set[str]:
-    """The names of the DuckDB variables ``query`` reads with ``getvariable('name')``, in
-    lower case, as DuckDB compares them."""
-    return {name.lower() for name in _GETVARIABLE.findall(query.sql)}
+    """The names of the DuckDB variables ``query`` reads, in lower case as DuckDB compares
+    them: with ``getvariable('name')``, or through a view or macro of views.sql that does
+    (``in_time_window`` reads ``from_ts`` and ``to_ts``, ``bucket_of`` ``bucket_minutes``)."""
+    sql = _COMMENT.sub("", query.sql)
+    through = [read for name, read in _view_variables().items()
+               if re.search(rf"\b{name}\b", sql, re.IGNORECASE)]
+    return {name.lower() for name in _GETVARIABLE.findall(sql)}.union(*through)
+
+
+@functools.cache
+def _view_variables() -> dict[str, frozenset[str]]:
+    """Each view and macro of views.sql, and the variables it reads, itself or through the
+    others it uses."""
+    sql = _COMMENT.sub("", views_sql())
+    starts = list(_CREATE.finditer(sql))
+    bodies = {start.group(1).lower(): sql[start.end():end.start() if end else len(sql)]
+              for start, end in zip(starts, [*starts[1:], None])}
+    read = {name: {v.lower() for v in _GETVARIABLE.findall(body)} for name, body in bodies.items()}
+    uses = {name: [other for other in bodies if other != name
+                   and re.search(rf"\b{other}\b", body, re.IGNORECASE)]
+            for name, body in bodies.items()}
+    changed = True
+    while changed:  # until every object holds what the objects it uses read
+        changed = False
+        for name, others in uses.items():
+            more = set().union(*(read[other] for other in others)) - read[name]
+            read[name] |= more
+            changed |= bool(more)
+    return {name: frozenset(variables) for name, variables in read.items()}
 
 
 def run_query(con: duckdb.DuckDBPyConnection, query: Query,

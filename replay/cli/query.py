@@ -9,8 +9,8 @@ from pathlib import Path
 
 from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, Query, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
-from replay.analysis.runs import (RUNS_VARIABLE, duckdb_errors, has_buckets, open_runs,
-                                  run_query, variables_read)
+from replay.analysis.runs import (RUNS_VARIABLE, duckdb_errors, open_runs, run_query,
+                                  variables_read)
 from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.times import check_window, time_argument
@@ -84,17 +84,27 @@ def parse_variables(items: list[str]) -> dict[str, str]:
 
 def bucketed() -> str:
     """The shipped queries that give a row per bucket of ``--bucket-minutes``."""
-    return ", ".join(name for name in shipped() if has_buckets(load_query(name)))
+    return ", ".join(name for name in shipped()
+                     if "bucket_minutes" in variables_read(load_query(name)))
 
 
-def check_read(query: Query, given: dict[str, str]) -> None:
-    """Refuse a ``--var`` the query never reads: most likely a misspelt name, which would
-    otherwise leave the variable the query does read unset, or silently change nothing."""
+def check_read(query: Query, given: dict[str, str], options: dict[str, Any]) -> None:
+    """Refuse a ``--var``, or an option (``--from`` ...), that the query never reads, itself
+    or through the views: a misspelt name, which would leave the variable the query does read
+    unset, or an option that would silently change nothing (a file of your own that does not
+    filter by time)."""
     read = variables_read(query)
     unread = [name for name in sorted(given) if name.lower() not in read]
     if unread:
         raise ReplayError(f"{query.name}: does not read the variable {unread[0]!r} that "
                           f"--var {unread[0]}=... sets")
+    if options.get("bucket_minutes") is not None and "bucket_minutes" not in read:
+        raise ReplayError(f"{query.name}: has no minute buckets for --bucket-minutes to widen "
+                          f"(the minute-by-minute queries: {bucketed()})")
+    ignored = [name for name in options if name not in read]
+    if ignored:
+        raise ReplayError(f"{query.name}: does not read {ignored[0]}, so {_OWN_OPTION[ignored[0]]} "
+                          f"would change nothing (queries/README.md: Parameters)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -113,10 +123,8 @@ def run(args: argparse.Namespace) -> int:
         print_headline(runs, variables, verify=args.verify)
         return 0
     query = load_query(name)
-    check_read(query, given)
-    if args.bucket_minutes is not None and not has_buckets(query):
-        raise ReplayError(f"{query.name}: has no minute buckets for --bucket-minutes to widen "
-                          f"(the minute-by-minute queries: {bucketed()})")
+    check_read(query, given, {key: value for key, value in variables.items()
+                              if key in _OWN_OPTION and value is not None})
     con = open_runs(runs, verify=args.verify)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
