@@ -213,6 +213,16 @@ def test_derive_again(cli, runs, tmp_path):
     assert cli("derive", tmp_path / "nowhere").err.endswith("nowhere: no such run directory\n")
 
 
+def test_a_manifest_that_is_a_folder_says_so(cli, runs, tmp_path):
+    run = tmp_path / "odd"
+    shutil.copytree(runs[0], run)
+    (run / "manifest.json").unlink()
+    (run / "manifest.json").mkdir()
+    result = cli("query", run, "conflict_rate")
+    assert result.code == 1 and result.err == (
+        f"replay: error: {run}: not a run directory (its manifest.json is not a file)\n")
+
+
 def test_a_run_from_an_older_version_says_so(cli, runs, tmp_path):
     run = tmp_path / "old"
     shutil.copytree(runs[0], run)

@@ -144,6 +144,15 @@ def test_a_bad_sweep_file_is_one_line_and_runs_nothing(cli, folder, tmp_path, te
     assert not (tmp_path / "out").exists()
 
 
+def test_an_out_that_is_a_file_is_one_line(cli, folder, tmp_path):
+    trace = folder / "tiny.parquet"
+    path = sweep_file(tmp_path, f'trace = "{trace}"\n[matrix]\nmodel = ["oracle"]\n')
+    result = cli("sweep", path, "--out", folder / "tiny.parquet")
+    assert result.code == 1 and result.err == (
+        f"replay: error: {folder / 'tiny.parquet'}: a file, not a sweep's directory; choose "
+        "another --out\n")
+
+
 @pytest.mark.parametrize("options, message", [
     ("size=4k", "{disk}/sw/sweep.parquet: cannot write the sweep's index (No space left on "
                 "device)"),

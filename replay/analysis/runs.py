@@ -60,8 +60,10 @@ def check_run_dir(path: str, derived: bool = True, full: bool = False,
                           f"makes one)")
     if not run.is_dir():
         raise ReplayError(f"{path}: no such run directory")
-    if not (run / "manifest.json").is_file():
-        raise ReplayError(f"{path}: not a run directory (no manifest.json)")
+    manifest = run / "manifest.json"
+    if not manifest.is_file():
+        raise ReplayError(f"{path}: not a run directory (" + (
+            "its manifest.json is not a file)" if manifest.exists() else "no manifest.json)"))
     missing = [t for t in TABLES if not (run / f"{t}.parquet").is_file()]
     if missing:
         raise ReplayError(f"{path}: incomplete run directory (no {', '.join(missing)} table)")

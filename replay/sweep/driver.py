@@ -96,6 +96,8 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
     stderr, and the others go on.  An interrupt stops the points running, records what was
     done, and propagates."""
     out = Path(out).resolve()
+    if out.exists() and not out.is_dir():
+        raise ReplayError(f"{out}: a file, not a sweep's directory; choose another --out")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
