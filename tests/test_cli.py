@@ -105,7 +105,8 @@ def test_an_output_of_dash_is_refused_not_a_file_named_dash(cli, tmp_path, monke
     """``-`` reads as standard output; it became a file (or a run directory) named ``-``."""
     monkeypatch.chdir(tmp_path)
     result = cli(*args)
-    assert result.code == 2 and "- is standard output, where this command cannot write" in result.err
+    assert result.code == 2
+    assert "- is standard output, where this command cannot write" in result.err
     assert list(tmp_path.iterdir()) == []
 
 

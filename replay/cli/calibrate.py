@@ -26,7 +26,8 @@ def add_parser(commands) -> None:
     parser.add_argument("sources", nargs="*", metavar="SOURCE",
                         help="a scrape (FILE.prom), a JSON result (FILE.json), or "
                              "METRIC=FILE.json for a result whose series have no metric name")
-    parser.add_argument("--out", type=output_path, metavar="FILE.toml", help="the run config to write")
+    parser.add_argument("--out", type=output_path, metavar="FILE.toml",
+                        help="the run config to write")
     parser.add_argument("--resource", default="pods",
                         help="whose series calibrate the run-wide stages (default: pods)")
     parser.add_argument("--window", type=_window, metavar="START/END",

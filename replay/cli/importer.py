@@ -35,7 +35,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
         sub = traces.add_parser(name, help=importer.help, description=importer.description,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         add_options(sub, importer)
-        sub.add_argument("--out", required=True, type=output_path, metavar="TRACE", help="trace file to write")
+        sub.add_argument("--out", required=True, type=output_path, metavar="TRACE",
+                         help="trace file to write")
         sub.set_defaults(run=run, importer=importer)
 
 

@@ -23,7 +23,8 @@ def add_parser(commands) -> None:
     parser.add_argument("logs", nargs="+", metavar="LOG",
                         help="audit log files in time order (rotated files oldest first); - "
                              "reads stdin")
-    parser.add_argument("--out", required=True, type=output_path, metavar="TRACE", help="trace file to write")
+    parser.add_argument("--out", required=True, type=output_path, metavar="TRACE",
+                        help="trace file to write")
     parser.add_argument("--keep-reads", action="store_true",
                         help="also keep reads (get, list, watch) as rows")
     parser.add_argument("--skip-bad-lines", action="store_true",

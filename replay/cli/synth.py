@@ -52,7 +52,8 @@ def add_parser(commands) -> None:
     parser.add_argument("--start", type=time_argument, default=DEFAULTS.start,
                         help="trace start, ISO 8601 (UTC if no offset)")
     parser.add_argument("--seed", type=int, default=0, help="random seed")
-    parser.add_argument("--out", required=True, type=output_path, metavar="FILE", help="trace file to write")
+    parser.add_argument("--out", required=True, type=output_path, metavar="FILE",
+                        help="trace file to write")
     parser.set_defaults(run=run)
 
 

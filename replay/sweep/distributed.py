@@ -130,7 +130,8 @@ def _outcome(ray, ref, task: Task) -> Outcome:
                     (tmp / name).write_bytes(data)
         except OSError as err:
             return dataclasses.replace(outcome, status=Status.FAILED,
-                                       error=f"{task.out}: cannot write the run directory ({err.strerror or err})")
+                                       error=f"{task.out}: cannot write the run directory "
+                                             f"({err.strerror or err})")
     return outcome
 
 

@@ -101,7 +101,8 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise ReplayError(f"{out}: cannot make the sweep's directory ({err.strerror or err})") from None
+        raise ReplayError(f"{out}: cannot make the sweep's directory "
+                          f"({err.strerror or err})") from None
     with _locked(out) as token:
         for point in sweep.points:
             remove_partial(out / point.name)
@@ -173,7 +174,8 @@ def _locked(out: Path) -> Iterator[str]:
     try:
         handle = path.open("a+")
     except OSError as err:
-        raise ReplayError(f"{path}: cannot open the sweep's lock file ({err.strerror or err})") from None
+        raise ReplayError(f"{path}: cannot open the sweep's lock file "
+                          f"({err.strerror or err})") from None
     with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
