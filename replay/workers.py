@@ -32,6 +32,7 @@ from replay import interrupts
 from replay.errors import ReplayError
 
 WATCHDOG_SECONDS = 1.0
+MANAGER_JOIN_S = 5.0  # the most to wait for a stopped pool's own thread (it ends at once)
 PR_SET_PDEATHSIG = 1
 
 
@@ -95,6 +96,7 @@ def _stop(pool: ProcessPoolExecutor) -> None:
     # their results
     processes = list((getattr(pool, "_processes", None) or {}).values())
     results = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         with contextlib.suppress(Exception):
@@ -108,6 +110,12 @@ def _stop(pool: ProcessPoolExecutor) -> None:
                 process.join(1)
     if results is not None:
         _close_for_writing(results)
+    if manager is not None:
+        # Python 3.11's exit hook wakes the pool's thread without the lock under which that
+        # thread closes its wake-up pipe: "Exception ignored ... Bad file descriptor" once in
+        # a CI run's Ctrl-C of ingest.  The thread, its workers ended and its results' pipe
+        # closed, ends at once; waiting for it here leaves the hook nothing to race.
+        manager.join(MANAGER_JOIN_S)
 
 
 def _close_for_writing(results: Connection) -> None:

@@ -854,6 +854,16 @@ def test_a_worker_ended_while_it_wrote_a_result_does_not_hang_the_exit():
     assert done.returncode == 0, done.stderr
 
 
+def test_a_stopped_pool_leaves_no_thread_for_the_exit_hook_to_race():
+    """Python 3.11's exit hook wakes the pool's thread without the lock under which the thread
+    closes its wake-up pipe: once, a Ctrl-C of ingest printed "Exception ignored ... Bad file
+    descriptor" after "replay: interrupted".  The pool's thread has ended when ``_stop`` has."""
+    with pytest.raises(KeyboardInterrupt), worker_pool(2) as pool:
+        manager = pool._executor_manager_thread
+        raise KeyboardInterrupt
+    assert manager is not None and not manager.is_alive()
+
+
 def test_a_ctrl_c_while_the_workers_start_is_not_lost(monkeypatch):
     """The workers start with Ctrl-C held from them; it used to be ignored by the whole
     process meanwhile, so a Ctrl-C then was lost and ``replay ingest`` went on to its end."""
