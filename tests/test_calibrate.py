@@ -413,6 +413,16 @@ ONE_SERIES = (f"# TYPE {HANDLING} histogram\n"
      '{"metric": {"__name__": "x_bucket", "le": "1"}, "value": [1, "5"]}, '
      '{"metric": {"__name__": "x_bucket", "le": "+Inf"}, "value": [1, "3"]}]}}',
      "x: the bucket le=inf counts 3, fewer than le=1 (5)"),
+    (ONE_SERIES.format(38, 40, 40) * 2,  # cat t0.prom t1.prom > both.prom
+     f'{HANDLING}_bucket{{event="AssignedPodAdd",le="0.0001"}} appears twice, but a source '
+     "holds each series once (two scrapes or results in one file?"),
+    ('{"data": {"resultType": "vector", "result": ['
+     '{"metric": {"__name__": "x_bucket", "le": "1"}, "value": [1, "5"]}, '
+     '{"metric": {"__name__": "x_bucket", "le": "1"}, "value": [1, "7"]}]}}',
+     'x_bucket{le="1"} appears twice'),
+    (ONE_SERIES.format(38, 40, 40).replace('le="+Inf"', 'le="0.0004"')
+     .replace('_count{event="AssignedPodAdd"} 40', '_count{event="AssignedPodAdd"} 39'),
+     "its _count 39 is fewer than its bucket le=0.0004 (40), but the count is the +Inf bucket"),
 ])
 def test_bad_input_is_one_line(cli, tmp_path, content, message):
     source = tmp_path / "in.prom"
@@ -422,6 +432,18 @@ def test_bad_input_is_one_line(cli, tmp_path, content, message):
     assert result.code == 1 and not out.exists()
     assert message in result.err and "Traceback" not in result.err
     assert result.err.splitlines()[-1].startswith("replay: error: ")
+
+
+def test_a_missing_inf_bucket_is_the_count(tmp_path):
+    """A source without the +Inf bucket (a query that filtered le) still has every observation:
+    the 2 that _count holds above the last bound are the +Inf bucket's."""
+    source = tmp_path / "in.prom"
+    source.write_text(ONE_SERIES.format(38, 40, 0)
+                      .replace(f'{HANDLING}_bucket{{event="AssignedPodAdd",le="+Inf"}} 0\n', "")
+                      .replace('AssignedPodAdd"} 40', 'AssignedPodAdd"} 42'))
+    assert 'le="+Inf"' not in source.read_text()
+    histogram = calibrate([str(source)]).written()[0].series.histogram()
+    assert histogram.counts == (38.0, 2.0, 2.0)
 
 
 def test_a_gauge_is_not_a_histogram(tmp_path):

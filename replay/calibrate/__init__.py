@@ -114,7 +114,8 @@ def _merge(mapping: Mapping, value: str, group: list[Series], family: Family) ->
     by_layout = list(layouts(group).values())
     taken = by_layout[0]
     series = merged(taken)
-    result = Result(mapping, value, series, selector_of(family.name, taken), series.interval)
+    selector = selector_of(family.name, [s.labels for s in taken])
+    result = Result(mapping, value, series, selector, series.interval)
     others = [s for layout in by_layout[1:] for s in layout]
     if others:
         result.note = (f"{len(others)} series with other buckets than the {len(taken)} taken "

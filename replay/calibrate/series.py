@@ -43,7 +43,7 @@ class Series:
 
     def selector(self) -> str:
         """``family{name="value",...}``, as PromQL writes the series."""
-        return selector_of(self.family, [self])
+        return selector_of(self.family, [self.labels])
 
     def since(self, earlier: Series, interval: str) -> tuple[Series, bool]:
         """This series minus ``earlier`` (the same series in an earlier scrape) over
@@ -127,13 +127,13 @@ def _total(values: list[float | None]) -> float | None:
     return float(sum(known)) if len(known) == len(values) else None
 
 
-def selector_of(family: str, series: list[Series]) -> str:
-    """The PromQL selector of exactly these series: ``name="v"`` where they agree, ``name=~"a|b"``
-    where they differ."""
-    names = sorted({name for s in series for name, _ in s.labels})
+def selector_of(family: str, label_sets: list[Labels]) -> str:
+    """The PromQL selector of exactly the series of these label sets: ``name="v"`` where they
+    agree, ``name=~"a|b"`` where they differ."""
+    names = sorted({name for labels in label_sets for name, _ in labels})
     matchers = []
     for name in names:
-        values = sorted({s.label_map.get(name, "") for s in series})
+        values = sorted({dict(labels).get(name, "") for labels in label_sets})
         quoted = "|".join(_escaped(v) for v in values)
         matchers.append(f'{name}="{quoted}"' if len(values) == 1 else f'{name}=~"{quoted}"')
     return f"{family}{{{','.join(matchers)}}}" if matchers else family

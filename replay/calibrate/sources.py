@@ -28,7 +28,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from replay.calibrate.series import Labels, Series, merged
+from replay.calibrate.series import Labels, Series, merged, selector_of
 from replay.errors import ReplayError, unreadable
 
 # Families only the API server exports (a scheduler's or a controller manager's scrape has
@@ -115,12 +115,14 @@ def _read_scrape(name: str, text: str) -> Source:
                           "e.g. kubectl get --raw /metrics)")
     source = Source(name, SourceKind.SCRAPE,
                     interval=f"counted since the component started (one scrape: {name})")
+    seen: set[tuple[str, Labels]] = set()
     for family in families:
         if family.type != "histogram":
             source.other_types[family.name] = family.type
             continue
         values: dict[Labels, dict] = {}
         for sample in family.samples:
+            _once(name, sample.name, _labels(sample.labels), seen)
             labels = {k: v for k, v in sample.labels.items() if k != "le"}
             entry = values.setdefault(_labels(labels), {"buckets": {}})
             if sample.name.endswith("_bucket") and "le" in sample.labels:
@@ -129,8 +131,20 @@ def _read_scrape(name: str, text: str) -> Source:
                 entry["sum"] = float(sample.value)
             elif sample.name.endswith("_count"):
                 entry["count"] = float(sample.value)
-        source.histograms[family.name] = _series(name, family.name, values, source.interval)
+        source.histograms.setdefault(family.name, {}).update(
+            _series(name, family.name, values, source.interval))
     return source
+
+
+def _once(name: str, metric: str, labels: Labels, seen: set[tuple[str, Labels]]) -> None:
+    """Refuses a sample of a series seen before in the same source: a scrape or a result holds
+    each series once, so a second one is a second scrape or result in the file (``cat t0 t1``),
+    and keeping either would calibrate from something other than what the user meant."""
+    if (metric, labels) in seen:
+        raise ReplayError(f"{name}: {selector_of(metric, [labels])} appears twice, but a source "
+                          "holds each series once (two scrapes or results in one file? give "
+                          "each as its own SOURCE, earlier first)")
+    seen.add((metric, labels))
 
 
 def _read_json(name: str, text: str, family: str | None, window: Window | None,
@@ -154,12 +168,14 @@ def _read_json(name: str, text: str, family: str | None, window: Window | None,
     families: dict[str, dict[Labels, dict]] = {}
     times: list[float] = []
     skipped, restarted = 0, set()
+    seen: set[tuple[str, Labels]] = set()
     for item in data["result"]:
         parsed = _result_item(name, item, family, kind, window, times)
         if parsed is None:
             skipped += 1
             continue
         metric, labels, part, le, value, reset = parsed
+        _once(name, metric + part, _labels(labels if le is None else {**labels, "le": le}), seen)
         entry = families.setdefault(metric, {}).setdefault(_labels(labels), {"buckets": {}})
         if part == "_bucket":
             entry["buckets"][_le(le, name)] = value
@@ -260,12 +276,27 @@ def _series(name: str, family: str, values: dict[Labels, dict],
             interval: str) -> dict[Labels, Series]:
     out = {}
     for labels, entry in values.items():
-        buckets = sorted(entry["buckets"].items())
+        buckets = sorted(_with_inf(name, family, labels, entry).items())
         if buckets:
             out[labels] = _cumulative(name, Series(
                 family, labels, tuple(b for b, _ in buckets), tuple(v for _, v in buckets),
                 entry.get("sum"), entry.get("count"), interval))
     return out
+
+
+def _with_inf(name: str, family: str, labels: Labels, entry: dict) -> dict[float, float]:
+    """A series' buckets with its ``+Inf`` bucket, which is its ``_count`` when the source left
+    it out (a query that filtered ``le``): without it, the observations above the last bound
+    would be dropped from the histogram."""
+    buckets, count = entry["buckets"], entry.get("count")
+    if not buckets or math.inf in buckets or count is None or not math.isfinite(count):
+        return buckets
+    last = max(buckets)
+    if count < buckets[last]:
+        raise ReplayError(f"{name}: {selector_of(family, [labels])}: its _count {count:g} is "
+                          f"fewer than its bucket le={last:g} ({buckets[last]:g}), but the "
+                          "count is the +Inf bucket, which holds every observation")
+    return {**buckets, math.inf: count}
 
 
 def _cumulative(name: str, series: Series) -> Series:
