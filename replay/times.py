@@ -8,9 +8,19 @@ at all, which means UTC.
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from replay.errors import ReplayError
+from replay.limits import EPOCH
+
+MICROSECOND = timedelta(microseconds=1)
+
+
+def epoch_us(at: datetime) -> int:
+    """``at`` in microseconds since 1970, exactly: ``datetime.timestamp()`` is a float, whose
+    truncation moves a time before 1970 with a fraction of a second, and which rounds to more
+    than a microsecond beyond 2255."""
+    return (at - EPOCH) // MICROSECOND
 
 
 def parse_time(text: str) -> datetime:

@@ -45,6 +45,29 @@ def test_start_moves_the_epoch(cli, tmp_path):
     assert pl.read_parquet(out)["ts"].min().isoformat() == "2024-06-01T12:00:00+00:00"
 
 
+@pytest.mark.parametrize("start, first", [
+    ("2024-06-01T12:00:00.25", "2024-06-01T12:00:00.250000+00:00"),
+    ("1969-12-31T23:59:59.5", "1969-12-31T23:59:59.500000+00:00")])
+def test_a_start_with_a_fraction_of_a_second_is_kept(cli, tmp_path, start, first):
+    """Before 1970 too, where truncating the float timestamp moved it half a second."""
+    out = tmp_path / "ali.parquet"
+    assert alibaba(cli, out, "--start", start).code == 0
+    assert pl.read_parquet(out)["ts"].min().isoformat() == first
+
+
+PODS_HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+               "deletion_time,scheduled_time\n")
+
+
+def import_small(cli, tmp_path, pods, nodes):
+    """``replay import`` of the two CSV files given as text; the result and the trace's path."""
+    (tmp_path / "pods.csv").write_text(pods)
+    (tmp_path / "nodes.csv").write_text(nodes)
+    out = tmp_path / "t.parquet"
+    return cli("import", "alibaba-gpu-2023", "--pods", tmp_path / "pods.csv", "--nodes",
+               tmp_path / "nodes.csv", "--out", out), out
+
+
 @pytest.mark.parametrize("nodes, message", [
     ("sn,cpu_milli,memory_mib,model\nn0,1000,1024,\n", "no column 'gpu' in the header"),
     ("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,0,\nn1,lots,1024,0,\n",
@@ -53,17 +76,43 @@ def test_start_moves_the_epoch(cli, tmp_path):
     ("sn,cpu_milli,memory_mib,gpu,model\nn0,,1024,1,\n", "nodes.csv:2: column cpu_milli is empty"),
     (b"PAR1\x15\x00\x15", "nodes.csv: not text (byte 5), so not a CSV file"),  # a trace
     (b"sn,cpu\xc0_milli", "nodes.csv: not text (byte 6), so not a CSV file"),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,1,\nn1,1,1,1,\nn0,2000,1024,1,\n",
+     "nodes.csv:4: column sn: 'n0' names the object of line 2 again"),
+    ('sn,cpu_milli,memory_mib,gpu,model\n"",1000,1024,1,\n', "nodes.csv:2: column sn is empty"),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,3000000000,\n",
+     "nodes.csv:2: column gpu is 3000000000: too large: the trace's value would overflow its "
+     "32-bit column"),
+    ("sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,1,\nn,1,1000,1024,1,\n",
+     "nodes.csv:3: 6 fields, but the header names 5 (a comma in an unquoted value?)"),
+    (b"\xef\xbb\xbfsn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,1,\nn,1,1000,1024,1,\n",
+     "nodes.csv:3: 6 fields"),
 ])
 def test_csv_errors_name_file_line_and_column(cli, tmp_path, nodes, message):
     (tmp_path / "nodes.csv").write_bytes(nodes if isinstance(nodes, bytes) else nodes.encode())
-    (tmp_path / "pods.csv").write_text(
-        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
-        "deletion_time,scheduled_time\np0,1000,1024,1,500,,LS,Running,0,10,1\n")
+    (tmp_path / "pods.csv").write_text(PODS_HEADER + "p0,1000,1024,1,500,,LS,Running,0,10,1\n")
     out = tmp_path / "t.parquet"
     result = cli("import", "alibaba-gpu-2023", "--pods", tmp_path / "pods.csv", "--nodes",
                  tmp_path / "nodes.csv", "--out", out)
     assert result.code == 1 and message in result.err and result.err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("pods, message", [
+    ("p0,1000,1024,1,500,,LS,Running,0,10,1\np0,1000,1024,1,500,,LS,Running,5,20,6\n",
+     "pods.csv:3: column name: 'p0' names the object of line 2 again"),
+    ("p0,1000,1024,3000000000,1,,LS,Running,0,10,1\n", "pods.csv:2: column num_gpu is 3000000000"),
+])
+def test_pod_rows_that_are_not_one_pod_each(cli, tmp_path, pods, message):
+    result, out = import_small(cli, tmp_path, PODS_HEADER + pods,
+                               "sn,cpu_milli,memory_mib,gpu,model\nn0,1000,1024,1,\n")
+    assert result.code == 1 and message in result.err and "Traceback" not in result.err
+    assert not out.exists()
+
+
+def test_lists_with_a_header_alone_give_an_empty_trace(cli, tmp_path):
+    result, out = import_small(cli, tmp_path, PODS_HEADER, "sn,cpu_milli,memory_mib,gpu,model\n")
+    assert result.code == 0, result.err
+    assert pl.read_parquet(out).height == 0 and validate(out) == []
 
 
 def test_missing_file_and_registry(cli, tmp_path):

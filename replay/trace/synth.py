@@ -44,6 +44,7 @@ from replay.limits import (
 from replay.outputs import check_output
 from replay.quantity import QuantityError, to_milli, to_units
 from replay.rng import stream
+from replay.times import epoch_us
 from replay.trace import ideal
 from replay.trace.io import ROW_GROUP_ROWS, conform, trace_writer
 
@@ -288,7 +289,7 @@ def _choose(rng: np.random.Generator, shapes: tuple[Shape, ...], size: int) -> n
 
 def _rows(spec: SynthSpec, w: _Workload, placement: ideal.Placement | None) -> list[tuple]:
     """The rows of each kind as (table, kind); ts in absolute epoch microseconds."""
-    start_us = int(spec.start.timestamp() * 1_000_000)
+    start_us = epoch_us(spec.start)
     node_names = _names("node-", len(w.node_alloc))
     pod_names = _names("pod-", len(w.pod_shape))
     requests = np.array([[s.cpu_milli, s.memory_bytes, s.gpu_milli] for s in spec.pod_shapes],

@@ -15,7 +15,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
 from typing import NamedTuple
 
 import numpy as np
@@ -23,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.limits import TRACE_END, TRACE_TIMES
+from replay.times import epoch_us
 from replay.trace import schema
 from replay.trace.audit.body import (
     NONE,
@@ -54,8 +54,6 @@ ROW_COLUMNS = ("seq", "ts", "received_ts", "verb", "resource", "subresource", "n
 ROW_TYPES = {"seq": pa.int64(), **{c.name: c.type for c in schema.COLUMNS}}
 TARGET = ("resource", "namespace", "name", "subresource")  # ``Target``'s fields
 FULL_OBJECT_VERBS = ("create", "update")  # their request body is the whole object
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-MICROSECOND = timedelta(microseconds=1)
 # The API server's own time format, which Arrow parses exactly as msgspec does (and year 0000,
 # which msgspec rejects, is left to it too); other spellings go through ``_irregular``.
 API_SERVER_TIME = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"
@@ -246,7 +244,7 @@ def _irregular(event: Event) -> tuple[int, int | None, Target]:
     """``ts``, ``received_ts`` and the target of an event that is not regular (see
     ``_targeted``); ``Skip`` when it makes no row, ``BadEvent`` when it is broken."""
     received, stage_time, legacy_time = (
-        None if text is None else (decode_time(text, key) - EPOCH) // MICROSECOND
+        None if text is None else epoch_us(decode_time(text, key))
         for text, key in zip((event.received, event.stage_time, event.legacy_time), TIME_KEYS))
     status = event.response_status
     if status is None or status.code is None:

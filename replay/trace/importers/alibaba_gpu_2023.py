@@ -29,9 +29,10 @@ from pathlib import Path
 import polars as pl
 
 from replay.errors import ReplayError
-from replay.limits import INT64_MAX, TRACE_END
+from replay.limits import INT32_MAX, INT64_MAX, TRACE_END
 from replay.trace.importers.base import Imported, Importer
 from replay.trace.importers.csvfile import read_csv
+from replay.times import epoch_us
 
 START = datetime(2023, 1, 1, tzinfo=timezone.utc)
 MIB = 2**20
@@ -77,42 +78,54 @@ class AlibabaGpu2023(Importer[AlibabaOptions]):
     def rows(self, options: AlibabaOptions) -> Imported:
         """Node creates, then pod creates and deletes, each in file order (``run_import``
         sorts)."""
-        start_us = int(options.start.timestamp()) * 10**6
+        start_us = epoch_us(options.start)
         pods_csv, nodes_csv = str(options.pods), str(options.nodes)
-        nodes = _in_range(_checked(read_csv(nodes_csv, NODE_COLUMNS), nodes_csv), nodes_csv,
-                          start_us)
-        pods = _in_range(_checked(read_csv(pods_csv, POD_COLUMNS), pods_csv), pods_csv, start_us)
+        nodes = _in_range(_checked(read_csv(nodes_csv, NODE_COLUMNS), nodes_csv, "sn"),
+                          nodes_csv, start_us)
+        pods = _in_range(_checked(read_csv(pods_csv, POD_COLUMNS), pods_csv, "name"), pods_csv,
+                         start_us)
         _deleted_after_created(pods, pods_csv)
         return Imported(pl.concat([_node_creates(nodes, start_us), _pod_writes(pods, start_us)],
                                   how="diagonal_relaxed"), [])
 
 
-def _checked(frame: pl.DataFrame, path: str) -> pl.DataFrame:
-    """``frame``, unless a required value is missing or a number is negative (file:line: column)."""
+def _checked(frame: pl.DataFrame, path: str, key: str) -> pl.DataFrame:
+    """``frame``, unless a required value is missing, a number is negative, or two rows name
+    the same object in column ``key`` (file:line: column)."""
     for name in frame.columns:
         column = frame[name]
-        bad = column.is_null() if name in NOT_NULL else pl.Series([False] * len(frame))
+        bad = column.is_null() if name in NOT_NULL else pl.repeat(False, len(frame), eager=True)
+        if column.dtype == pl.String and name in NOT_NULL:
+            bad = bad | (column == "").fill_null(False)  # a quoted "" is no name either
         if column.dtype.is_integer():
             bad = bad | (column < 0).fill_null(False)
         if bad.any():
             row = bad.arg_true()[0]
-            what = "is empty" if column[row] is None else f"is negative ({column[row]})"
+            what = "is empty" if column[row] in (None, "") else f"is negative ({column[row]})"
             raise ReplayError(f"{path}:{row + 2}: column {name} {what}")
+    again = frame[key].is_duplicated() & ~frame[key].is_first_distinct()
+    if again.any():
+        row = again.arg_true()[0]
+        first = (frame[key] == frame[key][row]).arg_true()[0]
+        raise ReplayError(f"{path}:{row + 2}: column {key}: {frame[key][row]!r} names the object "
+                          f"of line {first + 2} again (each row is one object)")
     return frame
 
 
 def _in_range(frame: pl.DataFrame, path: str, start_us: int) -> pl.DataFrame:
-    """``frame``, unless a value would overflow the trace's 64-bit column it is scaled into
-    (memory in MiB times 2^20, GPUs times 1000, seconds times 10^6 after the start, which must
-    also end before ``TRACE_END``): polars would wrap it around without a word."""
-    last_s = (int(TRACE_END.timestamp()) * 10**6 - 1 - start_us) // 10**6
-    bounds = {"memory_mib": INT64_MAX // MIB, "gpu": INT64_MAX // 1000,
+    """``frame``, unless a value would overflow the trace's column it is scaled into (memory in
+    MiB times 2^20, a pod's GPUs times its share; seconds times 10^6 after the start, which
+    must also end before ``TRACE_END``) or kept in (GPUs in the 32-bit ``num_gpu``): polars would
+    wrap it around without a word, or fail with a traceback."""
+    last_s = (epoch_us(TRACE_END) - 1 - start_us) // 10**6
+    bounds = {"memory_mib": INT64_MAX // MIB, "gpu": INT32_MAX, "num_gpu": INT32_MAX,
               **{name: last_s for name in ("creation_time", "deletion_time", "scheduled_time")}}
     for name, bound in bounds.items():
         if name in frame.columns:
             _refuse_first(frame, path, name, frame[name] > bound,
-                          "too large: the trace's 64-bit value would overflow" if "time" not in
-                          name else f"on or after {TRACE_END.date().isoformat()} from --start")
+                          f"on or after {TRACE_END.date().isoformat()} from --start"
+                          if "time" in name else "too large: the trace's value would overflow "
+                          f"its {'32' if bound == INT32_MAX else '64'}-bit column")
     if "num_gpu" in frame.columns:
         share = frame["gpu_milli"]
         too_many = (share > 0) & (frame["num_gpu"] > INT64_MAX // share.clip(lower_bound=1))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import csv
 from pathlib import Path
 
 import polars as pl
@@ -16,22 +17,42 @@ def read_csv(path: str | Path, schema: dict[str, pl.DataType]) -> pl.DataFrame:
     """The columns ``schema`` names from a CSV file with a header; errors name file, line, column.
 
     Other columns are ignored; an empty field is null.  Reading is strict: a value that is not of
-    its column's type is an error, not a null.
+    its column's type is an error, not a null, and so is a row with more fields than the header
+    (a comma in an unquoted name, which shifts every value after it).  A row with fewer is read
+    with nulls for the fields it lacks, which the importers refuse where a value is required.
     """
     path = Path(path)
     try:
         _check_text(path)
-        header = pl.read_csv(path, n_rows=0, infer_schema=False, glob=False).columns
+        text = pl.read_csv(path, infer_schema=False, glob=False)  # every column: rows are checked
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such file") from None
+    except pl.exceptions.ComputeError as err:
+        raise ReplayError(_ragged_row(path) or f"{path}: cannot read as CSV "
+                          f"({_first_line(err)})") from None
     except (OSError, pl.exceptions.PolarsError) as err:
         raise ReplayError(f"{path}: cannot read as CSV ({_first_line(err)})") from None
-    missing = [name for name in schema if name not in header]
+    missing = [name for name in schema if name not in text.columns]
     if missing:
         raise ReplayError(f"{path}: no column {', '.join(map(repr, missing))} in the header "
-                          f"(found: {', '.join(header)})")
-    text = pl.read_csv(path, columns=list(schema), infer_schema=False, glob=False)
+                          f"(found: {', '.join(text.columns)})")
     return pl.DataFrame([_typed(path, text, name, dtype) for name, dtype in schema.items()])
+
+
+def _ragged_row(path: Path) -> str | None:
+    """The first row with more fields than the header, as file:line (the error polars gives for
+    it names no line); None if there is none."""
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as file:
+            rows = csv.reader(file)
+            fields = len(next(rows, []))
+            for row in rows:
+                if len(row) > fields:
+                    return (f"{path}:{rows.line_num}: {len(row)} fields, but the header names "
+                            f"{fields} (a comma in an unquoted value?)")
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    return None
 
 
 def _check_text(path: Path) -> None:
