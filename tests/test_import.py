@@ -169,6 +169,16 @@ def test_an_importer_plugin_gets_typed_options_and_returns_warnings(cli, tmp_pat
     monkeypatch.syspath_prepend(str(tmp_path))
     found, warnings = importers()
     assert "tiny" in found and any("'broken' cannot be loaded" in w for w in warnings)
+    (tmp_path / "tiny_again.py").write_text("from tiny_importer import Tiny\n\n\n"
+                                            "class Again(Tiny):\n    pass\n")
+    with (info / "entry_points.txt").open("a") as points:
+        points.write("ali = replay.trace.importers.alibaba_gpu_2023:AlibabaGpu2023\n"
+                     "again = tiny_again:Again\n")
+    found, warnings = importers()
+    assert "importer 'again' (tiny_again:Again) is not used: tiny_importer.Tiny has its name " \
+        "'tiny' (built-ins come first, then packages by name, each in its own order)" in warnings
+    assert not any("'ali'" in w for w in warnings)  # the built-in itself, under another name
+    sys.modules.pop("tiny_again", None)
     result = cli("import", "tiny", "--nodes", "3", "--out", tmp_path / "t.parquet")
     assert result.code == 0, result.err
     assert "wrote" in result.out and "3 create nodes" in result.out

@@ -54,3 +54,19 @@ def test_a_broken_plugin_is_one_line(cli, tmp_path, monkeypatch):
     result = cli("run", SAMPLE_TRACE, "--model", "broken", "--out", tmp_path / "run")
     assert result.code == 1 and "model 'broken'" in result.err and "failed to load" in result.err
     assert "broken: cannot be loaded" in cli("models").out
+
+
+def test_a_name_two_packages_register_is_refused(cli, tmp_path, monkeypatch):
+    """A plugin that registers a built-in's name would run in its place, or not, by the order of
+    sys.path: neither runs, and both packages are named."""
+    info = tmp_path / "squatter-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: squatter\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[replay.models]\ngodel = squatter:Model\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = cli("run", SAMPLE_TRACE, "--model", "godel", "--out", tmp_path / "run")
+    assert result.code == 1 and not (tmp_path / "run").exists()
+    assert "model 'godel' is registered by k8s-watch-replay (replay.models.godel:GodelModel) " \
+        "and squatter (squatter:Model): uninstall one" in result.err
+    assert "godel: cannot be loaded: model 'godel' is registered by" in cli("models").out
+    assert cli("run", SAMPLE_TRACE, "--model", "kube", "--out", tmp_path / "kube").code == 0

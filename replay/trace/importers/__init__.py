@@ -37,7 +37,7 @@ def importers() -> tuple[dict[str, type[Importer[Any]]], list[str]]:
     command)."""
     found: dict[str, type[Importer[Any]]] = {imp.name: imp for imp in BUILTIN}
     warnings = []
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+    for entry in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=_package):
         try:
             imp = entry.load()
         except Exception as err:  # a third-party plugin may fail in any way on import
@@ -46,8 +46,17 @@ def importers() -> tuple[dict[str, type[Importer[Any]]], list[str]]:
         if not (isinstance(imp, type) and issubclass(imp, Importer)):
             warnings.append(f"importer {entry.name!r} ({entry.value}) is not an Importer class")
             continue
-        found.setdefault(imp.name, imp)
+        taken = found.setdefault(imp.name, imp)
+        if taken is not imp:
+            warnings.append(f"importer {entry.name!r} ({entry.value}) is not used: "
+                            f"{taken.__module__}.{taken.__qualname__} has its name "
+                            f"{imp.name!r} (built-ins come first, then packages by name, "
+                            "each in its own order)")
     return found, warnings
+
+
+def _package(entry: metadata.EntryPoint) -> str:
+    return entry.dist.name if entry.dist is not None else ""
 
 
 class ImportResult(NamedTuple):
