@@ -108,6 +108,29 @@ def test_rows_are_sorted_stably_and_duplicates_kept_once(cli, tmp_path):
     assert [r["name"] for r in rows(out)] == ["f", "b", "a", "c", "d"]
 
 
+def dry_run(e: dict, query: str = "dryRun=All&fieldManager=kubectl-client-side-apply") -> dict:
+    return {**e, "requestURI": f"{e['requestURI']}?{query}"}
+
+
+def test_dry_run_writes_make_no_rows(cli, tmp_path):
+    """``kubectl apply --dry-run=server`` is answered 201 and stores nothing: no watcher sees
+    it, so it is no row, in JSON lines and in an EventList alike."""
+    events = [event(name="a", audit_id="a", second=1),
+              dry_run(event(name="b", audit_id="b", second=2)),
+              dry_run(event("delete", name="a", audit_id="c", second=3, code=200), "dryRun="),
+              event(name="c", audit_id="d", second=4, user_agent="dryRun=All")]
+    lines = write_log(tmp_path / "lines.log", events)
+    listed = tmp_path / "list.json"
+    listed.write_text(json.dumps({"kind": "EventList", "apiVersion": "audit.k8s.io/v1",
+                                  "items": events}))
+    for log in (lines, listed):
+        out = tmp_path / f"{log.stem}.parquet"
+        result = cli("ingest", log, "--out", out)
+        assert result.code == 0, result.err
+        assert [(r["verb"], r["name"]) for r in rows(out)] == [("create", "a"), ("create", "c")]
+        assert "dropped (dry-run writes: ?dryRun=All stores nothing): 2" in result.err
+
+
 def test_output_is_deterministic_with_and_without_workers(tmp_path, monkeypatch):
     import importlib
 

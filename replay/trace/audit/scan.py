@@ -36,10 +36,12 @@ from replay.trace.audit.event import (
 from replay.trace.audit.reader import Block
 from replay.trace.audit.row import rows_of
 from replay.trace.audit.summary import Summary
+from replay.trace.audit.uri import is_dry_run
 
 ITEM_BITS = 20
 RECORD_BITS = 25  # records of a block: at most a 16 MiB range's lines, or 2^20 document items
 MAX_BLOCKS = 1 << (63 - ITEM_BITS - RECORD_BITS)
+DRY_RUN = "dry-run writes: ?dryRun=All stores nothing"
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def _scan(block: Block, first_seq: int, options: Options, seq_step: int) -> Scan
         kept = _kept_events(events, summary, options)
     else:
         kept = _kept_records(block, first_seq, seq_step, options, summary, bad, tables)
-    tables += _rows(kept, first_seq, seq_step, summary, bad, options)
+    tables += _rows(_stored(kept, summary), first_seq, seq_step, summary, bad, options)
     bad.sort()
     summary.bad_lines += len(bad)
     return Scanned(pa.concat_tables(tables) if tables else None, summary, block.record_count,
@@ -114,6 +116,15 @@ def _kept_events(events: list, summary: Summary, options: Options) -> list[tuple
     kept = compress(range(len(events)), [e.__class__ is Event and e.verb in kept_verbs
                                          for e in events])
     return [(index, events[index]) for index in kept]
+
+
+def _stored(kept: list[tuple[int, Event]], summary: Summary) -> list[tuple[int, Event]]:
+    """The kept events but dry-run writes, which the API server answered without storing them:
+    as rows they would be objects that no watcher ever saw."""
+    stored = [item for item in kept if not is_dry_run(item[1].request_uri)]
+    if len(stored) < len(kept):
+        summary.dropped[DRY_RUN] += len(kept) - len(stored)
+    return stored
 
 
 def _count_dropped_verbs(verbs: Counter, summary: Summary, options: Options) -> None:

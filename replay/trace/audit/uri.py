@@ -9,6 +9,7 @@ the namespace itself.  Any other path is a non-resource request (``/healthz``, `
 from __future__ import annotations
 
 from typing import NamedTuple
+from urllib.parse import parse_qsl
 
 NAMESPACE_SUBRESOURCES = ("status", "finalize")
 
@@ -36,3 +37,14 @@ def parse_request_uri(uri: str) -> Target | None:
             parts = parts[2:]
     padded: list[str | None] = [*parts, None, None]
     return Target(parts[0], namespace, padded[1] or "", padded[2])
+
+
+def is_dry_run(uri: str | None) -> bool:
+    """Whether the request asked to write nothing (``?dryRun=All``, as ``kubectl apply
+    --dry-run=server`` sends): the API server admits and validates it and answers as if it had
+    written, but stores nothing, so no watch sees it (``dryrun.IsDryRun`` in
+    ``k8s.io/apiserver/pkg/endpoints/handlers``: any ``dryRun`` value; only ``All`` is valid)."""
+    if uri is None or "dryRun=" not in uri:  # the quick test, for nearly every event
+        return False
+    return any(name == "dryRun" for name, _ in parse_qsl(uri.partition("?")[2],
+                                                         keep_blank_values=True))
