@@ -13,11 +13,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from replay.analysis.check import Finding, Status, compare_runs
 from replay.engine.config import from_description
-from replay.engine.rundir import read_manifest, sha256_of
+from replay.engine.rundir import MANIFEST_EXTRA, read_manifest, sha256_of
 from replay.errors import ReplayError
 
 # The second replays, as a new process sees them: DuckDB's connections get one thread (DuckDB
@@ -28,14 +29,15 @@ import duckdb
 duckdb.connect = functools.partial(duckdb.connect, config={"threads": 1})
 from replay.api import run_replay
 from replay.engine.config import from_description
-for trace, config, out in json.loads(sys.argv[1]):
-    run_replay(trace, from_description(config), out=out)
+for trace, config, extra, out in json.loads(sys.argv[1]):
+    run_replay(trace, from_description(config), out=out, manifest_extra=extra)
 """
 
 
-def recorded_replay(run_dir: str | os.PathLike) -> tuple[str, dict]:
-    """The trace and the configuration ``run_dir`` was replayed with; a one-line error if the
-    trace is not where the manifest says, or has changed since."""
+def recorded_replay(run_dir: str | os.PathLike) -> tuple[str, dict, dict]:
+    """The trace and the configuration ``run_dir`` was replayed with, and what its manifest
+    records beside them (a sweep point's ``sweep``, which the manifest made again must hold
+    too); a one-line error if the trace is not where the manifest says, or has changed since."""
     manifest = read_manifest(run_dir)
     trace = Path(manifest.get("trace", {}).get("path", ""))
     if not trace.is_file():
@@ -44,7 +46,7 @@ def recorded_replay(run_dir: str | os.PathLike) -> tuple[str, dict]:
         raise ReplayError(f"{run_dir}: its trace {trace} changed since the run (sha256 differs)")
     described = manifest.get("config", {})
     from_description(described)  # a bad record is one line here, not a traceback there
-    return str(trace), described
+    return str(trace), described, {k: manifest[k] for k in MANIFEST_EXTRA if k in manifest}
 
 
 def replay_again(runs: list[tuple[str | os.PathLike, str | os.PathLike]]) -> None:
@@ -59,7 +61,7 @@ def replay_again(runs: list[tuple[str | os.PathLike, str | os.PathLike]]) -> Non
         raise ReplayError(f"replaying again failed: {last}")
 
 
-def deterministic(run_dirs: list[str | os.PathLike]) -> dict[str, Finding]:
+def deterministic(run_dirs: Sequence[str | os.PathLike]) -> dict[str, Finding]:
     """The ``deterministic`` invariant of each run: replayed again, byte for byte the same."""
     findings: dict[str, Finding] = {}
     with tempfile.TemporaryDirectory(prefix="replay-again-") as folder:

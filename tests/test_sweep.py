@@ -4,6 +4,7 @@ kill, and queries over a sweep.  The Ray executor's tests are in test_sweep_ray.
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -418,6 +419,22 @@ def test_query_treats_every_point_as_a_run_with_its_swept_values(cli, killed_and
     assert json.loads(result.out) == [{"model_schedulers": r["model_schedulers"],
                                        "attempts": r["attempts"]} for r in rows]
     assert cli("query", out).code == 0
+
+
+def test_check_and_derive_take_a_sweep_directory(cli, killed_and_resumed, tmp_path):
+    """Every finished point, as query and report take them; replayed again, a point's manifest
+    records the sweep too (without it, ``deterministic`` failed on every point)."""
+    out = tmp_path / "study"
+    shutil.copytree(killed_and_resumed["out"], out)
+    points = [f"tiny-omega-schedulers_{n}-p99_ms_20-seed_1" for n in (1, 2, 3)]
+    checked = cli("check", "--rerun", out)
+    assert checked.code == 0, checked.out + checked.err
+    assert [line for line in checked.out.splitlines() if not line.startswith(" ")] == [
+        f"{out / point}: every invariant holds (20 checked)" for point in points]
+    assert checked.out.count("ok        deterministic") == 3
+    derived = cli("derive", out)
+    assert derived.code == 0 and [line.partition(":")[0] for line in derived.out.splitlines()] \
+        == [str(out / point) for point in points]
 
 
 @pytest.mark.parametrize("point", ["../elsewhere", "/abs/run", "..", "", "a/b"])

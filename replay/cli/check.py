@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from replay.analysis.check import INVARIANTS, Finding, Status, check_run
+from replay.analysis.runs import points_of
 from replay.errors import ReplayError
 from replay.reproduce import deterministic
 
@@ -20,7 +21,8 @@ def add_parser(commands) -> None:
                     "one line per invariant: ok, FAILED with how many rows break it and up to "
                     "5 of them, reported (allowed by design, counted), or n/a. Exits 1 if any "
                     "invariant fails.")
-    parser.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="run directories")
+    parser.add_argument("run_dirs", nargs="*", metavar="RUN_DIR",
+                        help="run directories, or a sweep's directory for its finished points")
     parser.add_argument("--rerun", action="store_true",
                         help="also replay each run's trace again (a full replay, in a new "
                              "process with one thread) and compare every table byte for byte")
@@ -36,9 +38,10 @@ def run(args: argparse.Namespace) -> int:
         for invariant in INVARIANTS:
             print(f"{invariant.id:<{width}}  {invariant.summary}")
         return 0
-    replayed = deterministic(args.run_dirs) if args.rerun else {}
+    run_dirs = [run for path in args.run_dirs for run in points_of(path)]
+    replayed = deterministic(run_dirs) if args.rerun else {}
     broken = 0
-    for run_dir in args.run_dirs:
+    for run_dir in run_dirs:
         findings = check_run(run_dir)
         findings = [replayed.get(str(run_dir), f) if f.invariant == "deterministic" else f
                     for f in findings]

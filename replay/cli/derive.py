@@ -6,6 +6,7 @@ import argparse
 import time
 
 from replay.analysis.derive import derive
+from replay.analysis.runs import points_of
 from replay.engine.rundir import DERIVED_TABLES
 
 
@@ -17,7 +18,8 @@ def add_parser(commands) -> None:
                     "queries/derived/, and replace them. `replay run` derives them when it writes "
                     "a run; derive them again after changing that SQL, or a table (with "
                     "--accept-edits), or for a run written by an older version.")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR",
+                        help="run directories, or a sweep's directory for its finished points")
     parser.add_argument("--accept-edits", action="store_true",
                         help="you edited the run's tables on purpose: record their new sizes "
                              "and checksums in the manifest instead of refusing them as "
@@ -26,7 +28,7 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for run_dir in args.run_dirs:
+    for run_dir in [run for path in args.run_dirs for run in points_of(path)]:
         started = time.perf_counter()
         rows = derive(run_dir, accept_edits=args.accept_edits)
         counts = ", ".join(f"{name} {count:,} rows" for name, count in rows.items())

@@ -482,6 +482,7 @@ _MANIFEST_TYPES: dict[str, tuple[type, bool]] = {
     "watchers": (int, False), "replay_version": (str, False),
 }
 _JSON_NAMES = {dict: "an object", int: "an integer", str: "a string"}
+MANIFEST_EXTRA = ("sweep",)  # the entries ``run_replay``'s ``manifest_extra`` adds (a sweep's)
 
 
 def _manifest_problem(document: dict[str, Any]) -> str | None:
