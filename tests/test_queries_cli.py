@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,37 @@ def test_tables_round_floats_other_formats_do_not(tmp_path):
     out = tmp_path / "out.csv"
     write_result(result, "csv", str(out))
     assert out.read_text().splitlines()[1].startswith("0.6666")
+
+
+def test_json_is_strict_json(tmp_path):
+    """NaN and infinities, at the top and nested, are null as ``JSON.stringify`` writes them;
+    a string that says NaN stays as it is."""
+    result = duckdb.sql("SELECT 'NaN'::DOUBLE AS a, '-inf'::DOUBLE AS b, ['inf'::DOUBLE, 1.5] AS c, "
+                        "{'k': 'NaN'::FLOAT, 's': 'NaN, Infinity é'} AS d, 2 AS e")
+    out = tmp_path / "out.json"
+    write_result(result, "json", str(out))
+
+    def refuse(word):
+        raise ValueError(f"not JSON: {word}")
+
+    assert json.loads(out.read_text(encoding="utf-8"), parse_constant=refuse) == [
+        {"a": None, "b": None, "c": [None, 1.5], "d": {"k": None, "s": "NaN, Infinity é"},
+         "e": 2}]
+
+
+def test_files_are_utf8_whatever_the_locale(runs, tmp_path):
+    """In an ASCII locale (LC_ALL=C without Python's UTF-8 mode), a UTF-8 query file was 'not
+    text', and a result with a non-ASCII value could not be written."""
+    query = tmp_path / "godel.sql"
+    query.write_text("-- Gödel's schedulers\nSELECT 'Gödel ✓' AS name", encoding="utf-8")
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+    for fmt in ("json", "table", "csv"):
+        out = tmp_path / f"out.{fmt}"
+        done = subprocess.run([sys.executable, "-m", "replay", "query", str(runs[0]), str(query),
+                               "--format", fmt, "--out", str(out)], env=env, capture_output=True,
+                              text=True, encoding="utf-8")
+        assert done.returncode == 0, done.stderr
+        assert "Gödel ✓" in out.read_text(encoding="utf-8")
 
 
 @pytest.mark.parametrize("name", QUERIES)

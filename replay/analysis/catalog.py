@@ -37,7 +37,7 @@ DERIVED_SECTION = "-- Derived tables:"
 def views_sql(derived: bool = True) -> str:
     """``views.sql``; without its last section, the views of the derived tables, if not
     ``derived`` (to derive those tables)."""
-    sql = (queries_dir() / f"{VIEWS}.sql").read_text()
+    sql = (queries_dir() / f"{VIEWS}.sql").read_text(encoding="utf-8")
     return sql if derived else sql[:sql.index(DERIVED_SECTION)]
 
 
@@ -46,11 +46,11 @@ def load_query(spec: str) -> Query:
     if spec.endswith(".sql"):
         path = Path(spec)
         try:
-            return Query(spec, path.read_text())
+            return Query(spec, path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ReplayError(f"{spec}: no such query file") from None
         except (OSError, UnicodeDecodeError) as err:
             raise unreadable(spec, "query", err) from None
     if spec not in shipped():
         raise ReplayError(f"no query named {spec!r}; queries: {', '.join(shipped())}")
-    return Query(spec, (queries_dir() / f"{spec}.sql").read_text())
+    return Query(spec, (queries_dir() / f"{spec}.sql").read_text(encoding="utf-8"))

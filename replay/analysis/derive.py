@@ -64,7 +64,7 @@ MEMORY_CAP_MIB = 1024
 
 
 def derived_sql(name: str) -> str:
-    return (queries_dir() / "derived" / f"{name}.sql").read_text()
+    return (queries_dir() / "derived" / f"{name}.sql").read_text(encoding="utf-8")
 
 
 def derive(run_dir: str | os.PathLike, accept_edits: bool = False) -> dict[str, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import sys
@@ -75,7 +76,7 @@ def write_result(result: duckdb.DuckDBPyRelation, fmt: str, out: str | None,
 
 def _write_file(result: duckdb.DuckDBPyRelation, fmt: str, path: os.PathLike) -> None:
     if fmt == "table":
-        with open(path, "w") as out:
+        with open(path, "w", encoding="utf-8") as out:
             out.write(render_table(result))
     elif fmt in ("csv", "parquet"):
         _copy(result, fmt, path)
@@ -105,11 +106,21 @@ def _copy(result: duckdb.DuckDBPyRelation, fmt: str, path: os.PathLike) -> None:
 def _write_json(result: duckdb.DuckDBPyRelation, path: os.PathLike) -> None:
     """A JSON array with one object per row; DuckDB turns each row into JSON."""
     rows = result.set_alias("row").project("to_json(row) AS json").to_arrow_reader()
-    with open(path, "w") as out:
+    with open(path, "w", encoding="utf-8") as out:
         out.write("[")
         separator = "\n"
         for batch in rows:
             for line in batch.column(0).to_pylist():
-                out.write(separator + line)
+                out.write(separator + _strict(line))
                 separator = ",\n"
         out.write("\n]\n")
+
+
+def _strict(line: str) -> str:
+    """A row's JSON with NaN and infinities as null, as JavaScript's ``JSON.stringify`` writes
+    them: DuckDB writes them as the bare words ``NaN`` and ``Infinity``, which are not JSON, and
+    which ``jq`` and browsers refuse.  Only a row that has those words is decoded again."""
+    if "NaN" not in line and "Infinity" not in line:
+        return line
+    row = json.loads(line, parse_constant=lambda _: None)
+    return json.dumps(row, ensure_ascii=False, separators=(",", ":"))

@@ -139,7 +139,7 @@ def write_config(calibration: Calibration, out: str | os.PathLike) -> Path:
     text = render_config(calibration)
     try:
         with atomic_file(out) as tmp:
-            tmp.write_text(text)
+            tmp.write_text(text, encoding="utf-8")
             load_config(tmp)  # what was written is a valid run config, or nothing is written
     except OSError as err:
         raise ReplayError(f"{out}: cannot write it ({err.strerror or err})") from None

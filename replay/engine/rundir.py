@@ -442,7 +442,7 @@ def check_replaceable(dest: Path, force: bool) -> None:
 
 def _manifest_or_none(run_dir: Path) -> dict[str, Any]:
     try:
-        document = json.loads((run_dir / MANIFEST).read_text())
+        document = json.loads((run_dir / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return document if isinstance(document, dict) else {}
@@ -451,13 +451,13 @@ def _manifest_or_none(run_dir: Path) -> dict[str, Any]:
 def write_manifest(run_dir: str | os.PathLike[str], document: Mapping[str, Any]) -> None:
     """Write (or replace, atomically) the run directory's ``manifest.json``."""
     with atomic_file(Path(run_dir) / MANIFEST) as tmp:
-        tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+        tmp.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def read_manifest(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     path = Path(run_dir) / MANIFEST
     try:
-        document: Any = json.loads(path.read_text())
+        document: Any = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ReplayError(f"{run_dir}: not a run directory (no manifest.json)") from None
     except (OSError, ValueError) as err:

@@ -88,7 +88,7 @@ def run_on_worker(task: Task) -> tuple[Outcome, Files | None]:
 
 def _sees_sweep(task: Task) -> bool:
     try:
-        return (task.out.parent / LOCK).read_text() == task.token
+        return (task.out.parent / LOCK).read_text(encoding="utf-8") == task.token
     except OSError:
         return False
 

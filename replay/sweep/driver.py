@@ -172,7 +172,7 @@ def _locked(out: Path) -> Iterator[str]:
     yields the token written in it."""
     path = out / LOCK
     try:
-        handle = path.open("a+")
+        handle = path.open("a+", encoding="utf-8")
     except OSError as err:
         raise ReplayError(f"{path}: cannot open the sweep's lock file "
                           f"({err.strerror or err})") from None
