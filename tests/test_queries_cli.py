@@ -66,8 +66,9 @@ def test_tables_round_floats_other_formats_do_not(tmp_path):
 def test_json_is_strict_json(tmp_path):
     """NaN and infinities, at the top and nested, are null as ``JSON.stringify`` writes them;
     a string that says NaN stays as it is."""
-    result = duckdb.sql("SELECT 'NaN'::DOUBLE AS a, '-inf'::DOUBLE AS b, ['inf'::DOUBLE, 1.5] AS c, "
-                        "{'k': 'NaN'::FLOAT, 's': 'NaN, Infinity é'} AS d, 2 AS e")
+    result = duckdb.sql("SELECT 'NaN'::DOUBLE AS a, '-inf'::DOUBLE AS b, "
+                        "['inf'::DOUBLE, 1.5] AS c, {'k': 'NaN'::FLOAT, 's': 'NaN, Infinity é'} "
+                        "AS d, 2 AS e")
     out = tmp_path / "out.json"
     write_result(result, "json", str(out))
 
