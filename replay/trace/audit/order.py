@@ -26,7 +26,6 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from replay.interrupts import interruptible
 from replay.trace.io import ROW_GROUP_ROWS, TraceWriter
@@ -104,9 +103,11 @@ class RowSpill:
         """The rows without later copies of an event, in (ts, seq) order."""
         with self._duckdb() as con:
             if _pending_bound(self._spans) > MERGE_MEMORY:
+                self._load(con)
                 for batch in con.sql(FIRST_OF_DUPLICATES).to_arrow_reader():
                     yield pa.Table.from_batches([batch])
                 return
+            self._load(con, ["audit_id", "seq"])
             later_copies = con.sql(LATER_COPIES).to_arrow_table().column("seq")
         with pa.OSFile(str(self._path)) as file:
             spill = pa.ipc.open_file(file)
@@ -114,11 +115,30 @@ class RowSpill:
             yield from _merged(batches, _floors(self._spans), later_copies.combine_chunks())
 
     def _duckdb(self) -> duckdb.DuckDBPyConnection:
-        con = interruptible(duckdb.connect(config={
+        return interruptible(duckdb.connect(config={
             "memory_limit": DUCKDB_MEMORY, "threads": 2, "temp_directory": str(self._folder),
             "preserve_insertion_order": False}))
-        con.register("spill", ds.dataset(self._path, format="arrow"))
-        return con
+
+    def _load(self, con: duckdb.DuckDBPyConnection, columns: list[str] | None = None) -> None:
+        """Copy the spilled rows (``columns`` of them) into DuckDB's table ``spill``, which it
+        keeps within its memory limit and spills to disk beyond it.
+
+        The file is read here, a batch after another.  DuckDB scanning it as a pyarrow dataset
+        crashed the process now and then (a segmentation fault in Arrow's
+        ``FileBlockFromFlatbuffer``: the dataset's reader pre-buffers the file's metadata on
+        Arrow's I/O threads, and one was still reading when the scan had freed it), the more
+        likely the more batches the file holds.
+        """
+        with pa.memory_map(str(self._path)) as source:
+            spill = pa.ipc.open_file(source)
+            names = columns or spill.schema.names
+            batches = (spill.get_batch(i).select(names)
+                       for i in range(spill.num_record_batches))
+            reader = pa.RecordBatchReader.from_batches(
+                pa.schema([spill.schema.field(name) for name in names]), batches)
+            con.register("spilled", reader)
+            con.execute("CREATE TEMPORARY TABLE spill AS SELECT * FROM spilled")
+            con.unregister("spilled")
 
 
 def _by_verb_resource(table: pa.Table) -> Counter:
