@@ -69,7 +69,10 @@ def ingest(sources: list[str], out: str | os.PathLike, *, keep_reads: bool = Fal
                 "keep_reads": keep_reads, "skip_bad_lines": skip_bad_lines}
         with trace_writer(out, source=SOURCE, source_args=args) as writer:
             summary.by_verb_resource = spill.drain(writer)
-    summary.rows, summary.duplicates = writer.rows, spill.rows - writer.rows
+    collections = spill.collections  # each became as many rows as the pods it deleted
+    summary.collections, summary.collected = collections.events, collections.deletes
+    summary.rows = writer.rows
+    summary.duplicates = spill.rows - (writer.rows - collections.deletes + collections.events)
     return summary
 
 

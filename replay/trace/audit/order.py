@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from replay.interrupts import interruptible
+from replay.trace.audit.collections import PodCollections, holds_collections
 from replay.trace.io import ROW_GROUP_ROWS, TraceWriter
 
 DUCKDB_MEMORY = "256MB"
@@ -65,11 +66,14 @@ class RowSpill:
         self._writer: pa.ipc.RecordBatchFileWriter | None = None
         self._spans: list[tuple[int, int, int]] = []  # each batch's first and last ts, and bytes
         self.rows = 0
+        self.collections = PodCollections()
+        self._has_collections = False  # then they are expanded as the rows are drained
 
     def add(self, table: pa.Table) -> None:
         """Append the rows of a block, sorted by ``in_order``."""
         if self._writer is None:
             self._writer = pa.ipc.new_file(self._path, table.schema)
+        self._has_collections = self._has_collections or holds_collections(table)
         for batch in filter(len, table.to_batches()):
             ts = batch.column("ts").cast(pa.int64())
             self._spans.append((ts[0].as_py(), ts[-1].as_py(), batch.nbytes))
@@ -81,7 +85,8 @@ class RowSpill:
         resource (``pods/binding`` for subresources).
 
         A row group is written (zstd, most of the time here) in a thread while the next is
-        merged; pyarrow lets go of the GIL meanwhile.
+        merged; pyarrow lets go of the GIL meanwhile.  Pod deletecollections become the deletes
+        they made (``collections.py``).
         """
         kept: Counter = Counter()
         if self._writer is None:
@@ -89,7 +94,10 @@ class RowSpill:
         self._writer.close()
         with concurrent.futures.ThreadPoolExecutor(1) as background:
             writing = None
-            for table in _exact_chunks(self._sorted_unique(), ROW_GROUP_ROWS):
+            unique = self._sorted_unique()
+            if self._has_collections:
+                unique = self.collections.expand(unique)
+            for table in _exact_chunks(unique, ROW_GROUP_ROWS):
                 table = table.drop_columns(["seq"]).combine_chunks()
                 kept.update(_by_verb_resource(table))
                 if writing is not None:

@@ -36,12 +36,13 @@ from replay.trace.audit.event import (
 from replay.trace.audit.reader import Block
 from replay.trace.audit.row import rows_of
 from replay.trace.audit.summary import Summary
-from replay.trace.audit.uri import is_dry_run
+from replay.trace.audit.uri import has_selector, is_dry_run, parse_request_uri
 
 ITEM_BITS = 20
 RECORD_BITS = 25  # records of a block: at most a 16 MiB range's lines, or 2^20 document items
 MAX_BLOCKS = 1 << (63 - ITEM_BITS - RECORD_BITS)
 DRY_RUN = "dry-run writes: ?dryRun=All stores nothing"
+SELECTED = "pod deletecollections with a selector: which pods they deleted is unknown"
 
 
 @dataclass(frozen=True)
@@ -119,12 +120,36 @@ def _kept_events(events: list, summary: Summary, options: Options) -> list[tuple
 
 
 def _stored(kept: list[tuple[int, Event]], summary: Summary) -> list[tuple[int, Event]]:
-    """The kept events but dry-run writes, which the API server answered without storing them:
-    as rows they would be objects that no watcher ever saw."""
-    stored = [item for item in kept if not is_dry_run(item[1].request_uri)]
-    if len(stored) < len(kept):
-        summary.dropped[DRY_RUN] += len(kept) - len(stored)
+    """The kept events but those whose effect on the stored objects a trace cannot hold: dry-run
+    writes, which the API server answered without storing them (as rows they would be objects
+    no watcher ever saw), and pod deletecollections with a selector, whose pods depend on labels
+    and fields a trace does not keep (``collections.py``)."""
+    stored = []
+    for item in kept:
+        why = _unstorable(item[1])
+        if why is None:
+            stored.append(item)
+        else:
+            summary.dropped[why] += 1
     return stored
+
+
+def _unstorable(event: Event) -> str | None:
+    uri = event.request_uri
+    if uri is None or "?" not in uri:  # the quick test, for most events
+        return None
+    if is_dry_run(uri):
+        return DRY_RUN
+    if event.verb == "deletecollection" and has_selector(uri) and _resource(event) == "pods":
+        return SELECTED
+    return None
+
+
+def _resource(event: Event) -> str | None:
+    if event.object_ref is not None and event.object_ref.resource:
+        return event.object_ref.resource
+    target = parse_request_uri(event.request_uri or "")
+    return None if target is None else target.resource
 
 
 def _count_dropped_verbs(verbs: Counter, summary: Summary, options: Options) -> None:

@@ -18,6 +18,8 @@ class Summary:
     other_verbs: int = 0
     dropped: Counter = field(default_factory=Counter)  # valid writes that make no row, by reason
     duplicates: int = 0
+    collections: int = 0  # pod deletecollections, written as the deletes they made
+    collected: int = 0
     lacking_bodies: int = 0
     bad_lines: int = 0
     first_bad: str | None = None
@@ -44,6 +46,9 @@ class Summary:
         if self.other_verbs:
             out.append(f"events with other verbs dropped: {self.other_verbs:,}")
         out += [f"dropped ({reason}): {n:,}" for reason, n in sorted(self.dropped.items())]
+        if self.collections:
+            out.append(f"pod deletecollections written as the deletes they made: "
+                       f"{self.collections:,} ({self.collected:,} deletes)")
         out.append(f"duplicate events dropped: {self.duplicates:,}")
         out.append(f"rows lacking the body they need (Metadata-level log): {self.lacking_bodies:,}")
         if self.bad_lines:

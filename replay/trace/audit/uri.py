@@ -44,7 +44,21 @@ def is_dry_run(uri: str | None) -> bool:
     --dry-run=server`` sends): the API server admits and validates it and answers as if it had
     written, but stores nothing, so no watch sees it (``dryrun.IsDryRun`` in
     ``k8s.io/apiserver/pkg/endpoints/handlers``: any ``dryRun`` value; only ``All`` is valid)."""
-    if uri is None or "dryRun=" not in uri:  # the quick test, for nearly every event
-        return False
-    return any(name == "dryRun" for name, _ in parse_qsl(uri.partition("?")[2],
-                                                         keep_blank_values=True))
+    return "dryRun" in _parameters(uri)
+
+
+def has_selector(uri: str | None) -> bool:
+    """Whether the request selects objects by label or field (``labelSelector``,
+    ``fieldSelector``, not empty)."""
+    parameters = _parameters(uri)
+    return bool(parameters.get("labelSelector") or parameters.get("fieldSelector"))
+
+
+def _parameters(uri: str | None) -> dict[str, str]:
+    """The query parameters of ``uri`` (the first value of each)."""
+    if uri is None or "?" not in uri:  # the quick test, for most events
+        return {}
+    parameters: dict[str, str] = {}
+    for name, value in parse_qsl(uri.partition("?")[2], keep_blank_values=True):
+        parameters.setdefault(name, value)
+    return parameters
