@@ -57,6 +57,16 @@ def cli(capsys):
     return run
 
 
+def dist_info(root: Path, name: str, entry_points: str) -> Path:
+    """An installed distribution ``name`` in ``root`` (put it on sys.path) whose entry points
+    are ``entry_points``, the text of its entry_points.txt; returns its .dist-info folder."""
+    info = root / f"{name.replace('-', '_')}-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points)
+    return info
+
+
 def shared_data(*parts: str) -> Path:
     """A path under the shared real data, or skip the test when that data is not here."""
     path = SHARED_DATA.joinpath(*parts)

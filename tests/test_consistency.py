@@ -32,7 +32,7 @@ from replay.reproduce import deterministic
 from replay.trace.io import write_trace
 from replay.trace.validate import read_trace
 
-from conftest import REPO, SAMPLE_TRACE, budget
+from conftest import REPO, SAMPLE_TRACE, budget, dist_info
 from strategies import (
     GIB,
     PipelineChoice,
@@ -95,10 +95,7 @@ def tiny_plugin(tmp_path_factory):
     """``tiny`` registered in the ``replay.models`` entry-point group, as an installed package's
     would be."""
     root = tmp_path_factory.mktemp("plugin")
-    info = root / "tiny_model-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-model\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(f"[replay.models]\n{TINY} = {__name__}:TinyModel\n")
+    dist_info(root, "tiny-model", f"[replay.models]\n{TINY} = {__name__}:TinyModel\n")
     sys.path.insert(0, str(root))
     try:
         assert TINY in models.registered()

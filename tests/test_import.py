@@ -10,7 +10,7 @@ import pytest
 from replay.trace.importers import importers
 from replay.trace.validate import validate
 
-from conftest import shared_data
+from conftest import dist_info, shared_data
 
 
 def alibaba(cli, out, *extra):
@@ -161,11 +161,8 @@ class Tiny(Importer[Options]):
 
 def test_an_importer_plugin_gets_typed_options_and_returns_warnings(cli, tmp_path, monkeypatch):
     (tmp_path / "tiny_importer.py").write_text(PLUGIN)
-    info = tmp_path / "tiny_importer-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tiny-importer\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[replay.importers]\ntiny = tiny_importer:Tiny\nbroken = no_such_module:Importer\n")
+    info = dist_info(tmp_path, "tiny-importer", "[replay.importers]\ntiny = tiny_importer:Tiny\n"
+                     "broken = no_such_module:Importer\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     found, warnings = importers()
     assert "tiny" in found and any("'broken' cannot be loaded" in w for w in warnings)

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO, SAMPLE_TRACE
+from conftest import REPO, SAMPLE_TRACE, dist_info
 from replay.engine import api, core
 from replay.engine.core import FAR_US, Deadlines, Environment
 
@@ -120,10 +120,7 @@ def test_a_copy_of_kube_as_a_plugin_writes_the_same_tables(cli, tmp_path, monkey
     package.mkdir()
     source = (MODELS / "kube.py").read_text().replace('name = "kube"', 'name = "kube-copy"')
     (package / "__init__.py").write_text(source)
-    info = tmp_path / "kube_copy-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: kube-copy\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[replay.models]\nkube-copy = kube_copy:KubeModel\n")
+    dist_info(tmp_path, "kube-copy", "[replay.models]\nkube-copy = kube_copy:KubeModel\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     try:
         args = ["-p", "schedulers=3", "-p", "policy=most-allocated"]

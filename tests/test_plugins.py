@@ -9,7 +9,7 @@ import polars as pl
 
 from replay import models
 
-from conftest import REPO, SAMPLE_TRACE
+from conftest import REPO, SAMPLE_TRACE, dist_info
 
 
 def install_example(root):
@@ -18,11 +18,8 @@ def install_example(root):
     package = root / "first_fit_example"
     package.mkdir()
     (package / "__init__.py").write_text(code.group(1))
-    info = root / "first_fit_example-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: first-fit-example\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[replay.models]\nfirst-fit = first_fit_example:FirstFitModel\n")
+    dist_info(root, "first-fit-example",
+              "[replay.models]\nfirst-fit = first_fit_example:FirstFitModel\n")
 
 
 def test_a_plugin_model_is_found_listed_and_run(cli, tmp_path, monkeypatch):
@@ -46,10 +43,7 @@ def test_a_plugin_model_is_found_listed_and_run(cli, tmp_path, monkeypatch):
 
 
 def test_a_broken_plugin_is_one_line(cli, tmp_path, monkeypatch):
-    info = tmp_path / "broken-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: broken\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[replay.models]\nbroken = no_such_module:Model\n")
+    dist_info(tmp_path, "broken", "[replay.models]\nbroken = no_such_module:Model\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     result = cli("run", SAMPLE_TRACE, "--model", "broken", "--out", tmp_path / "run")
     assert result.code == 1 and "model 'broken'" in result.err and "failed to load" in result.err
@@ -59,10 +53,7 @@ def test_a_broken_plugin_is_one_line(cli, tmp_path, monkeypatch):
 def test_a_name_two_packages_register_is_refused(cli, tmp_path, monkeypatch):
     """A plugin that registers a built-in's name would run in its place, or not, by the order of
     sys.path: neither runs, and both packages are named."""
-    info = tmp_path / "squatter-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: squatter\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[replay.models]\ngodel = squatter:Model\n")
+    dist_info(tmp_path, "squatter", "[replay.models]\ngodel = squatter:Model\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     result = cli("run", SAMPLE_TRACE, "--model", "godel", "--out", tmp_path / "run")
     assert result.code == 1 and not (tmp_path / "run").exists()

@@ -229,13 +229,13 @@ def test_a_replay_looks_its_model_up_once(tmp_path, monkeypatch, name):
     milliseconds of a replay step's tenths of a second): a trace with bindings, named observe
     or not, is replayed after one."""
     lookups = []
-    registered = models.registered
+    registrations = models.registrations
 
     def counted():
         lookups.append(1)
-        return registered()
+        return registrations()
 
-    monkeypatch.setattr(models, "registered", counted)
+    monkeypatch.setattr(models, "registrations", counted)
     result = run_replay(SAMPLE_TRACE, load_config(None, model=name), out=tmp_path / "run")
     assert result.model == "observe" and len(lookups) == 1
 

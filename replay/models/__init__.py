@@ -17,10 +17,10 @@ GROUP = "replay.models"
 def registered() -> dict[str, EntryPoint]:
     """Entry points of every registered model by name (not yet imported), sorted by name; of a
     name that several packages register, the first package's by name (``load`` refuses it)."""
-    return {name: points[0] for name, points in _registrations().items()}
+    return {name: points[0] for name, points in registrations().items()}
 
 
-def _registrations() -> dict[str, list[EntryPoint]]:
+def registrations() -> dict[str, list[EntryPoint]]:
     """Every distinct entry point of each model name, by package name: a plugin may register a
     name that another package, or this one, already has."""
     found: dict[str, dict[str, EntryPoint]] = {}
@@ -38,15 +38,14 @@ def load(name: str) -> type[Model]:
     """The model class registered as ``name``; a one-line error if there is none, it is broken,
     or several packages register it (which one ran would depend on the order of sys.path, and a
     plugin would replace a built-in model without a word)."""
-    registrations = _registrations()
-    if name not in registrations:
-        raise ReplayError(f"no model named {name!r}; models: "
-                          f"{', '.join(registrations) or 'none'}")
-    if len(registrations[name]) > 1:
-        packages = " and ".join(f"{_package(p)} ({p.value})" for p in registrations[name])
+    found = registrations()
+    if name not in found:
+        raise ReplayError(f"no model named {name!r}; models: {', '.join(found) or 'none'}")
+    if len(found[name]) > 1:
+        packages = " and ".join(f"{_package(p)} ({p.value})" for p in found[name])
         raise ReplayError(f"model {name!r} is registered by {packages}: uninstall one, or "
                           "register the plugin's model under another name")
-    point = registrations[name][0]
+    point = found[name][0]
     try:
         model = point.load()
     except Exception as err:  # a third-party plugin may fail in any way on import
