@@ -3,6 +3,7 @@ kill, and queries over a sweep.  The Ray executor's tests are in test_sweep_ray.
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 import signal
@@ -24,6 +25,7 @@ from replay.engine.distributions import LogNormal
 from replay.engine.rundir import DERIVED_TABLES, TABLES
 from replay.errors import ReplayError
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
+from replay.sweep import point as point_module
 from replay.sweep.point import Task, run_point
 from replay.trace.synth import SynthSpec, synthesize
 
@@ -229,6 +231,22 @@ def test_a_failed_point_does_not_stop_the_sweep_and_resume_runs_it_again(folder,
     assert (report.done, report.failed, report.ran) == (2, 0, 1)
     assert manifest.stat().st_mtime_ns == before
     assert pl.read_parquet(out / "sweep.parquet")["status"].to_list() == ["done", "done"]
+
+
+@pytest.mark.parametrize("raised, message", [
+    (OSError(errno.ENOSPC, "No space left on device", "/full/run"),
+     "/full/run: No space left on device"),
+    (MemoryError(), "out of memory"),
+    (KeyError("bug"), "KeyError: 'bug' (at test_sweep.py:"),
+])
+def test_a_point_that_fails_says_why_in_one_line(monkeypatch, tmp_path, raised, message):
+    """The machine's errors as ``replay run`` says them; a bug with its type and place."""
+    def failing(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(point_module, "run_replay", failing)
+    outcome = run_point(Task("p", tmp_path / "t.parquet", None, tmp_path / "p", {}, 0, "t"))
+    assert outcome.status.value == "failed" and outcome.error.startswith(message)
 
 
 def differences(a: Path, b: Path) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 from replay.atomic import sweep as sweep_temporaries
 from replay.api import run_replay
 from replay.engine.config import RunConfig
-from replay.errors import ReplayError
+from replay.errors import ReplayError, os_error_message
 from replay.sweep.index import Outcome, Status
 from replay.sweep.memory import peak_bytes
 from replay.trace.io import first_line
@@ -51,7 +51,11 @@ def run_point(task: Task) -> Outcome:
                        manifest_extra={MANIFEST_KEY: task.record})
         except ReplayError as err:
             error = str(err)
-        except Exception as err:  # a bug, or the machine (disk full): one point fails, not all
+        except OSError as err:  # the machine (a full disk): said as `replay run` says it
+            error = os_error_message(err)
+        except MemoryError:
+            error = "out of memory"
+        except Exception as err:  # a bug: one point fails, not all
             error = describe_exception(err)
     return Outcome(task.name, Status.FAILED if error else Status.DONE, error,
                    time.perf_counter() - started, peak_bytes())
