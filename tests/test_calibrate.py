@@ -446,6 +446,14 @@ def test_a_missing_inf_bucket_is_the_count(tmp_path):
     assert histogram.counts == (38.0, 2.0, 2.0)
 
 
+def test_a_resource_the_sources_lack_is_told_what_they_hold(scrapes):
+    result = calibrate([str(scrapes["scheduler"])], resource="pod")
+    assert not any(r.mapping.target == "handler" for r in result.written())
+    told = [w for w in result.warnings if w.startswith(HANDLING)]
+    assert told and "no such series in the sources (they hold those of " in told[0]
+    assert ", nodes, " in told[0] and ", pods, " in told[0] and "--resource chooses" in told[0]
+
+
 def test_a_gauge_is_not_a_histogram(tmp_path):
     source = tmp_path / "in.prom"
     source.write_text("# TYPE scheduler_event_handling_duration_seconds gauge\n"

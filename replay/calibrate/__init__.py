@@ -18,7 +18,7 @@ from pathlib import Path
 
 from replay import models
 from replay.atomic import atomic_file
-from replay.calibrate.mapping import MAPPINGS, Mapping, Use
+from replay.calibrate.mapping import MAPPINGS, Mapping, Use, event_resource
 from replay.calibrate.output import render_config
 from replay.calibrate.series import Series, layouts, merged, selector_of
 from replay.calibrate.sources import Family, Window, collect, read_source
@@ -86,6 +86,18 @@ def calibrate(sources: list[str], resource: str = "pods", window: Window | None 
     return calibration
 
 
+def _resources_taken(mapping: Mapping, family: Family) -> list[str]:
+    """The resources whose series this row would take, were ``--resource`` one of them: a
+    misspelt or absent resource is told what the sources hold."""
+    taken = set()
+    for series in family.series.values():
+        labels = series.label_map
+        for candidate in (labels.get("resource"), event_resource(labels.get("event", ""))):
+            if candidate and mapping.select(labels, candidate):
+                taken.add(candidate)
+    return sorted(taken)
+
+
 def _kept(mapping: Mapping) -> str:
     return "the model's default" if mapping.use is Use.MEAN else "the profile's value"
 
@@ -100,7 +112,9 @@ def _apply(mapping: Mapping, families: dict[str, Family], others: dict[str, str]
                        else "not in the sources")]
     chosen = [s for s in family.series.values() if mapping.select(s.label_map, resource)]
     if not chosen:
-        return [Result(mapping, note=f"no series {mapping.selector(resource)}")]
+        held = _resources_taken(mapping, family) if "{resource}" in mapping.selection else []
+        return [Result(mapping, note="no such series in the sources" + (
+            f" (they hold those of {', '.join(held)}: --resource chooses)" if held else ""))]
     groups: dict[str, list[Series]] = {}
     for series in chosen:
         groups.setdefault(series.label_map.get(mapping.split, "") if mapping.split else "",
