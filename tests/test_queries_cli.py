@@ -326,6 +326,9 @@ def test_a_table_edited_to_other_types_or_names_is_refused_even_when_accepted(cl
     (["{run}", "conflict_rate", "--var", "novalue"], "--var 'novalue': expected NAME=VALUE"),
     (["{run}", "conflict_rate", "--from", "2024-01-02", "--to", "2024-01-02"],
      "--from 2024-01-02T00:00:00+00:00 is not before --to 2024-01-02T00:00:00+00:00"),
+    (["{run}", "per_component_delay", "--watcher", "kublet/*"],
+     "--watcher 'kublet/*' matches no watcher, scheduler or component of the runs ("),
+    (["{run}", "--watcher", "["], "--watcher '[' matches no watcher"),
 ])
 def test_errors_are_one_line(cli, runs, tmp_path, args, message):
     bad, var = tmp_path / "bad.sql", tmp_path / "var.sql"

@@ -247,6 +247,23 @@ def points_of(path: str) -> list[str]:
     return done
 
 
+SELECTABLE = """
+    SELECT DISTINCT name FROM (SELECT watcher AS name FROM watchers UNION ALL
+                               SELECT scheduler FROM attempts UNION ALL
+                               SELECT component FROM events)
+    WHERE name IS NOT NULL ORDER BY name
+"""
+
+
+def unmatched_watcher(con: duckdb.DuckDBPyConnection, glob: str) -> list[str] | None:
+    """None if ``glob`` (``--watcher``) matches a watcher, a scheduler (conflicts) or a
+    component (reaction lags) of the runs open in ``con``; else the names it could match."""
+    names = [name for (name,) in con.sql(SELECTABLE).fetchall()]
+    matched = con.execute("SELECT count(*) FROM unnest(?::VARCHAR[]) AS n(name) "
+                          "WHERE name GLOB ?", [names, glob]).fetchone()
+    return None if matched is not None and matched[0] else names
+
+
 def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> None:
     """``SET VARIABLE name = value`` for each value that is given; ``RESET`` the others."""
     for name, value in values.items():

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
 from pathlib import Path
+from typing import Any
+
+import duckdb
 
 from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, Query, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
 from replay.analysis.runs import (RUNS_VARIABLE, duckdb_errors, open_runs, run_query,
-                                  variables_read)
+                                  unmatched_watcher, variables_read)
 from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.times import check_window, time_argument
@@ -107,6 +109,16 @@ def check_read(query: Query, given: dict[str, str], options: dict[str, Any]) -> 
                           f"would change nothing (queries/README.md: Parameters)")
 
 
+def check_watcher(con: duckdb.DuckDBPyConnection, glob: str | None) -> None:
+    """Refuse a ``--watcher`` that matches nothing in the runs: every query would answer with no
+    rows, as if the runs had no delays or conflicts to show."""
+    names = None if glob is None else unmatched_watcher(con, glob)
+    if names is not None:
+        shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+        raise ReplayError(f"--watcher {glob!r} matches no watcher, scheduler or component of "
+                          f"the runs ({shown or 'none'})")
+
+
 def run(args: argparse.Namespace) -> int:
     runs, name = split_arguments(args.args)
     check_window(args.from_ts, args.to_ts)
@@ -126,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     check_read(query, given, {key: value for key, value in variables.items()
                               if key in _OWN_OPTION and value is not None})
     con = open_runs(runs, verify=args.verify)
+    check_watcher(con, args.watcher)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
         write_result(run_query(con, query, variables), args.format, out, inputs)
@@ -137,6 +150,7 @@ def print_headline(runs: list[str], variables: dict[str, Any] | None = None,
     """The headline answers about ``runs``, one table each (``verify``: every table's checksum
     first, as ``replay check`` does)."""
     con = open_runs(runs, verify=verify)
+    check_watcher(con, (variables or {}).get("watcher"))
     for query in [load_query(q) for q in HEADLINE]:
         with duckdb_errors(query.name):
             print(f"{query.name}:\n{render_table(run_query(con, query, variables or {}))}")
