@@ -170,13 +170,14 @@ def test_core_seconds_beyond_bigint_are_summed(cli, tmp_path):
 
 
 def test_options_reach_a_file_that_reads_them_through_the_views(cli, runs, tmp_path):
-    """in_time_window (views.sql) reads from_ts and to_ts: --from applies, and filters."""
+    """in_time_window (views.sql) reads from_ts and to_ts: --to applies, and filters (the
+    first microsecond of the run holds no decision)."""
     mine = tmp_path / "decided.sql"
     mine.write_text("SELECT count(*) AS n FROM attempts WHERE in_time_window(decided_ts)")
     every = json.loads(cli("query", runs[0], mine, "--format", "json").out)[0]["n"]
-    later = cli("query", runs[0], mine, "--format", "json", "--from", "2100-01-01")
-    assert later.code == 0, later.err
-    assert json.loads(later.out) == [{"n": 0}] and every > 0
+    first = cli("query", runs[0], mine, "--format", "json", "--to", "2026-01-01T00:00:00.000001")
+    assert first.code == 0, first.err
+    assert json.loads(first.out) == [{"n": 0}] and every > 0
 
 
 def test_model_parameters_become_columns(tmp_path):
@@ -329,6 +330,10 @@ def test_a_table_edited_to_other_types_or_names_is_refused_even_when_accepted(cl
     (["{run}", "per_component_delay", "--watcher", "kublet/*"],
      "--watcher 'kublet/*' matches no watcher, scheduler or component of the runs ("),
     (["{run}", "--watcher", "["], "--watcher '[' matches no watcher"),
+    (["{run}", "conflict_rate", "--from", "2030-01-01"],
+     "--from 2030-01-01T00:00:00+00:00: holds no time of the runs, which span 20"),
+    (["{run}", "--to", "1999-01-01T00:00:00+01:00"],
+     "--to 1999-01-01T00:00:00+01:00: holds no time of the runs"),
 ])
 def test_errors_are_one_line(cli, runs, tmp_path, args, message):
     bad, var = tmp_path / "bad.sql", tmp_path / "var.sql"

@@ -21,6 +21,7 @@ from test_queries import network, replay_rows, sample_prefix
 
 from replay.api import run_replay
 from replay.engine.config import load_config
+from replay.analysis.runs import open_runs
 from replay.errors import ReplayError
 from replay.report import build_page, write_report
 from replay.report.data import MOST_BUCKETS, QUERIES, narrowest_width
@@ -215,10 +216,14 @@ def test_swept_parameters_are_those_that_differ_within_a_model():
 
 
 def test_a_time_window_with_nothing_leaves_the_overview_only(runs):
-    later = dt.datetime(2099, 1, 1, tzinfo=dt.timezone.utc)
-    page = build_page([str(runs[0])], from_ts=later)
+    """A window that holds the run's last instant alone, when nothing begins; one outside every
+    run is refused."""
+    (end,), = open_runs([str(runs[0])]).sql("SELECT end_ts FROM run_bounds").fetchall()
+    page = build_page([str(runs[0])], from_ts=end)
     assert [s.key for s in page.sections] == ["overview"]
-    assert page.options == ("--from", later.isoformat())
+    assert page.options == ("--from", end.isoformat())
+    with pytest.raises(ReplayError, match="holds no time of the runs"):
+        build_page([str(runs[0])], from_ts=dt.datetime(2099, 1, 1, tzinfo=dt.timezone.utc))
 
 
 def test_headline_fits_a_terminal(cli, runs):
@@ -279,6 +284,10 @@ def test_an_empty_window_is_one_line(cli, runs, tmp_path):
     assert result.code == 1 and result.err == (
         "replay: error: --from 2024-02-01T00:00:00+00:00 is not before --to "
         "2024-01-01T12:00:00+02:00: the window holds nothing\n")
+    assert not (tmp_path / "r.html").exists()
+    result = cli("report", runs[0], "--from", "2030-01-01", "--out", tmp_path / "r.html")
+    assert result.code == 1 and result.err.startswith(
+        "replay: error: --from 2030-01-01T00:00:00+00:00: holds no time of the runs, which span ")
     assert not (tmp_path / "r.html").exists()
 
 

@@ -25,6 +25,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -259,9 +260,26 @@ def unmatched_watcher(con: duckdb.DuckDBPyConnection, glob: str) -> list[str] | 
     """None if ``glob`` (``--watcher``) matches a watcher, a scheduler (conflicts) or a
     component (reaction lags) of the runs open in ``con``; else the names it could match."""
     names = [name for (name,) in con.sql(SELECTABLE).fetchall()]
-    matched = con.execute("SELECT count(*) FROM unnest(?::VARCHAR[]) AS n(name) "
-                          "WHERE name GLOB ?", [names, glob]).fetchone()
-    return None if matched is not None and matched[0] else names
+    (matched,), = con.execute("SELECT count(*) FROM unnest(?::VARCHAR[]) AS n(name) "
+                              "WHERE name GLOB ?", [names, glob]).fetchall()
+    return None if matched else names
+
+
+def check_window_overlaps(con: duckdb.DuckDBPyConnection, from_ts: datetime | None,
+                          to_ts: datetime | None) -> None:
+    """Refuse ``--from``/``--to`` that hold no time of any run open in ``con`` (a mistyped
+    year): every answer would be empty, as if the runs had nothing to show."""
+    if from_ts is None and to_ts is None:
+        return
+    (start, end, overlaps), = con.execute(  # fetched to the end: the connection is free again
+        "SELECT min(start_ts), max(end_ts), bool_or(($1 IS NULL OR $1 <= end_ts) "
+        "AND ($2 IS NULL OR $2 > start_ts)) FROM run_bounds", [from_ts, to_ts]).fetchall()
+    if overlaps is not False:
+        return
+    window = " ".join(f"{option} {value.isoformat()}" for option, value
+                      in (("--from", from_ts), ("--to", to_ts)) if value is not None)
+    raise ReplayError(f"{window}: holds no time of the runs, which span "
+                      f"{start.isoformat()} to {end.isoformat()}")
 
 
 def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> None:

@@ -11,8 +11,8 @@ import duckdb
 
 from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, Query, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
-from replay.analysis.runs import (RUNS_VARIABLE, duckdb_errors, open_runs, run_query,
-                                  unmatched_watcher, variables_read)
+from replay.analysis.runs import (RUNS_VARIABLE, check_window_overlaps, duckdb_errors,
+                                  open_runs, run_query, unmatched_watcher, variables_read)
 from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.times import check_window, time_argument
@@ -138,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
     check_read(query, given, {key: value for key, value in variables.items()
                               if key in _OWN_OPTION and value is not None})
     con = open_runs(runs, verify=args.verify)
+    check_window_overlaps(con, args.from_ts, args.to_ts)
     check_watcher(con, args.watcher)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
@@ -150,10 +151,12 @@ def print_headline(runs: list[str], variables: dict[str, Any] | None = None,
     """The headline answers about ``runs``, one table each (``verify``: every table's checksum
     first, as ``replay check`` does)."""
     con = open_runs(runs, verify=verify)
-    check_watcher(con, (variables or {}).get("watcher"))
+    variables = variables or {}
+    check_window_overlaps(con, variables.get("from_ts"), variables.get("to_ts"))
+    check_watcher(con, variables.get("watcher"))
     for query in [load_query(q) for q in HEADLINE]:
         with duckdb_errors(query.name):
-            print(f"{query.name}:\n{render_table(run_query(con, query, variables or {}))}")
+            print(f"{query.name}:\n{render_table(run_query(con, query, variables))}")
         if query.name in HEADLINE_ALL_ROWS:
             every = shlex.join(["replay", "query", *runs, HEADLINE_ALL_ROWS[query.name]])
             print(f"Watchers of one node each (kubelets): the 3 worst, then ALL of the role. "

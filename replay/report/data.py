@@ -19,8 +19,8 @@ import duckdb
 import polars as pl
 
 from replay.analysis.catalog import load_query
-from replay.analysis.runs import (PARAMETERS, duckdb_errors, open_runs, run_query,
-                                  set_variables)
+from replay.analysis.runs import (PARAMETERS, check_window_overlaps, duckdb_errors, open_runs,
+                                  run_query, set_variables)
 from replay.progress import progress
 
 # The queries a report reads, in the order its sections read them.
@@ -76,6 +76,7 @@ def load(run_dirs: Sequence[str], variables: Mapping[str, Any] | None = None,
     ``to_ts``; unset ones are null; ``bucket_minutes`` unless given, ``bucket_width``'s)."""
     given = {name: None for name in PARAMETERS} | dict(variables or {})
     con = open_runs(list(run_dirs))
+    check_window_overlaps(con, given["from_ts"], given["to_ts"])
     if given["bucket_minutes"] is None:
         given["bucket_minutes"] = bucket_width(con, given)
     answers = {}
