@@ -285,6 +285,10 @@ def test_an_empty_window_is_one_line(cli, runs, tmp_path):
         "replay: error: --from 2024-02-01T00:00:00+00:00 is not before --to "
         "2024-01-01T12:00:00+02:00: the window holds nothing\n")
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_window_outside_every_run_is_one_line(cli, runs, tmp_path):
+    pytest.importorskip("plotly", reason="the report extra is not installed")
     result = cli("report", runs[0], "--from", "2030-01-01", "--out", tmp_path / "r.html")
     assert result.code == 1 and result.err.startswith(
         "replay: error: --from 2030-01-01T00:00:00+00:00: holds no time of the runs, which span ")
