@@ -136,7 +136,7 @@ def _stored(kept: list[tuple[int, Event]], summary: Summary) -> list[tuple[int, 
 
 def _unstorable(event: Event) -> str | None:
     uri = event.request_uri
-    if uri is None or "?" not in uri:  # the quick test, for most events
+    if uri is None or ("dryRun" not in uri and "Selector=" not in uri):  # the quick test
         return None
     if is_dry_run(uri):
         return DRY_RUN
