@@ -24,7 +24,7 @@ import functools
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -196,7 +196,7 @@ def point_at(con: duckdb.DuckDBPyConnection, run_dirs: list[str], derived: bool 
     """Point the views at these run directories (a sweep's directory stands for its finished
     points): they read them when a query runs, so one connection serves one set of runs after
     another (inside the directories it was opened on: the sandbox allows no other)."""
-    run_dirs = [run for path in run_dirs for run in points_of(path)]
+    run_dirs = runs_of(run_dirs)
     for path in run_dirs:
         check_run_dir(path, derived, full=verify)
     names = Counter(Path(p).resolve().name for p in run_dirs)
@@ -256,13 +256,19 @@ SELECTABLE = """
 """
 
 
-def unmatched_watcher(con: duckdb.DuckDBPyConnection, glob: str) -> list[str] | None:
-    """None if ``glob`` (``--watcher``) matches a watcher, a scheduler (conflicts) or a
-    component (reaction lags) of the runs open in ``con``; else the names it could match."""
+def check_watcher(con: duckdb.DuckDBPyConnection, glob: str | None) -> None:
+    """Refuse a ``--watcher`` that matches no watcher, scheduler (conflicts) or component
+    (reaction lags) of the runs open in ``con``: every query would answer with no rows, as if
+    the runs had no delays or conflicts to show."""
+    if glob is None:
+        return
     names = [name for (name,) in con.sql(SELECTABLE).fetchall()]
     (matched,), = con.execute("SELECT count(*) FROM unnest(?::VARCHAR[]) AS n(name) "
                               "WHERE name GLOB ?", [names, glob]).fetchall()
-    return None if matched else names
+    if not matched:
+        shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
+        raise ReplayError(f"--watcher {glob!r} matches no watcher, scheduler or component of "
+                          f"the runs ({shown or 'none'})")
 
 
 def check_window_overlaps(con: duckdb.DuckDBPyConnection, from_ts: datetime | None,
@@ -280,6 +286,12 @@ def check_window_overlaps(con: duckdb.DuckDBPyConnection, from_ts: datetime | No
                       in (("--from", from_ts), ("--to", to_ts)) if value is not None)
     raise ReplayError(f"{window}: holds no time of the runs, which span "
                       f"{start.isoformat()} to {end.isoformat()}")
+
+
+def runs_of(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """Each path, or for a sweep's directory the run directory of each finished point
+    (``points_of``): what every command that reads runs takes."""
+    return [run for path in paths for run in points_of(str(path))]
 
 
 def set_variables(con: duckdb.DuckDBPyConnection, values: Mapping[str, Any]) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from replay.analysis.check import INVARIANTS, Finding, Status, check_run
-from replay.analysis.runs import points_of
+from replay.analysis.runs import runs_of
 from replay.errors import ReplayError
 from replay.reproduce import deterministic
 
@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         for invariant in INVARIANTS:
             print(f"{invariant.id:<{width}}  {invariant.summary}")
         return 0
-    run_dirs = [run for path in args.run_dirs for run in points_of(path)]
+    run_dirs = runs_of(args.run_dirs)
     replayed = deterministic(run_dirs) if args.rerun else {}
     broken = 0
     for run_dir in run_dirs:

@@ -6,7 +6,7 @@ import argparse
 import time
 
 from replay.analysis.derive import derive
-from replay.analysis.runs import points_of
+from replay.analysis.runs import runs_of
 from replay.engine.rundir import DERIVED_TABLES
 
 
@@ -28,7 +28,7 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    for run_dir in [run for path in args.run_dirs for run in points_of(path)]:
+    for run_dir in runs_of(args.run_dirs):
         started = time.perf_counter()
         rows = derive(run_dir, accept_edits=args.accept_edits)
         counts = ", ".join(f"{name} {count:,} rows" for name, count in rows.items())

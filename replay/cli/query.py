@@ -7,12 +7,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
 from replay.analysis.catalog import HEADLINE, HEADLINE_ALL_ROWS, Query, load_query, shipped
 from replay.analysis.output import FORMATS, render_table, write_result
-from replay.analysis.runs import (RUNS_VARIABLE, check_window_overlaps, duckdb_errors,
-                                  open_runs, run_query, unmatched_watcher, variables_read)
+from replay.analysis.runs import (RUNS_VARIABLE, check_watcher, check_window_overlaps,
+                                  duckdb_errors, open_runs, run_query, variables_read)
 from replay.cli.arguments import positive_int
 from replay.errors import ReplayError
 from replay.times import check_window, time_argument
@@ -107,16 +105,6 @@ def check_read(query: Query, given: dict[str, str], options: dict[str, Any]) -> 
     if ignored:
         raise ReplayError(f"{query.name}: does not read {ignored[0]}, so {_OWN_OPTION[ignored[0]]} "
                           f"would change nothing (queries/README.md: Parameters)")
-
-
-def check_watcher(con: duckdb.DuckDBPyConnection, glob: str | None) -> None:
-    """Refuse a ``--watcher`` that matches nothing in the runs: every query would answer with no
-    rows, as if the runs had no delays or conflicts to show."""
-    names = None if glob is None else unmatched_watcher(con, glob)
-    if names is not None:
-        shown = ", ".join(names[:6]) + (f", ... ({len(names)} in all)" if len(names) > 6 else "")
-        raise ReplayError(f"--watcher {glob!r} matches no watcher, scheduler or component of "
-                          f"the runs ({shown or 'none'})")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from replay.analysis.runs import check_run_dir, points_of
+from replay.analysis.runs import check_run_dir, runs_of
 from replay.atomic import atomic_file
 from replay.errors import ReplayError
 from replay.outputs import check_output
@@ -44,7 +44,7 @@ def build_page(run_dirs: Sequence[str], from_ts: dt.datetime | None = None,
     """The report's sections over ``run_dirs`` (a sweep's directory stands for its finished
     points), restricted to [from_ts, to_ts) if given."""
     given = run_dirs
-    run_dirs = [run for path in given for run in points_of(str(path))]
+    run_dirs = runs_of(given)
     answers = data.load(run_dirs, {"from_ts": from_ts, "to_ts": to_ts})
     options: list[str] = []
     for option, value in (("--from", from_ts), ("--to", to_ts)):
@@ -64,7 +64,7 @@ def write_report(run_dirs: Sequence[str], out: str | os.PathLike,
     out = Path(out)
     for path in [out] + ([Path(static)] if static is not None else []):
         _not_in_a_run(path, run_dirs)
-    for run in [run for path in run_dirs for run in points_of(str(path))]:
+    for run in runs_of(run_dirs):
         check_run_dir(run)  # say what is wrong with the input first
     html.plotly_js()  # the extra is there, before minutes of queries
     check_output(out)  # and the outputs can be written

@@ -53,19 +53,20 @@ class PodCollections:
         rows = pc.indices_nonzero(pc.fill_null(written, False))
         if len(rows) == 0:
             return table
-        collected = self._follow(rows.to_pylist(), *(table[name].take(rows).to_pylist()
-                                                      for name in ("verb", "subresource",
-                                                                   "namespace", "name")))
+        collected = self._follow(rows.to_pylist(), _collections(table).take(rows).to_pylist(),
+                                 *(table[name].take(rows).to_pylist()
+                                   for name in ("verb", "subresource", "namespace", "name")))
         return _with_deletes(table, collected) if collected else table
 
-    def _follow(self, rows: list[int], verbs: list[str], subresources: list[str | None],
-                namespaces: list[str | None], names: list[str]) -> dict[int, list[Pod]]:
+    def _follow(self, rows: list[int], collections: list[bool], verbs: list[str],
+                subresources: list[str | None], namespaces: list[str | None],
+                names: list[str]) -> dict[int, list[Pod]]:
         """Follow which pods are alive through the committed pod rows; the pods each
         deletecollection row deleted, by row."""
         collected: dict[int, list[Pod]] = {}
-        for row, verb, subresource, namespace, name in zip(rows, verbs, subresources,
-                                                            namespaces, names):
-            if subresource is None and verb == "deletecollection" and not name:
+        for row, collection, verb, subresource, namespace, name in zip(
+                rows, collections, verbs, subresources, namespaces, names):
+            if collection:
                 collected[row] = self._collect(namespace)
             elif name:
                 pods = self._alive.setdefault(namespace, {})

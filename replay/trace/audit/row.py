@@ -252,7 +252,7 @@ def _irregular(event: Event) -> tuple[int, int | None, Target]:
     ts = stage_time if stage_time is not None else legacy_time
     if ts is None:
         raise BadEvent("no stageTimestamp (nor the older timestamp)")
-    return ts, received if received is not None else legacy_time, _target(event)
+    return ts, received if received is not None else legacy_time, target_of(event)
 
 
 def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[int],
@@ -327,7 +327,7 @@ def _per_distinct(function: Callable, type_: pa.DataType, *arrays: pa.Array) -> 
     return pa.array([function(*args) for args in zip(*values)], type_).take(row_key.ravel())
 
 
-def _target(event: Event) -> Target:
+def target_of(event: Event) -> Target:
     """What the request wrote: ``objectRef``, with the request URI filling its gaps."""
     ref = event.object_ref
     if ref is not None and ref.resource and ref.name is not None:

@@ -34,9 +34,9 @@ from replay.trace.audit.event import (
     decode_items,
 )
 from replay.trace.audit.reader import Block
-from replay.trace.audit.row import rows_of
+from replay.trace.audit.row import Skip, rows_of, target_of
 from replay.trace.audit.summary import Summary
-from replay.trace.audit.uri import has_selector, is_dry_run, parse_request_uri
+from replay.trace.audit.uri import has_selector, is_dry_run
 
 ITEM_BITS = 20
 RECORD_BITS = 25  # records of a block: at most a 16 MiB range's lines, or 2^20 document items
@@ -146,10 +146,10 @@ def _unstorable(event: Event) -> str | None:
 
 
 def _resource(event: Event) -> str | None:
-    if event.object_ref is not None and event.object_ref.resource:
-        return event.object_ref.resource
-    target = parse_request_uri(event.request_uri or "")
-    return None if target is None else target.resource
+    try:
+        return target_of(event).resource
+    except Skip:  # a non-resource request
+        return None
 
 
 def _count_dropped_verbs(verbs: Counter, summary: Summary, options: Options) -> None:
