@@ -190,3 +190,8 @@ def test_an_importer_plugin_gets_typed_options_and_returns_warnings(cli, tmp_pat
     assert bad.code == 1 and "importer 'tiny': " in bad.err and "'code'" in bad.err
     assert not (tmp_path / "v.parquet").exists()
     sys.modules.pop("tiny_importer", None)
+    (tmp_path / "tiny_importer.py").write_text(PLUGIN.replace('"create"', '"creat"'))
+    bad = cli("import", "tiny", "--nodes", "2", "--out", tmp_path / "w.parquet")
+    assert bad.code == 1 and "importer 'tiny': verb not one of create, update" in bad.err
+    assert not (tmp_path / "w.parquet").exists()  # what `replay validate` would refuse
+    sys.modules.pop("tiny_importer", None)

@@ -4,7 +4,9 @@ An importer subclasses ``replay.trace.importers.base.Importer``: a name, a help 
 description, a frozen dataclass of typed options (the command line makes its flags from the
 fields), the files it reads, and its rows (``Imported``: a frame and any warnings).  ``run_import``
 checks the output against the inputs, sorts the rows stably by ``ts`` (rows with equal times keep
-the order the importer gave), writes the trace atomically and returns the counts for the summary.
+the order the importer gave), refuses rows that ``replay validate`` would refuse (a plugin's
+unknown verb, negative request or missing column), writes the trace atomically and returns the
+counts for the summary.
 Google Borg 2019 (``InstanceEvent``: SUBMIT -> pod create, SCHEDULE -> binding,
 FINISH/KILL/EVICT -> delete) or Alibaba 2018 (``batch_instance``) would each be one more such
 class; a trace too large for memory would stream instead.
@@ -21,11 +23,15 @@ from collections import Counter
 from importlib import metadata
 from typing import Any, NamedTuple
 
+import polars as pl
+
 from replay.errors import ReplayError
 from replay.outputs import check_output
 from replay.trace.importers.alibaba_gpu_2023 import AlibabaGpu2023
 from replay.trace.importers.base import Importer
-from replay.trace.io import write_trace
+from replay.trace import schema
+from replay.trace.io import conform, write_trace
+from replay.trace.validate import value_problems
 
 BUILTIN: tuple[type[Importer[Any]], ...] = (AlibabaGpu2023,)
 ENTRY_POINT_GROUP = "replay.importers"
@@ -71,9 +77,13 @@ def run_import(importer: Importer[Any], options: Any,
     imported = importer.rows(options)
     frame = imported.rows.sort("ts", maintain_order=True)
     try:
-        write_trace(frame, out, source=importer.name, source_args=importer.source_args(options))
+        table = conform(frame)
     except ValueError as err:  # a plugin's rows that trace format v1 cannot hold
         raise ReplayError(f"importer {importer.name!r}: {err}") from None
+    problems = value_problems(pl.DataFrame(table), list(schema.COLUMN_NAMES))
+    if problems:  # (a plugin's rows; the built-ins check what they read)
+        raise ReplayError(f"importer {importer.name!r}: {problems[0]}")
+    write_trace(table, out, source=importer.name, source_args=importer.source_args(options))
     counts = frame.group_by("verb", "resource", maintain_order=True).len()
     return ImportResult(Counter({(verb, resource): n for verb, resource, n in counts.iter_rows()}),
                         imported.warnings)
