@@ -36,7 +36,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[ty
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
         add_options(sub, importer)
         sub.add_argument("--out", required=True, type=output_path, metavar="TRACE",
-                         help="trace file to write")
+                         default=argparse.SUPPRESS, help="trace file to write")
         sub.set_defaults(run=run, importer=importer)
 
 
@@ -47,7 +47,7 @@ def add_options(parser: argparse.ArgumentParser, importer: type[Importer[Any]]) 
         parser.add_argument(
             f"--{option.name.replace('_', '-')}", dest=option.name,
             type=CONVERTERS[option.type], required=required,
-            default=None if required else option.default,
+            default=argparse.SUPPRESS if required else option.default,  # (no "default: None")
             metavar=option.metadata.get("metavar"), help=option.metadata.get("help"))
 
 

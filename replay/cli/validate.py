@@ -6,8 +6,8 @@ import argparse
 
 import pyarrow.parquet as pq
 
-from replay.trace.io import source_of
-from replay.trace.validate import validate
+from replay.trace.io import open_trace, source_of
+from replay.trace.validate import conversion_hint, validate
 
 
 def add_parser(commands) -> None:
@@ -25,6 +25,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.trace}: {problem}")
     if problems:
         print(f"{args.trace}: invalid ({len(problems)} problem{'s' * (len(problems) > 1)})")
+        hint = conversion_hint(args.trace, open_trace(args.trace).schema_arrow)
+        if hint:
+            print(f"{args.trace}: {hint}")
         return 1
     rows = pq.ParquetFile(args.trace).metadata.num_rows
     source = source_of(args.trace).get("replay.source", "unknown source")

@@ -52,6 +52,18 @@ def schema_problems(arrow_schema: pa.Schema) -> tuple[list[str], list[str]]:
     return problems, well_typed
 
 
+def conversion_hint(path: str | os.PathLike, arrow_schema: pa.Schema) -> str:
+    """A sentence pointing to ``replay import parquet`` when the schema's problems are types or
+    metadata alone (a table another tool wrote), else nothing."""
+    problems, _ = schema_problems(arrow_schema)
+    names = arrow_schema.names
+    whole = all(names.count(c.name) == 1 for c in schema.COLUMNS if not c.nullable)
+    if not problems or not whole or len(set(names)) < len(names):
+        return ""
+    return (f"a table other tools wrote (polars, pandas, DuckDB) is made a trace by "
+            f"`replay import parquet --table {path} --out TRACE`")
+
+
 def _metadata_problems(metadata: dict[bytes, bytes]) -> list[str]:
     version = metadata.get(schema.META_VERSION.encode())
     if version is None:
@@ -62,23 +74,25 @@ def _metadata_problems(metadata: dict[bytes, bytes]) -> list[str]:
     return []
 
 
-def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str]) -> list[str]:
+def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str], *,
+                   ordered: bool = True) -> list[str]:
     """Problems in the values of the well-typed ``columns``, found in one pass (for a frame in
-    memory, only when quick summaries of its columns do not already rule them all out)."""
+    memory, only when quick summaries of its columns do not already rule them all out).
+    ``ordered=False`` leaves out ``ts``'s order, for rows yet to be sorted."""
     if isinstance(frame, pl.DataFrame):
-        if _clean(frame, columns):
+        if _clean(frame, columns, ordered):
             return []
         frame = frame.lazy()
     checks: list[tuple[str, pl.Expr, str]] = []  # (name, boolean "bad row" expression, sentence)
     for name in columns:
         if not schema.BY_NAME[name].nullable:
             checks.append((f"null {name}", pl.col(name).is_null(), f"null in column {name!r}"))
-    if "ts" in columns:
+    if "ts" in columns and ordered:
         checks.append(("unsorted", pl.col("ts").diff() < pl.duration(microseconds=0),
                        "ts is not sorted (a row earlier than the row before it)"))
-        if "received_ts" in columns:
-            checks.append(("received after ts", pl.col("received_ts") > pl.col("ts"),
-                           "received_ts is later than ts"))
+    if {"ts", "received_ts"} <= set(columns):
+        checks.append(("received after ts", pl.col("received_ts") > pl.col("ts"),
+                       "received_ts is later than ts"))
     for name in ("ts", "received_ts"):
         if name in columns:
             checks.append((f"{name} out of range",
@@ -114,14 +128,14 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str]) -> li
     return problems
 
 
-def _clean(frame: pl.DataFrame, columns: list[str]) -> bool:
+def _clean(frame: pl.DataFrame, columns: list[str], ordered: bool) -> bool:
     """Whether ``frame`` has none of the problems ``value_problems`` looks for, judged from
     what polars keeps or finds in a blink: null counts, sortedness, minima and maxima, the
     distinct verbs (a tenth of the cost of counting and locating every kind of bad row)."""
     present = set(columns)
     if any(frame[c].null_count() for c in present if not schema.BY_NAME[c].nullable):
         return False
-    if "ts" in present and not frame["ts"].is_sorted():
+    if "ts" in present and ordered and not frame["ts"].is_sorted():
         return False
     if {"ts", "received_ts"} <= present and (frame["received_ts"] > frame["ts"]).any():
         return False
@@ -145,7 +159,8 @@ def _clean(frame: pl.DataFrame, columns: list[str]) -> bool:
 def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.DataFrame:
     """Read a trace into a polars DataFrame (all columns by default), refusing one that does not
     pass validation with the first problem found."""
-    problems, well_typed = schema_problems(open_trace(path).schema_arrow)
+    arrow_schema = open_trace(path).schema_arrow
+    problems, well_typed = schema_problems(arrow_schema)
     if not problems:
         try:
             frame = pl.read_parquet(os.fspath(path), columns=columns, glob=False)
@@ -156,5 +171,7 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.
     if problems:
         others = len(problems) - 1
         more = f" (and {others} more problem{'s' if others > 1 else ''})" if others else ""
-        raise ReplayError(f"{path}: {problems[0]}{more}; `replay validate` lists them all")
+        hint = conversion_hint(path, arrow_schema)
+        raise ReplayError(f"{path}: {problems[0]}{more}; " + (hint or "`replay validate` lists "
+                                                              "them all"))
     return frame

@@ -29,11 +29,12 @@ from replay.errors import ReplayError
 from replay.outputs import check_output
 from replay.trace.importers.alibaba_gpu_2023 import AlibabaGpu2023
 from replay.trace.importers.base import Importer
+from replay.trace.importers.parquet_table import ParquetTable
 from replay.trace import schema
 from replay.trace.io import conform, write_trace
 from replay.trace.validate import value_problems
 
-BUILTIN: tuple[type[Importer[Any]], ...] = (AlibabaGpu2023,)
+BUILTIN: tuple[type[Importer[Any]], ...] = (AlibabaGpu2023, ParquetTable)
 ENTRY_POINT_GROUP = "replay.importers"
 
 
