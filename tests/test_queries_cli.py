@@ -95,6 +95,23 @@ def test_files_are_utf8_whatever_the_locale(runs, tmp_path):
         assert "Gödel ✓" in out.read_text(encoding="utf-8")
 
 
+def test_the_out_files_extension_chooses_the_format(cli, runs, tmp_path):
+    """As DuckDB's COPY does: not a truncated box-drawn table in a file named .parquet."""
+    for name, check in [("a.parquet", lambda path: pq.read_table(path).num_rows),
+                        ("b.json", lambda path: len(json.loads(path.read_text()))),
+                        ("c.CSV", lambda path: path.read_text().count("\n") - 1)]:
+        result = cli("query", runs[0], "conflict_rate", "--out", tmp_path / name)
+        assert result.code == 0, result.err
+        assert check(tmp_path / name) == 2  # kube-scheduler and ALL
+    assert "┌" in (cli("query", runs[0], "conflict_rate", "--out", tmp_path / "d.txt"),
+                   (tmp_path / "d.txt").read_text(encoding="utf-8"))[1]
+    assert cli("query", runs[0], "conflict_rate", "--format", "csv", "--out",
+               tmp_path / "e.txt").code == 0
+    mixed = cli("query", runs[0], "conflict_rate", "--format", "csv", "--out", tmp_path / "f.json")
+    assert mixed.code == 1 and "its extension says json, --format says csv; drop one" in mixed.err
+    assert not (tmp_path / "f.json").exists()
+
+
 @pytest.mark.parametrize("name", QUERIES)
 def test_every_format_holds_the_same_rows(cli, runs, tmp_path, name):
     expected = Answers(runs[0]).query(name)

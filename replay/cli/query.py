@@ -26,9 +26,10 @@ def add_parser(commands) -> None:
                     f"{', '.join(HEADLINE)}. Queries: {', '.join(shipped())}.")
     parser.add_argument("args", nargs="+", metavar="RUN_DIR... [NAME | FILE.sql]",
                         help="run directories, then optionally the query")
-    parser.add_argument("--format", choices=FORMATS, default="table",
-                        help="output format (default: table, at most 40 rows; the others hold "
-                             "every row; parquet needs --out)")
+    parser.add_argument("--format", choices=FORMATS,
+                        help="output format (default: the --out file's extension, .csv, .json "
+                             "or .parquet, else table: at most 40 rows; the others hold every "
+                             "row; parquet needs --out)")
     parser.add_argument("--out", metavar="FILE",
                         help="write to FILE instead of stdout (- is stdout)")
     parser.add_argument("--from", dest="from_ts", type=time_argument, metavar="TIME",
@@ -107,14 +108,28 @@ def check_read(query: Query, given: dict[str, str], options: dict[str, Any]) -> 
                           f"would change nothing (queries/README.md: Parameters)")
 
 
+def output_format(given: str | None, out: str | None) -> str:
+    """``--format``, else the one ``--out``'s extension names, else ``table``; a format that
+    contradicts the extension is refused (CSV in a ``.parquet`` file breaks every reader)."""
+    implied = EXTENSIONS.get(Path(out).suffix.lower()) if out else None
+    if given and implied and given != implied:
+        raise ReplayError(f"--out {out}: its extension says {implied}, --format says {given}; "
+                          "drop one")
+    return given or implied or "table"
+
+
+EXTENSIONS = {".csv": "csv", ".json": "json", ".parquet": "parquet"}
+
+
 def run(args: argparse.Namespace) -> int:
     runs, name = split_arguments(args.args)
     check_window(args.from_ts, args.to_ts)
     out = None if args.out == STDOUT else args.out
+    fmt = output_format(args.format, out)
     given = parse_variables(args.variables)
     variables = {"from_ts": args.from_ts, "to_ts": args.to_ts, "watcher": args.watcher,
                  "bucket_minutes": args.bucket_minutes, **given}
-    if name is None and (out or args.format != "table" or given):
+    if name is None and (out or args.format or given):
         raise ReplayError("--format, --out and --var need a query NAME or FILE.sql")
     if name is None and args.bucket_minutes is not None:
         raise ReplayError(f"--bucket-minutes needs a minute-by-minute query ({bucketed()}); "
@@ -130,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     check_watcher(con, args.watcher)
     inputs = [*runs, *([name] if name.endswith(".sql") else [])]
     with duckdb_errors(query.name):
-        write_result(run_query(con, query, variables), args.format, out, inputs)
+        write_result(run_query(con, query, variables), fmt, out, inputs)
     return 0
 
 
