@@ -137,6 +137,10 @@ MATRIX = 'trace = "tiny.parquet"\n[matrix]\n'
      "exclude[0].model.policy: not a swept key"),
     (MATRIX + 'model = ["omega"]\n[[exclude]]\nmodel = "kube"\n',
      "exclude[0].model: 'kube' is not one of its values"),
+    (MATRIX + 'model = ["omega"]\n[[exclude]]\nmodel = "omega"\n',
+     "exclude: leaves out every point; nothing would run"),
+    ('traces = ["tiny.parquet", "./tiny.parquet"]\n[matrix]\nmodel = ["omega"]\n',
+     "traces: 'tiny.parquet' and './tiny.parquet' are the same file"),
 ])
 def test_a_bad_sweep_file_is_one_line_and_runs_nothing(cli, folder, tmp_path, text, message):
     path = sweep_file(folder, text, "bad.toml")

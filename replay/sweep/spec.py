@@ -94,16 +94,31 @@ def _expand(path: Path, raw: dict[str, Any]) -> Sweep:
     labels = _labels([key for key in spec.matrix if key != MODEL])
     trace_labels = _trace_labels(spec.traces)
     points: list[Point] = []
+    paths = _trace_paths(folder, spec.traces)
     for trace in spec.traces:
-        trace_path = (folder / trace).resolve()
-        facts = _TraceFacts(trace_path, trace)
+        facts = _TraceFacts(paths[trace], trace)
         for combination in _combinations(spec.matrix):
             for seed in spec.seeds:
                 if not any(_matches(rule, trace, combination, seed) for rule in spec.exclude):
                     points.append(_point(spec, facts, trace_labels[trace], labels, columns,
                                          combination, seed))
+    if not points:
+        raise ValueError("exclude: leaves out every point; nothing would run")
     _check_names(points)
     return Sweep(path, tuple(points), columns)
+
+
+def _trace_paths(folder: Path, traces: tuple[str, ...]) -> dict[str, Path]:
+    """Each trace's resolved path; two names of one file (``t.parquet``, ``./t.parquet``) are
+    refused, as a value listed twice is: they would replay the same points twice."""
+    paths: dict[str, Path] = {}
+    for trace in traces:
+        path = (folder / trace).resolve()
+        same = next((given for given, seen in paths.items() if seen == path), None)
+        if same is not None:
+            raise ValueError(f"traces: {same!r} and {trace!r} are the same file")
+        paths[trace] = path
+    return paths
 
 
 def _parse(path: Path, raw: dict[str, Any]) -> _Spec:
