@@ -7,6 +7,7 @@ with the parser calibrate uses, so that the comparisons check calibrate against 
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import math
 import re
@@ -371,12 +372,40 @@ def test_scrapes_of_different_components_are_not_differenced(scrapes):
 
 
 def test_identical_scrapes_have_nothing_to_calibrate(cli, scrapes, tmp_path):
-    out = tmp_path / "c.toml"
-    result = cli("calibrate", scrapes["scheduler"], scrapes["scheduler"], "--out", out)
+    out, again = tmp_path / "c.toml", tmp_path / "again.prom"
+    again.write_bytes(scrapes["scheduler"].read_bytes())
+    result = cli("calibrate", scrapes["scheduler"], again, "--out", out)
     assert result.code == 1 and not out.exists()
     assert result.err.count("\n") == result.err.count("replay: ")  # one line each, no traceback
     assert "no observations in the interval" in result.err
     assert result.err.splitlines()[-1].startswith("replay: error: nothing to calibrate")
+
+
+def test_a_source_given_twice_is_refused(cli, scrapes, tmp_path):
+    """Not differenced to nothing, as two scrapes of one component would be."""
+    out = tmp_path / "c.toml"
+    twice = cli("calibrate", scrapes["scheduler"], scrapes["scheduler"], "--out", out)
+    assert twice.code == 1 and twice.err == f"replay: error: {scrapes['scheduler']}: given twice\n"
+    other_name = scrapes["scheduler"].parent / ".." / "prometheus" / scrapes["scheduler"].name
+    again = cli("calibrate", scrapes["scheduler"], other_name, "--out", out)
+    assert again.code == 1 and f"the same source as {scrapes['scheduler']}" in again.err
+    assert not out.exists()
+
+
+def test_a_gzip_compressed_scrape_is_read_as_ingest_reads_a_log(calibrated, scrapes, tmp_path):
+    packed = {}
+    for name in ("apiserver", "scheduler"):
+        packed[name] = tmp_path / f"{name}.prom.gz"
+        packed[name].write_bytes(gzip.compress(scrapes[name].read_bytes()))
+    out = tmp_path / "packed.toml"
+    from replay.cli.main import main
+    assert main(["calibrate", str(packed["apiserver"]), str(packed["scheduler"]), "--out",
+                 str(out)]) == 0
+    assert read_toml(out) == read_toml(calibrated / "plain.toml")
+    cut = tmp_path / "cut.prom.gz"
+    cut.write_bytes(packed["scheduler"].read_bytes()[:4000])
+    with pytest.raises(ReplayError, match="cut.prom.gz: not a complete gzip stream"):
+        calibrate([str(cut)])
 
 
 # a scrape of one histogram series, its three buckets' counts to be filled in

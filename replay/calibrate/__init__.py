@@ -21,7 +21,7 @@ from replay.atomic import atomic_file
 from replay.calibrate.mapping import MAPPINGS, Mapping, Use, event_resource
 from replay.calibrate.output import render_config
 from replay.calibrate.series import Series, layouts, merged, selector_of
-from replay.calibrate.sources import Family, Window, collect, read_source
+from replay.calibrate.sources import Family, Window, check_given_once, collect, read_source
 from replay.engine.config import load_config
 from replay.errors import ReplayError
 from replay.outputs import check_output
@@ -65,6 +65,7 @@ def calibrate(sources: list[str], resource: str = "pods", window: Window | None 
     mapping table, for ``resource``'s series."""
     params = frozenset(p.name for p in models.load(model).params) if model else frozenset()
     warnings: list[str] = []
+    check_given_once(sources)
     read = [read_source(spec, window, warnings.append) for spec in sources]
     families, others = collect(read, warnings.append)
     results: list[Result] = []

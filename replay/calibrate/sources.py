@@ -16,9 +16,11 @@ the window's edges).
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import re
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -38,6 +40,7 @@ APISERVER_FAMILIES = ("apiserver_request_duration_seconds", "etcd_request_durati
                       "apiserver_watch_cache_read_wait_seconds")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 SUFFIXES = ("_bucket", "_sum", "_count")
+GZIP_MAGIC = b"\x1f\x8b"
 
 Warn = Callable[[str], None]
 
@@ -81,15 +84,34 @@ class Family:
     series: dict[Labels, Series]
 
 
-def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
-    """The source ``spec`` names: a scrape, a JSON result, or ``METRIC=FILE.json``."""
-    family = None
+def source_parts(spec: str) -> tuple[str | None, Path]:
+    """The metric a ``METRIC=FILE.json`` names (None for a plain file), and the file."""
     path = Path(spec)
     name, sep, rest = spec.partition("=")
     if sep and not path.exists() and METRIC_NAME.fullmatch(name):
-        family, path = name, Path(rest)
+        return name, Path(rest)
+    return None, path
+
+
+def check_given_once(specs: list[str]) -> None:
+    """Refuse a source given twice (under any name of the file): as successive scrapes its
+    counts would be differenced to nothing, as results summed twice."""
+    seen: dict[tuple[str | None, Path], str] = {}
+    for spec in specs:
+        family, path = source_parts(spec)
+        first = seen.get((family, path.resolve()))
+        if first is not None:
+            same = "given twice" if first == spec else f"the same source as {first}"
+            raise ReplayError(f"{spec}: {same}")
+        seen[family, path.resolve()] = spec
+
+
+def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
+    """The source ``spec`` names: a scrape, a JSON result, or ``METRIC=FILE.json``; either may
+    be gzip-compressed (``metrics.prom.gz``)."""
+    family, path = source_parts(spec)
     try:
-        text = path.read_text(encoding="utf-8-sig")  # a byte order mark is not the scrape's
+        text = _text(path)
     except FileNotFoundError:
         raise ReplayError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -103,6 +125,18 @@ def read_source(spec: str, window: Window | None, warn: Warn) -> Source:
         warn(f"{path}: --window selects samples of a range (matrix) result; a scrape has none, "
              "so it is taken whole")
     return _read_scrape(str(path), text)
+
+
+def _text(path: Path) -> str:
+    """The file's text, decompressed if it is gzip (by its magic bytes, as ``replay ingest``
+    tells), without a byte order mark (not the scrape's)."""
+    data = path.read_bytes()
+    if data.startswith(GZIP_MAGIC):
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise ReplayError(f"{path}: not a complete gzip stream ({err})") from None
+    return data.decode("utf-8-sig")
 
 
 def _read_scrape(name: str, text: str) -> Source:
