@@ -40,7 +40,9 @@ COLUMNS: tuple[Column, ...] = (
     Column("verb", pa.string(), False,
            "create, update, patch, delete or deletecollection (get, list, watch only with "
            "`replay ingest --keep-reads`)."),
-    Column("resource", pa.string(), False, "pods, nodes, leases, ..."),
+    Column("resource", pa.string(), False,
+           "pods, nodes, leases, ...; a resource of a group Kubernetes does not build in is "
+           "RESOURCE.GROUP (`nodes.longhorn.io`)."),
     Column("subresource", pa.string(), True, "binding, status, eviction, ..."),
     Column("namespace", pa.string(), True, "Namespace of the object; null for cluster-scoped ones."),
     Column("name", pa.string(), False, "Name of the object (empty for collection writes)."),

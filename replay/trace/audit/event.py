@@ -53,6 +53,7 @@ class User(msgspec.Struct, gc=False):
 
 class ObjectRef(msgspec.Struct, gc=False):
     resource: str | None = None
+    api_group: str | None = msgspec.field(default=None, name="apiGroup")
     namespace: str | None = None
     name: str | None = None
     uid: str | None = None

@@ -44,7 +44,7 @@ from replay.trace.audit.event import (
     User,
     decode_time,
 )
-from replay.trace.audit.uri import Target, parse_request_uri
+from replay.trace.audit.uri import BUILT_IN_GROUPS, Target, parse_request_uri, qualified
 
 # The columns of a row, plus ``seq`` (the event's position in the input), which orders rows with
 # equal ``ts`` and picks the first of duplicate events.
@@ -59,6 +59,7 @@ FULL_OBJECT_VERBS = ("create", "update")  # their request body is the whole obje
 API_SERVER_TIME = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$"
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 NO_REF, NO_STATUS, NO_USER = ObjectRef(), Status(), User()
+BUILT_IN = pa.array(sorted(BUILT_IN_GROUPS), pa.string())  # (for ``pc.is_in``)
 
 
 class Skip(Exception):
@@ -190,6 +191,7 @@ def _columns(events: list[Event], seqs: list[int]) -> dict[str, pa.Array]:
     strings = {
         "verb": [e.verb for e in events],
         "resource": [r.resource for r in refs],
+        "group": [r.api_group for r in refs],
         "subresource": [r.subresource or None for r in refs],
         "namespace": [r.namespace or None for r in refs],
         "name": [r.name for r in refs],
@@ -202,9 +204,18 @@ def _columns(events: list[Event], seqs: list[int]) -> dict[str, pa.Array]:
         "legacy_time": [e.legacy_time for e in events],
     }
     columns = {name: pa.array(values, pa.string()) for name, values in strings.items()}
+    columns["resource"] = _qualified(columns["resource"], columns.pop("group"))
     codes = [(e.response_status or NO_STATUS).code for e in events]
     columns.update(seq=pa.array(seqs, pa.int64()), code=_int64s(codes))
     return columns
+
+
+def _qualified(resources: pa.Array, groups: pa.Array) -> pa.Array:
+    """``uri.qualified`` of each row: ``RESOURCE.GROUP`` where the group is not built in."""
+    other = pc.invert(pc.is_in(pc.fill_null(groups, ""), BUILT_IN))  # (null: the core group)
+    if not pc.any(other).as_py():
+        return resources
+    return pc.if_else(other, pc.binary_join_element_wise(resources, groups, "."), resources)
 
 
 def _int64s(values: list[int | None]) -> pa.Array:
@@ -330,11 +341,12 @@ def _per_distinct(function: Callable, type_: pa.DataType, *arrays: pa.Array) -> 
 def target_of(event: Event) -> Target:
     """What the request wrote: ``objectRef``, with the request URI filling its gaps."""
     ref = event.object_ref
-    if ref is not None and ref.resource and ref.name is not None:
-        return Target(ref.resource, ref.namespace or None, ref.name, ref.subresource or None)
     if ref is not None and ref.resource:
+        resource = qualified(ref.resource, ref.api_group)
+        if ref.name is not None:
+            return Target(resource, ref.namespace or None, ref.name, ref.subresource or None)
         parsed = parse_request_uri(event.request_uri) if event.request_uri else None
-        return Target(ref.resource, ref.namespace or None, parsed.name if parsed else "",
+        return Target(resource, ref.namespace or None, parsed.name if parsed else "",
                       ref.subresource or None)
     parsed = parse_request_uri(event.request_uri or "")
     if parsed is None:

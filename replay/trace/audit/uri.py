@@ -12,6 +12,18 @@ from typing import NamedTuple
 from urllib.parse import parse_qsl
 
 NAMESPACE_SUBRESOURCES = ("status", "finalize")
+# The API groups the API server serves itself (its REST storage providers,
+# ``pkg/controlplane/instance.go``, with the CRD and aggregator servers' own): a resource of any
+# other group (a CRD such as Longhorn's ``nodes.longhorn.io``, an aggregated API such as
+# ``metrics.k8s.io``'s ``pods``) is named ``RESOURCE.GROUP``, as kubectl names it, so that it is
+# never taken for the core resource of the same plural.
+BUILT_IN_GROUPS = frozenset({
+    "", "admissionregistration.k8s.io", "apiextensions.k8s.io", "apiregistration.k8s.io", "apps",
+    "authentication.k8s.io", "authorization.k8s.io", "autoscaling", "batch",
+    "certificates.k8s.io", "coordination.k8s.io", "discovery.k8s.io", "events.k8s.io",
+    "extensions", "flowcontrol.apiserver.k8s.io", "internal.apiserver.k8s.io",
+    "networking.k8s.io", "node.k8s.io", "policy", "rbac.authorization.k8s.io", "resource.k8s.io",
+    "scheduling.k8s.io", "storage.k8s.io", "storagemigration.k8s.io"})
 
 
 class Target(NamedTuple):
@@ -21,13 +33,19 @@ class Target(NamedTuple):
     subresource: str | None
 
 
+def qualified(resource: str, group: str | None) -> str:
+    """``resource`` as the trace names it: ``RESOURCE.GROUP`` unless the group is built in."""
+    return resource if not group or group in BUILT_IN_GROUPS else f"{resource}.{group}"
+
+
 def parse_request_uri(uri: str) -> Target | None:
     """The resource, namespace, name and subresource in ``uri``; None for non-resource paths."""
     parts = [p for p in uri.partition("?")[0].split("/") if p]
+    group = None
     if len(parts) >= 3 and parts[0] == "api":
         parts = parts[2:]
     elif len(parts) >= 4 and parts[0] == "apis":
-        parts = parts[3:]
+        group, parts = parts[1], parts[3:]
     else:
         return None
     namespace = None
@@ -36,7 +54,7 @@ def parse_request_uri(uri: str) -> Target | None:
         if len(parts) > 2 and parts[2] not in NAMESPACE_SUBRESOURCES:
             parts = parts[2:]
     padded: list[str | None] = [*parts, None, None]
-    return Target(parts[0], namespace, padded[1] or "", padded[2])
+    return Target(qualified(parts[0], group), namespace, padded[1] or "", padded[2])
 
 
 def is_dry_run(uri: str | None) -> bool:
