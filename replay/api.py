@@ -56,6 +56,7 @@ class RunResult:
     attempts: int
     seconds: dict[str, float]  # wall time of "replay" (reading, replaying, writing) and "derive"
     extra: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # the model's, about the trace (``Model.notes``)
 
 
 def has_bindings(trace: pl.DataFrame) -> bool:
@@ -105,6 +106,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
                     **(manifest_extra or {})}
         summary: dict = {}
         tables = _summarised(model.tables(trace, config, watchers), summary)
+        notes = getattr(model, "notes", [])  # (added to as the tables are made)
         del trace, model  # the tables hold them until the last is written, and no longer
 
         def derive_tables(run_dir: Path) -> dict[str, int]:
@@ -119,7 +121,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         seconds["derive"] += time.perf_counter()
         bar.update()
     return RunResult(out, model_class.name, rows, len(watchers), summary["delay"],
-                     summary["conflicts"], rows["attempts"], seconds)
+                     summary["conflicts"], rows["attempts"], seconds, notes=notes)
 
 
 def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path: str,

@@ -539,3 +539,26 @@ def test_observe_deliveries_take_their_writes_shared_stage_times(monkeypatch, pa
     monkeypatch.setattr("replay.models.observe.PART", 1 << 20)
     assert whole.equals(pa.concat_tables(list(_Replay(trace, config, watchers).deliveries()))
                         .combine_chunks())
+
+
+def test_pods_that_existed_before_the_trace_began_are_said(cli, tmp_path):
+    """A log of a running cluster: the pods created before its first line hold no capacity in
+    observe and are set aside by a what-if model; each says how many, in a warning."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    cut = sample["ts"].min() + dt.timedelta(seconds=120)
+    node_creates = (pl.col("resource") == "nodes") & (pl.col("verb") == "create")
+    trace = tmp_path / "cut.parquet"
+    write_trace(sample.filter((pl.col("ts") >= cut) | node_creates), trace, source="test",
+                source_args={})
+    pods = sample.filter(pl.col("resource") == "pods", pl.col("subresource").is_null())
+    before = pods.filter(pl.col("ts") < cut, verb="create")["name"]
+    existed = pods.filter(pl.col("ts") >= cut, pl.col("name").is_in(before.implode()))
+    count = existed["name"].n_unique()
+    assert count > 1000  # (1,376)
+    for model, effect in (("observe", "so they hold no capacity on their nodes"),
+                          ("kube", "they are set aside")):
+        result = cli("run", trace, "--model", model, "--out", tmp_path / model)
+        assert result.code == 0, result.err
+        assert f"replay: warning: {count:,} of " in result.err and effect in result.err
+    whole = cli("run", SAMPLE_TRACE, "--model", "kube", "--out", tmp_path / "whole")
+    assert whole.code == 0 and "existed before" not in whole.err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from replay.api import RunResult, load_config, run_replay
 from replay.cli.arguments import output_path
@@ -46,6 +47,8 @@ def replay_from(args: argparse.Namespace, force: bool) -> RunResult:
 
 
 def print_summary(result: RunResult) -> None:
+    for note in result.notes:
+        print(f"replay: warning: {note}", file=sys.stderr)
     print(f"model {result.model}: {result.rows['events']:,} events, "
           f"{result.watchers:,} watchers, {result.rows['deliveries']:,} deliveries")
     for role, deliveries, p50, p99 in result.delay_by_role.iter_rows():

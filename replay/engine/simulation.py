@@ -272,6 +272,11 @@ class Simulation:
         """The distinct ``spec.schedulerName`` values of the workload's pods, sorted."""
         return sorted({n for n in self._workload.scheduler_name if n is not None})
 
+    def workload_notes(self) -> list[str]:
+        """What the workload set aside from the trace that bears on the numbers, one sentence
+        each (pods that existed before the trace began)."""
+        return list(self._workload.notes)
+
     # -- writes and attempts --------------------------------------------------------------------
     def commit(self, kind: WriteKind, pod: Pod | None, component: str, node: int = NO_NODE,
                attempt: Attempt | None = None) -> Write:

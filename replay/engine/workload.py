@@ -22,7 +22,7 @@ import polars as pl
 
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
 from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
-                                   PodHistory, mask)
+                                   PodHistory, created_before, mask)
 
 
 @dataclass
@@ -44,6 +44,7 @@ class Workload:
     group: list[str | None]
     priority: np.ndarray
     group_size: dict[str, int]
+    notes: list[str]  # what the workload set aside that bears on the numbers
 
     @classmethod
     def of(cls, trace: pl.DataFrame) -> Workload:
@@ -94,6 +95,10 @@ class Workload:
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
             group=_shared(pods["group"].to_list()), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
+            notes=created_before(
+                int(np.count_nonzero(~has_create)), history.incarnations,
+                "they are set aside (their requests are unknown), so the model places the "
+                "others on nodes that hold none of them"),
         )
 
 

@@ -72,6 +72,9 @@ class Model:
 
     def __init__(self, params: Mapping[str, Any] | None = None):
         self.settings = self.resolve(params or {})
+        # What a replay found in its trace that bears on its numbers, one sentence each, added
+        # while the tables are made (``replay run`` prints them as warnings)
+        self.notes: list[str] = []
 
     @classmethod
     def resolve(cls, given: Mapping[str, Any]) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                Scan, Streams, WatcherSpec, capacities, match, node_index,
                                view_lag_us, watchers_table)
 from replay.models.base import Model
-from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks
+from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks, created_before
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -73,6 +73,10 @@ class ObserveModel(Model):
         parts, so that each is written while the next is computed, and first: writing them is
         the longest of the writer's jobs, which then runs while the pods are computed."""
         replay = _Replay(trace, config, watchers)
+        self.notes += created_before(
+            int(np.count_nonzero(replay.create < 0)), replay.history.incarnations,
+            "their requests are unknown, so they hold no capacity on their nodes, and the "
+            "capacity their deletes free is missed")
         yield "watchers", watchers_table(watchers)
         yield "events", replay.events()
         for part in replay.deliveries():

@@ -111,6 +111,7 @@ class WhatIfModel(Model):
     def _simulation(self, trace: pl.DataFrame, config: RunConfig,
                     watchers: list[WatcherSpec]) -> Simulation:
         sim = Simulation(trace, config, watchers, instant=self.instant)
+        self.notes += sim.workload_notes()
         self.start(sim)
         return sim
 

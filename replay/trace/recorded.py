@@ -26,6 +26,16 @@ IS_POD_CREATE = IS_POD & (pl.col("verb") == "create") & pl.col("subresource").is
 IS_POD_DELETE = IS_POD & (pl.col("verb") == "delete") & pl.col("subresource").is_null()
 
 
+def created_before(pods: int, incarnations: int, effect: str) -> list[str]:
+    """The note of a replay ``pods`` of whose ``incarnations`` have writes but no create in the
+    trace (they existed before it began, as in a log of a running cluster), with its
+    ``effect``; none when every pod is created in the trace."""
+    if not pods:
+        return []
+    return [f"{pods:,} of {incarnations:,} pods existed before the trace began (writes but no "
+            f"create): {effect} (traces/README.md: a log of a running cluster)"]
+
+
 def mask(trace: pl.DataFrame, condition: pl.Expr) -> np.ndarray:
     """``condition`` per trace row as a numpy boolean array (null counts as false)."""
     return trace.select(condition.fill_null(False)).to_series().to_numpy()
