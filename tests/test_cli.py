@@ -78,6 +78,20 @@ def test_help_shows_replay_trace_first(cli):
     assert result.code == 0 and result.out.startswith("usage: replay TRACE")
 
 
+def test_a_misspelt_command_is_a_usage_error_not_a_missing_trace(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    typo = cli("rnu", "t.parquet")
+    assert typo.code == 2 and "'rnu' is neither a command nor a trace file (did you mean " \
+        "'run'?)" in typo.err
+    word = cli("frobnicate")
+    assert word.code == 2 and "(commands: synth, ingest, import," in word.err
+    assert cli("t.parquet").err.endswith("t.parquet: no such file\n")  # a path: a trace
+    (tmp_path / "rnu").write_bytes(b"not parquet")
+    assert "rnu: not a readable Parquet file" in cli("rnu").err  # a file of that name: a trace
+    helped = cli("help")
+    assert helped.code == 0 and helped.out.startswith("usage: replay TRACE")
+
+
 def test_characters_the_terminal_lacks_are_escaped_not_a_traceback():
     done = subprocess.run([sys.executable, "-m", "replay", "models"], capture_output=True,
                           text=True, env={**os.environ, "PYTHONIOENCODING": "ascii"})

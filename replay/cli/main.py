@@ -9,6 +9,7 @@ partial output has been removed (the writers' own cleanup, ``replay.atomic``).
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 
@@ -54,6 +55,17 @@ def is_trace_shortcut(parser: argparse.ArgumentParser, argv: list[str]) -> bool:
     return bool(argv) and not argv[0].startswith("-") and argv[0] not in command_names(parser)
 
 
+def check_not_a_misspelt_command(parser: argparse.ArgumentParser, word: str) -> None:
+    """A usage error for ``replay rnu trace.parquet``: a first argument that names no file and
+    could not be a path (no ``/`` or ``.``) is a command mistyped, not a trace to replay."""
+    if os.path.exists(word) or "/" in word or "." in word:
+        return
+    names = command_names(parser)
+    close = difflib.get_close_matches(word, names, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"commands: {', '.join(names)}"
+    parser.error(f"{word!r} is neither a command nor a trace file ({hint})")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _never_fail_to_print()
@@ -63,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         _load_numpy_interfaces()
         interrupts.install()
         _warn_if_uncached()
+        if argv == ["help"]:
+            parser.print_help()
+            return 0
         if is_trace_shortcut(parser, argv):
+            check_not_a_misspelt_command(parser, argv[0])
             return default.main(argv)
         args = parser.parse_args(argv)
         return args.run(args) or 0
