@@ -562,3 +562,21 @@ def test_pods_that_existed_before_the_trace_began_are_said(cli, tmp_path):
         assert f"replay: warning: {count:,} of " in result.err and effect in result.err
     whole = cli("run", SAMPLE_TRACE, "--model", "kube", "--out", tmp_path / "whole")
     assert whole.code == 0 and "existed before" not in whole.err
+
+
+def test_writes_without_their_bodies_are_said(cli, tmp_path):
+    """A Metadata-level log: no requests on pod creates, no node on bindings."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    is_pod = pl.col("resource") == "pods"
+    trace = tmp_path / "metadata.parquet"
+    write_trace(sample.with_columns(
+        pl.when(pl.col("subresource") == "binding").then(None).otherwise("node").alias("node"),
+        *[pl.when(is_pod).then(None).otherwise(c).alias(c)
+          for c in ("cpu_milli", "memory_bytes", "gpu_milli")]), trace, source="test",
+        source_args={})
+    requests = "5,000 of 5,000 pod creates carry no requests (the log left out their bodies"
+    nodes = "5,000 of 5,000 bindings name no node"
+    observed = cli("run", trace, "--model", "observe", "--out", tmp_path / "observe")
+    assert observed.code == 0 and requests in observed.err and nodes in observed.err
+    what_if = cli("run", trace, "--model", "kube", "--out", tmp_path / "kube")
+    assert what_if.code == 0 and requests in what_if.err and nodes not in what_if.err

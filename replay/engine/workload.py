@@ -22,7 +22,8 @@ import polars as pl
 
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
 from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
-                                   PodHistory, created_before, mask)
+                                   PodHistory, RowMasks, created_before, mask,
+                                   without_bodies)
 
 
 @dataclass
@@ -98,7 +99,8 @@ class Workload:
             notes=created_before(
                 int(np.count_nonzero(~has_create)), history.incarnations,
                 "they are set aside (their requests are unknown), so the model places the "
-                "others on nodes that hold none of them"),
+                "others on nodes that hold none of them")
+            + without_bodies(trace, RowMasks(trace), bindings=False),
         )
 
 

@@ -25,7 +25,8 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                Scan, Streams, WatcherSpec, capacities, match, node_index,
                                view_lag_us, watchers_table)
 from replay.models.base import Model
-from replay.trace.recorded import IS_BINDING, PodHistory, RowMasks, created_before
+from replay.trace.recorded import (IS_BINDING, PodHistory, RowMasks, created_before,
+                                   without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -77,6 +78,7 @@ class ObserveModel(Model):
             int(np.count_nonzero(replay.create < 0)), replay.history.incarnations,
             "their requests are unknown, so they hold no capacity on their nodes, and the "
             "capacity their deletes free is missed")
+        self.notes += without_bodies(trace, replay.masks, bindings=True)
         yield "watchers", watchers_table(watchers)
         yield "events", replay.events()
         for part in replay.deliveries():

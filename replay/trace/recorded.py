@@ -24,6 +24,7 @@ IS_POD = pl.col("resource") == "pods"
 IS_BINDING = IS_POD & pl.col("subresource").eq_missing("binding") & (pl.col("verb") == "create")
 IS_POD_CREATE = IS_POD & (pl.col("verb") == "create") & pl.col("subresource").is_null()
 IS_POD_DELETE = IS_POD & (pl.col("verb") == "delete") & pl.col("subresource").is_null()
+NO_BODIES = "the log left out their bodies, as a Metadata-level log does"
 
 
 def created_before(pods: int, incarnations: int, effect: str) -> list[str]:
@@ -82,6 +83,26 @@ class RowMasks:
     @cached_property
     def named_pod(self) -> np.ndarray:
         return mask(self.trace, IS_POD & pl.col("name").ne(""))
+
+
+def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list[str]:
+    """The notes of a replay of a trace whose writes lack the bodies their columns come from
+    (a Metadata-level audit log): pod creates with no requests and, if ``bindings`` are
+    replayed, bindings with no node."""
+    notes = []
+    creates = np.count_nonzero(masks.ok_create)
+    unknown = np.count_nonzero(masks.ok_create & mask(trace, pl.all_horizontal(
+        pl.col("cpu_milli", "memory_bytes", "gpu_milli").is_null())))
+    if unknown:
+        notes.append(f"{unknown:,} of {creates:,} pod creates carry no requests ({NO_BODIES}): "
+                     "those pods request nothing in this replay")
+    placed = np.count_nonzero(masks.ok_binding)
+    nowhere = np.count_nonzero(masks.ok_binding & mask(trace, pl.col("node").is_null()))
+    if bindings and nowhere:
+        notes.append(f"{nowhere:,} of {placed:,} bindings name no node ({NO_BODIES}): those "
+                     "pods are bound to no node, so no kubelet sees them and they hold no "
+                     "capacity")
+    return notes
 
 
 def by_name(names: pl.Series) -> tuple[np.ndarray, np.ndarray]:
