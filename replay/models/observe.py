@@ -74,11 +74,6 @@ class ObserveModel(Model):
         parts, so that each is written while the next is computed, and first: writing them is
         the longest of the writer's jobs, which then runs while the pods are computed."""
         replay = _Replay(trace, config, watchers)
-        self.notes += created_before(
-            int(np.count_nonzero(replay.create < 0)), replay.history.incarnations,
-            "their requests are unknown, so they hold no capacity on their nodes, and the "
-            "capacity their deletes free is missed")
-        self.notes += without_bodies(trace, replay.masks, bindings=True)
         yield "watchers", watchers_table(watchers)
         yield "events", replay.events()
         for part in replay.deliveries():
@@ -86,6 +81,7 @@ class ObserveModel(Model):
         yield "pods", replay.pods()
         yield "attempts", replay.attempts()
         yield from replay.scan.incidents().items()
+        self.notes += replay.notes()  # (last: the pod history is made while deliveries are written)
 
 
 class _Replay:
@@ -96,6 +92,15 @@ class _Replay:
         self.masks = RowMasks(trace)
         self.ts = trace["ts"].dt.epoch("us").to_numpy()
         self.attempt_rows = np.flatnonzero(self.masks.binding)
+
+    def notes(self) -> list[str]:
+        """What the trace lacks that bears on the numbers: pods created before it began,
+        bodies a Metadata-level log leaves out."""
+        return created_before(
+            int(np.count_nonzero(self.create < 0)), self.history.incarnations,
+            "their requests are unknown, so they hold no capacity on their nodes, and the "
+            "capacity their deletes free is missed") + without_bodies(self.trace, self.masks,
+                                                                       bindings=True)
 
     @cached_property
     def history(self) -> PodHistory:
