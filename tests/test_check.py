@@ -481,6 +481,8 @@ def test_cli_lists_the_invariants_and_errs_in_one_line(cli, tmp_path):
     assert [line.split()[0] for line in listed] == [i.id for i in INVARIANTS]
     missing = cli("check", tmp_path / "nope")
     assert missing.code == 1 and missing.err.count("\n") == 1 and "no such run directory" in missing.err
+    nothing = cli("check")  # a usage error, as argparse's own are
+    assert nothing.code == 2 and "give one or more RUN_DIR" in nothing.err
 
 
 # --- real traces ----------------------------------------------------------------------------------

@@ -6,7 +6,6 @@ import argparse
 
 from replay.analysis.check import INVARIANTS, Finding, Status, check_run
 from replay.analysis.runs import runs_of
-from replay.errors import ReplayError
 from replay.reproduce import deterministic
 
 
@@ -27,12 +26,12 @@ def add_parser(commands) -> None:
                         help="also replay each run's trace again (a full replay, in a new "
                              "process with one thread) and compare every table byte for byte")
     parser.add_argument("--list", action="store_true", help="list the invariants and exit")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, parser=parser)
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.list and not args.run_dirs:
-        raise ReplayError("give one or more RUN_DIR (or --list to see the invariants)")
+        args.parser.error("give one or more RUN_DIR (or --list to see the invariants)")
     if args.list:
         width = max(len(i.id) for i in INVARIANTS)
         for invariant in INVARIANTS:
