@@ -580,3 +580,26 @@ def test_writes_without_their_bodies_are_said(cli, tmp_path):
     assert observed.code == 0 and requests in observed.err and nodes in observed.err
     what_if = cli("run", trace, "--model", "kube", "--out", tmp_path / "kube")
     assert what_if.code == 0 and requests in what_if.err and nodes not in what_if.err
+
+
+def test_pods_created_on_their_node_are_said(cli, tmp_path):
+    """Mirror pods: created with spec.nodeName, never bound. observe says so for pods with no
+    binding; a what-if model, which schedules every pod, for all."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    binding = pl.col("subresource") == "binding"
+    placed = sample.filter(binding).head(3).select("name", pl.col("node").alias("target"))
+    created = (pl.col("verb") == "create") & pl.col("subresource").is_null()
+    mirrored = sample.join(placed, on="name", how="left", maintain_order="left").with_columns(
+        pl.when(created & pl.col("target").is_not_null()).then("target").otherwise("node")
+        .alias("node")).drop("target")
+    unbound = mirrored.filter(~(binding & pl.col("name").is_in(placed["name"].implode()))
+                              .fill_null(False))
+    note = "3 of 5,000 pod creates name their node already (static pods' mirror pods"
+    for name, trace, model, said in (("unbound", unbound, "observe", True),
+                                     ("bound", mirrored, "observe", False),
+                                     ("anew", mirrored, "kube", True)):
+        path = tmp_path / f"{name}.parquet"
+        write_trace(trace, path, source="test", source_args={})
+        result = cli("run", path, "--model", model, "--out", tmp_path / name)
+        assert result.code == 0, result.err
+        assert (note in result.err) == said, (name, result.err)

@@ -22,7 +22,7 @@ import polars as pl
 
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
 from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
-                                   PodHistory, RowMasks, created_before, mask,
+                                   PodHistory, RowMasks, created_before, created_placed, mask,
                                    without_bodies)
 
 
@@ -96,11 +96,7 @@ class Workload:
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
             group=_shared(pods["group"].to_list()), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
-            notes=created_before(
-                int(np.count_nonzero(~has_create)), history.incarnations,
-                "they are set aside (their requests are unknown), so the model places the "
-                "others on nodes that hold none of them")
-            + without_bodies(trace, RowMasks(trace), bindings=False),
+            notes=_notes(trace, history, has_create),
         )
 
 
@@ -120,6 +116,16 @@ def node_names(trace: pl.DataFrame) -> list[str]:
         trace.filter(pl.col("resource") == "nodes")["name"],
         trace.filter(IS_BINDING)["node"].drop_nulls(),
     ]).unique().sort().to_list()
+
+
+def _notes(trace: pl.DataFrame, history: PodHistory, has_create: np.ndarray) -> list[str]:
+    """What the workload sets aside or cannot know that bears on the numbers."""
+    masks = RowMasks(trace)
+    return [*created_before(int(np.count_nonzero(~has_create)), history.incarnations,
+                            "they are set aside (their requests are unknown), so the model "
+                            "places the others on nodes that hold none of them"),
+            *without_bodies(trace, masks, bindings=False),
+            *created_placed(trace, masks, "the model schedules these pods anew")]
 
 
 def _starts(trace: pl.DataFrame, history: PodHistory, created: np.ndarray,

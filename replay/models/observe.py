@@ -26,7 +26,7 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import (IS_BINDING, PodHistory, RowMasks, created_before,
-                                   without_bodies)
+                                   created_placed, without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -94,13 +94,16 @@ class _Replay:
         self.attempt_rows = np.flatnonzero(self.masks.binding)
 
     def notes(self) -> list[str]:
-        """What the trace lacks that bears on the numbers: pods created before it began,
-        bodies a Metadata-level log leaves out."""
-        return created_before(
-            int(np.count_nonzero(self.create < 0)), self.history.incarnations,
-            "their requests are unknown, so they hold no capacity on their nodes, and the "
-            "capacity their deletes free is missed") + without_bodies(self.trace, self.masks,
-                                                                       bindings=True)
+        """What the trace lacks, or holds, that bears on the numbers: pods created before it
+        began, bodies a Metadata-level log leaves out, pods created already placed."""
+        existed = int(np.count_nonzero(self.create < 0))
+        return [*created_before(existed, self.history.incarnations,
+                                "their requests are unknown, so they hold no capacity on their "
+                                "nodes, and the capacity their deletes free is missed"),
+                *without_bodies(self.trace, self.masks, bindings=True),
+                *created_placed(self.trace, self.masks,
+                                "observe counts these pods on no node and no kubelet sees them",
+                                unbound_in=self.history)]
 
     @cached_property
     def history(self) -> PodHistory:

@@ -105,6 +105,25 @@ def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list
     return notes
 
 
+def created_placed(trace: pl.DataFrame, masks: RowMasks, effect: str,
+                   unbound_in: PodHistory | None = None) -> list[str]:
+    """The note of a replay of a trace whose pod creates name their node already (a static
+    pod's mirror pod, which its kubelet creates), with its ``effect``: the replays place a pod
+    only at a binding (traces/README.md).  With ``unbound_in``, only the pods that history
+    never binds count."""
+    rows = masks.ok_create & mask(trace, pl.col("node").is_not_null())
+    if unbound_in is not None:
+        pods = unbound_in.incarnation[rows]  # (-1: a create with no name, never bound)
+        bound = unbound_in.first(masks.ok_binding)[np.maximum(pods, 0)] >= 0
+        rows[rows] = (pods < 0) | ~bound
+    placed = np.count_nonzero(rows)
+    if not placed:
+        return []
+    return [f"{placed:,} of {np.count_nonzero(masks.ok_create):,} pod creates name their node "
+            f"already (static pods' mirror pods, or pods placed by whoever created them): the "
+            f"replays place a pod only at a binding, so {effect}"]
+
+
 def by_name(names: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """The order that puts ``names`` together by name, each name's rows in their own order, and
     per row of that order whether it begins a name.
