@@ -21,6 +21,7 @@ from replay.cli.main import main
 from replay.engine.config import load_config
 from replay.engine.rundir import record_files
 from replay.trace.io import write_trace
+from replay.trace.synth import SynthSpec, synthesize
 
 from conftest import REPO, SAMPLE_TRACE, shared_data
 from strategies import GIB, bind, delete, node, pod, rows_to_trace, under_load
@@ -583,3 +584,26 @@ service = {{ dist = "exponential", mean_ms = 2.0 }}
 """ + BINDER_AND_DISPATCHER)
     assert pl.read_parquet(run / "attempts.parquet")["view_lag_ms"].max() > 0
     assert failed(check_run(run)) == []
+
+
+def test_rerun_finds_a_relative_trace_from_the_run_directorys_folders(cli, tmp_path,
+                                                                      monkeypatch):
+    """`replay run traces/t.parquet --out runs/t` in a project's folder, checked from
+    elsewhere: the trace's path is found from the run's folders and replayed from there, so
+    that the manifest made again records the same path."""
+    project = tmp_path / "project"
+    (project / "traces").mkdir(parents=True)
+    synthesize(SynthSpec(nodes=4, pods=30, arrival_rate=20, bind="least-allocated", seed=3),
+               project / "traces" / "t.parquet")
+    monkeypatch.chdir(project)
+    assert cli("run", "traces/t.parquet", "--model", "kube", "--out", "runs/t").code == 0
+    monkeypatch.chdir(tmp_path)
+    result = cli("check", "--rerun", project / "runs" / "t")
+    assert "  ok        deterministic\n" in result.out, result.out
+    synthesize(SynthSpec(nodes=4, pods=31, arrival_rate=20, bind="least-allocated", seed=3),
+               project / "traces" / "t.parquet")
+    changed = cli("check", "--rerun", project / "runs" / "t")
+    assert f"its trace {project / 'traces' / 't.parquet'} changed since the run" in changed.out
+    (project / "traces" / "t.parquet").unlink()
+    gone = cli("check", "--rerun", project / "runs" / "t")
+    assert "its trace 'traces/t.parquet' is not here to replay again" in gone.out
