@@ -100,6 +100,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         check_watchers(watchers, trace, str(trace_path), configured=config.watchers is not None)
         if config.watchers is not None:
             model.check_watchers(watchers, str(config.source or "the configuration"))
+            model.notes += _unknown_nodes(watchers, trace, str(trace_path))
         bar.update()
         bar.set_postfix_str(f"replaying through {model_class.name}, writing the run directory")
         manifest = {**_manifest(trace_path, config, model_class, model.settings, len(watchers)),
@@ -140,6 +141,7 @@ def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path:
                     f"watcher {watcher.name!r}: its resources ({', '.join(watcher.resources)}) "
                     f"name nothing in {trace_path}, which holds "
                     f"{', '.join(sorted(rows)) or 'no rows'}")
+
     cluster_wide = Counter(w.resources for w in watchers if w.node is None)
     deliveries = sum(count * sum(rows.get(r, 0) for r in resources)
                      for resources, count in cluster_wide.items())
@@ -148,6 +150,21 @@ def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path:
             f"this replay would make about {deliveries:,} deliveries ({sum(cluster_wide.values()):,} "
             f"watchers of the whole cluster, {trace.height:,} rows), more than the limit of "
             f"{MAX_DELIVERIES:,}; use fewer watchers or a shorter trace")
+
+
+def _unknown_nodes(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path: str) -> list[str]:
+    """A note for each watcher bound to a node the trace never names (a node object or a
+    binding's target), which receives nothing: a misspelt ``node-7`` for ``node-007``.  (A
+    note, not an error: a watcher that receives nothing is a case the queries must answer.)"""
+    bound = [w for w in watchers if w.node is not None]
+    if not bound or not {"resource", "name", "node"} <= set(trace.columns):
+        return []
+    named = set(trace["node"].drop_nulls().unique().to_list()) | set(
+        trace.filter(pl.col("resource") == "nodes")["name"].unique().to_list())
+    some = ", ".join(sorted(named)[:3]) + (", ..." if len(named) > 3 else "")
+    return [f"watcher {w.name!r}: its node {w.node!r} is not in {trace_path}, which names "
+            f"{len(named):,} nodes{f' ({some})' if named else ''}: it receives nothing"
+            for w in bound if w.node not in named]
 
 
 @contextlib.contextmanager

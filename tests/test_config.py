@@ -184,6 +184,8 @@ def test_errors_under_load_name_the_key(tmp_path, text, message):
     ("[[watchers]]\nname = \"a\"\n[watchers.stages.cacher_queue]\nservice = { dist = \"constant\", ms = 1 }",
      "watchers[0].stages.cacher_queue: this stage is one queue per resource shared by all watchers"),
     ("[[watchers]]\nname = \"a\"\n[[watchers]]\nname = \"a\"", "the name 'a' is used twice"),
+    ("watchers = []", "watchers: an empty list, which would replay to no one"),
+    ("[[watchers]]\nname = \"a\"\nresources = []", "watchers[0].resources: expected a non-empty"),
     ("seed = [", "not valid TOML"),
 ])
 def test_errors_name_the_key(tmp_path, text, message):

@@ -603,3 +603,15 @@ def test_pods_created_on_their_node_are_said(cli, tmp_path):
         result = cli("run", path, "--model", model, "--out", tmp_path / name)
         assert result.code == 0, result.err
         assert (note in result.err) == said, (name, result.err)
+
+
+def test_a_watcher_of_a_node_the_trace_never_names_is_said(cli, tmp_path):
+    config = tmp_path / "c.toml"
+    config.write_text('[[watchers]]\nname = "k"\nresources = ["pods"]\nnode = "node-7"\n'
+                      '[[watchers]]\nname = "ok"\nresources = ["pods"]\nnode = "node-007"\n')
+    result = cli("run", SAMPLE_TRACE, "--config", config, "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert result.err.count("replay: warning:") == 1
+    assert "watcher 'k': its node 'node-7' is not in" in result.err
+    assert "which names 200 nodes (node-000, node-001, node-002, ...): it receives nothing" \
+        in result.err

@@ -441,6 +441,9 @@ def _stage_tables(raw: Any, where: str,
 def _watchers(raw: Any) -> tuple[WatcherSpec, ...]:
     if not isinstance(raw, list):
         raise ValueError("watchers: expected an array of tables ([[watchers]])")
+    if not raw:
+        raise ValueError("watchers: an empty list, which would replay to no one (leave it out "
+                         "for the model's own watchers)")
     out: list[WatcherSpec] = []
     for i, item in enumerate(raw):
         where = f"watchers[{i}]"
@@ -454,8 +457,9 @@ def _watchers(raw: Any) -> tuple[WatcherSpec, ...]:
         if role not in ROLES:
             raise ValueError(f"{where}.role: expected one of {', '.join(ROLES)}, got {role!r}")
         resources = item.get("resources", ["pods", "nodes"])
-        if not isinstance(resources, list) or not all(isinstance(r, str) for r in resources):
-            raise ValueError(f"{where}.resources: expected a list of resource names")
+        if not isinstance(resources, list) or not resources or not all(
+                isinstance(r, str) for r in resources):
+            raise ValueError(f"{where}.resources: expected a non-empty list of resource names")
         node = item.get("node")
         if node is not None and not isinstance(node, str):
             raise ValueError(f"{where}.node: expected a node name")
