@@ -56,7 +56,7 @@ class RunResult:
     attempts: int
     seconds: dict[str, float]  # wall time of "replay" (reading, replaying, writing) and "derive"
     extra: dict = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)  # the model's, about the trace (``Model.notes``)
+    notes: list[str] = field(default_factory=list)  # what bears on the numbers (``Model.notes``)
 
 
 def has_bindings(trace: pl.DataFrame) -> bool:
@@ -141,7 +141,6 @@ def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path:
                     f"watcher {watcher.name!r}: its resources ({', '.join(watcher.resources)}) "
                     f"name nothing in {trace_path}, which holds "
                     f"{', '.join(sorted(rows)) or 'no rows'}")
-
     cluster_wide = Counter(w.resources for w in watchers if w.node is None)
     deliveries = sum(count * sum(rows.get(r, 0) for r in resources)
                      for resources, count in cluster_wide.items())

@@ -5,6 +5,10 @@ A pod is a name (``namespace/name``); a committed create starts a new *incarnati
 began form an incarnation with no create.  Everything here is computed with one sort of the pod
 rows by name and numpy segment operations, because grouping a million pod names with dataframe
 window functions costs seconds.
+
+The replays' notes (``Model.notes``: pods created before the trace began, bodies a Metadata-level
+log leaves out, pods created already placed) are worded here, once for observe and the what-if
+workload.
 """
 
 from __future__ import annotations
@@ -25,16 +29,6 @@ IS_BINDING = IS_POD & pl.col("subresource").eq_missing("binding") & (pl.col("ver
 IS_POD_CREATE = IS_POD & (pl.col("verb") == "create") & pl.col("subresource").is_null()
 IS_POD_DELETE = IS_POD & (pl.col("verb") == "delete") & pl.col("subresource").is_null()
 NO_BODIES = "the log left out their bodies, as a Metadata-level log does"
-
-
-def created_before(pods: int, incarnations: int, effect: str) -> list[str]:
-    """The note of a replay ``pods`` of whose ``incarnations`` have writes but no create in the
-    trace (they existed before it began, as in a log of a running cluster), with its
-    ``effect``; none when every pod is created in the trace."""
-    if not pods:
-        return []
-    return [f"{pods:,} of {incarnations:,} pods existed before the trace began (writes but no "
-            f"create): {effect} (traces/README.md: a log of a running cluster)"]
 
 
 def mask(trace: pl.DataFrame, condition: pl.Expr) -> np.ndarray:
@@ -85,6 +79,18 @@ class RowMasks:
         return mask(self.trace, IS_POD & pl.col("name").ne(""))
 
 
+# --- what a replay says about the trace it replays (``Model.notes``) ---------------------------
+
+def created_before(pods: int, incarnations: int, effect: str) -> list[str]:
+    """The note of a replay ``pods`` of whose ``incarnations`` have writes but no create in the
+    trace (they existed before it began, as in a log of a running cluster), with its
+    ``effect``; none when every pod is created in the trace."""
+    if not pods:
+        return []
+    return [f"{pods:,} of {incarnations:,} pods existed before the trace began (writes but no "
+            f"create): {effect} (traces/README.md: a log of a running cluster)"]
+
+
 def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list[str]:
     """The notes of a replay of a trace whose writes lack the bodies their columns come from
     (a Metadata-level audit log): pod creates with no requests and, if ``bindings`` are
@@ -96,12 +102,12 @@ def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list
     if unknown:
         notes.append(f"{unknown:,} of {creates:,} pod creates carry no requests ({NO_BODIES}): "
                      "those pods request nothing in this replay")
-    placed = np.count_nonzero(masks.ok_binding)
-    nowhere = np.count_nonzero(masks.ok_binding & mask(trace, pl.col("node").is_null()))
-    if bindings and nowhere:
-        notes.append(f"{nowhere:,} of {placed:,} bindings name no node ({NO_BODIES}): those "
-                     "pods are bound to no node, so no kubelet sees them and they hold no "
-                     "capacity")
+    nowhere = np.count_nonzero(masks.ok_binding & mask(trace, pl.col("node").is_null())) \
+        if bindings else 0
+    if nowhere:
+        notes.append(f"{nowhere:,} of {np.count_nonzero(masks.ok_binding):,} bindings name no "
+                     f"node ({NO_BODIES}): those pods are bound to no node, so no kubelet sees "
+                     "them and they hold no capacity")
     return notes
 
 
