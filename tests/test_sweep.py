@@ -27,6 +27,7 @@ from replay.errors import ReplayError
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
 from replay.sweep import point as point_module
 from replay.sweep.point import Task, run_point
+from replay.trace.io import write_trace
 from replay.trace.synth import SynthSpec, synthesize
 
 import query_reference as ref
@@ -251,6 +252,22 @@ def test_a_point_that_fails_says_why_in_one_line(monkeypatch, tmp_path, raised, 
     monkeypatch.setattr(point_module, "run_replay", failing)
     outcome = run_point(Task("p", tmp_path / "t.parquet", None, tmp_path / "p", {}, 0, "t"))
     assert outcome.status.value == "failed" and outcome.error.startswith(message)
+
+
+def test_what_a_points_replay_notes_is_said_once(cli, folder, tmp_path):
+    """The points of a trace share its notes (here: pods created before it began): said once,
+    naming the point it came from."""
+    tiny = pl.read_parquet(folder / "tiny.parquet")
+    first = tiny.filter(pl.col("resource") == "pods")["name"][:3]
+    cut = tmp_path / "cut.parquet"
+    created = (pl.col("verb") == "create") & pl.col("name").is_in(first.implode())
+    write_trace(tiny.filter(~created), cut, source="test", source_args={})
+    path = sweep_file(tmp_path, 'trace = "cut.parquet"\nseeds = [1, 2]\n[matrix]\n'
+                                'model = ["kube", "omega"]\n')
+    result = cli("sweep", path, "--out", tmp_path / "out")
+    assert result.code == 0, result.err
+    assert result.err.count("3 of 60 pods existed before the trace began") == 1, result.err
+    assert "replay: warning: point cut-" in result.err
 
 
 def differences(a: Path, b: Path) -> list[str]:

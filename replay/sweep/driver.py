@@ -111,6 +111,7 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
         outcomes = dict(planned.outcomes)
         write_index(out, index_frame(sweep, outcomes))
         tasks = [task_of(point, out, token) for point in planned.to_run]
+        said: set[str] = set()  # notes, each said once (the points of a trace share them)
         with progress(len(tasks), "sweep", unit="point") as bar:
             try:
                 with contextlib.closing(executor.run(tasks)) as finished:
@@ -120,6 +121,10 @@ def run_sweep(sweep: Sweep, out: str | os.PathLike, executor: Executor,
                         if outcome.status is Status.FAILED:
                             bar.write(f"replay: point {outcome.point} failed: {outcome.error}",
                                       file=sys.stderr)
+                        for note in sorted(set(outcome.notes) - said):
+                            bar.write(f"replay: warning: point {outcome.point} (and the "
+                                      f"others of its trace): {note}", file=sys.stderr)
+                        said.update(outcome.notes)
                         bar.update()
             finally:
                 outcomes.update(_landed_unreported(planned.to_run, outcomes, out))

@@ -36,6 +36,7 @@ class Outcome:
     error: str | None = None
     wall_seconds: float | None = None
     peak_memory_bytes: int | None = None
+    notes: tuple[str, ...] = ()  # what its replay said bears on the numbers (not in the index)
 
 
 OUTCOME_SCHEMA: dict[str, pl.DataType] = {

@@ -44,11 +44,12 @@ def run_point(task: Task) -> Outcome:
     terminal (the sweep has its own); an error becomes the outcome's one line.  An interrupt
     (KeyboardInterrupt) is not caught: the partial run directory is removed as it propagates."""
     started = time.perf_counter()
-    error = None
+    error: str | None = None
+    notes: tuple[str, ...] = ()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         try:
-            run_replay(task.trace, task.config, out=task.out,
-                       manifest_extra={MANIFEST_KEY: task.record})
+            notes = tuple(run_replay(task.trace, task.config, out=task.out,
+                                     manifest_extra={MANIFEST_KEY: task.record}).notes)
         except ReplayError as err:
             error = str(err)
         except OSError as err:  # the machine (a full disk): said as `replay run` says it
@@ -58,7 +59,7 @@ def run_point(task: Task) -> Outcome:
         except Exception as err:  # a bug: one point fails, not all
             error = describe_exception(err)
     return Outcome(task.name, Status.FAILED if error else Status.DONE, error,
-                   time.perf_counter() - started, peak_bytes())
+                   time.perf_counter() - started, peak_bytes(), notes)
 
 
 def describe_exception(err: BaseException) -> str:
