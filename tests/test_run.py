@@ -615,3 +615,24 @@ def test_a_watcher_of_a_node_the_trace_never_names_is_said(cli, tmp_path):
     assert "watcher 'k': its node 'node-7' is not in" in result.err
     assert "which names 200 nodes (node-000, node-001, node-002, ...): it receives nothing" \
         in result.err
+
+
+def test_a_pod_bound_again_while_bound_is_said(cli, tmp_path):
+    """Two committed bindings with no delete between: the log lost rows."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "create", "nodes", None, "n1", "n1", 201, 0),
+        (0, "create", "nodes", None, "n2", "n2", 201, 0),
+        (1, "create", "pods", None, "p", None, 201, 1),
+        (2, "create", "pods", "binding", "p", "n1", 201, 0),
+        (3, "create", "pods", "binding", "p", "n2", 201, 0)])
+    result = cli("run", trace, "--model", "observe", "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert "replay: warning: 1 pod is bound again while bound, with no delete between" \
+        in result.err
+    once = small_trace(tmp_path / "once.parquet", [
+        (0, "create", "nodes", None, "n1", "n1", 201, 0),
+        (1, "create", "pods", None, "p", None, 201, 1),
+        (2, "create", "pods", "binding", "p", "n1", 201, 0),
+        (3, "create", "pods", "binding", "p", "n1", 409, 0)])
+    assert "bound again" not in cli("run", once, "--model", "observe", "--out",
+                                    tmp_path / "once").err

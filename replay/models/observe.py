@@ -25,8 +25,8 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                Scan, Streams, WatcherSpec, capacities, match, node_index,
                                view_lag_us, watchers_table)
 from replay.models.base import Model
-from replay.trace.recorded import (IS_BINDING, PodHistory, RowMasks, created_before,
-                                   created_placed, without_bodies)
+from replay.trace.recorded import (IS_BINDING, PodHistory, RowMasks, bound_again,
+                                   created_before, created_placed, without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -103,7 +103,8 @@ class _Replay:
                 *without_bodies(self.trace, self.masks, bindings=True),
                 *created_placed(self.trace, self.masks,
                                 "observe counts these pods on no node and no kubelet sees them",
-                                unbound_in=self.history)]
+                                unbound_in=self.history),
+                *bound_again(self.history, self.masks)]
 
     @cached_property
     def history(self) -> PodHistory:

@@ -130,6 +130,20 @@ def created_placed(trace: pl.DataFrame, masks: RowMasks, effect: str,
             f"replays place a pod only at a binding, so {effect}"]
 
 
+def bound_again(history: PodHistory, masks: RowMasks) -> list[str]:
+    """The note of a replay of a trace that binds a pod again while it is bound, which the API
+    server refuses (409): the log lost the pod's delete and create between the two."""
+    pods = history.incarnation[masks.ok_binding]
+    twice = np.count_nonzero(np.bincount(pods[pods >= 0], minlength=history.incarnations) > 1)
+    if not twice:
+        return []
+    pods_are, them = ("pods are", "them") if twice > 1 else ("pod is", "it")
+    return [f"{twice:,} {pods_are} bound again while bound, with no delete between, which the "
+            "API server refuses (409): the log lost rows (an audit backend in batch mode drops "
+            f"events when its buffer is full); the first node's kubelet keeps {them}, and "
+            "`replay check` fails one_binding_per_incarnation"]
+
+
 def by_name(names: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """The order that puts ``names`` together by name, each name's rows in their own order, and
     per row of that order whether it begins a name.
