@@ -76,7 +76,9 @@ def run_import(importer: Importer[Any], options: Any,
     """Write the trace of ``importer`` with ``options`` to ``out``."""
     check_output(out, importer.inputs(options))
     imported = importer.rows(options)
-    frame = imported.rows.sort("ts", maintain_order=True)
+    frame = imported.rows
+    if not frame["ts"].is_sorted():  # (a sorted table, as most are, is not copied)
+        frame = frame.sort("ts", maintain_order=True)
     try:
         table = conform(frame)
     except ValueError as err:  # a plugin's rows that trace format v1 cannot hold
