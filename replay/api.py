@@ -29,6 +29,7 @@ import pyarrow as pa
 from replay import memory, models
 from replay.analysis.derive import derive
 from replay.engine.config import RunConfig, WatcherSpec, load_config
+from replay.engine.api import node_names
 from replay.engine.rundir import check_replaceable, conform_table, sha256_of, write_run
 from replay.errors import ReplayError
 from replay.limits import MAX_DELIVERIES, MAX_WATCHERS
@@ -152,18 +153,18 @@ def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path:
 
 
 def _unknown_nodes(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path: str) -> list[str]:
-    """A note for each watcher bound to a node the trace never names (a node object or a
+    """A note for each watcher bound to a node the trace never names (``node_names``: a node or a
     binding's target), which receives nothing: a misspelt ``node-7`` for ``node-007``.  (A
     note, not an error: a watcher that receives nothing is a case the queries must answer.)"""
     bound = [w for w in watchers if w.node is not None]
-    if not bound or not {"resource", "name", "node"} <= set(trace.columns):
+    if not bound or not {"resource", "subresource", "verb", "name", "node"} <= set(trace.columns):
         return []
-    named = set(trace["node"].drop_nulls().unique().to_list()) | set(
-        trace.filter(pl.col("resource") == "nodes")["name"].unique().to_list())
-    some = ", ".join(sorted(named)[:3]) + (", ..." if len(named) > 3 else "")
+    named = node_names(trace)  # (sorted)
+    some = ", ".join(named[:3]) + (", ..." if len(named) > 3 else "")
+    known = set(named)
     return [f"watcher {w.name!r}: its node {w.node!r} is not in {trace_path}, which names "
             f"{len(named):,} nodes{f' ({some})' if named else ''}: it receives nothing"
-            for w in bound if w.node not in named]
+            for w in bound if w.node not in known]
 
 
 @contextlib.contextmanager

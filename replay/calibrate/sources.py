@@ -32,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from replay.calibrate.series import Labels, Series, merged, selector_of
 from replay.errors import ReplayError, unreadable
+from replay.trace.audit.reader import GZIP_MAGIC
 
 # Families only the API server exports (a scheduler's or a controller manager's scrape has
 # apiserver_* families too: its own serving and authentication)
@@ -40,7 +41,6 @@ APISERVER_FAMILIES = ("apiserver_request_duration_seconds", "etcd_request_durati
                       "apiserver_watch_cache_read_wait_seconds")
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 SUFFIXES = ("_bucket", "_sum", "_count")
-GZIP_MAGIC = b"\x1f\x8b"
 
 Warn = Callable[[str], None]
 
