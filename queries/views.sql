@@ -291,9 +291,11 @@ FROM run_bounds;
 -- or give back (NOT takes) its requests on a node in the truth.  A pod is one life of a name (a
 -- name created again after its delete is a new pod; life 0: writes to a pod created before the
 -- trace, whose requests are unknown: 0); its requests come from its create.
---   * A pod takes its node at its first committed binding, and gives it back at the first
---     status write that fails it (pod_state 'failed': the kubelet set status.phase Failed, and
---     every cache drops terminal pods) or at its last committed delete.
+--   * A pod takes its node at its first committed binding, or at its create if the create
+--     names the node (a static pod's mirror pod, which its kubelet creates already placed; its
+--     change is 'binding' too), and gives it back at the first status write that fails it
+--     (pod_state 'failed': the kubelet set status.phase Failed, and every cache drops terminal
+--     pods) or at its last committed delete.
 --   * A Gödel scheduler's assume patch (pod_state 'assumed', naming the node) claims the node
 --     for the caches that count assumed pods (Gödel's schedulers), until a rejection sets the
 --     pod back to 'dispatched'; its binding on the same node then changes nothing.  Those
@@ -317,7 +319,8 @@ WITH pod_writes AS (
            coalesce(any_value(cpu_milli) FILTER (creates), 0) AS cpu_milli,
            coalesce(any_value(memory_bytes) FILTER (creates), 0) AS memory_bytes,
            coalesce(any_value(gpu_milli) FILTER (creates), 0) AS gpu_milli,
-           min(rv) FILTER (verb = 'create' AND subresource = 'binding') AS bind_rv,
+           min(rv) FILTER (verb = 'create' AND (subresource = 'binding'
+                                                OR (creates AND node IS NOT NULL))) AS bind_rv,
            max(rv) FILTER (verb = 'delete' AND subresource IS NULL) AS delete_rv
     FROM pod_writes
     GROUP BY run, pod, life

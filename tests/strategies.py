@@ -6,10 +6,10 @@ to a trace one can read row by row.  ``rows_to_trace`` writes a list of rows as 
 
 - ``workloads()``: nodes whose allocatable changes, that go away and come back, heartbeats;
   pods requesting cpu, memory and gpu, arriving, deleted, created again under the same name, in
-  gangs; recorded bindings (when asked) that fail with 409 or 500 before one succeeds; writes to
-  other resources.
+  gangs; recorded bindings (when asked) that fail with 409 or 500 before one succeeds, or pods
+  created on their node (mirror pods); writes to other resources.
 - ``observed_traces()``: the recorded traces the query references are compared on (a few pods,
-  all within 60 ms, bound on the first try or after a 409).
+  all within 60 ms, bound on the first try or after a 409, or created on their node).
 - ``synth_specs()``: small synthesized workloads.
 - ``distributions()``: every delay distribution of docs/config.md, in small milliseconds.
 - ``pipelines()``: a seed, a profile, stage costs overridden (zero included) and per-watcher
@@ -45,9 +45,10 @@ def node(ms, name, cpu, memory=8 * GIB, gpu=None, verb="create", subresource=Non
             "node": name, "cpu": cpu, "memory": memory, "gpu": gpu, "component": "kubelet"}
 
 
-def pod(ms, name, cpu, memory=0, gpu=None, group=None):
+def pod(ms, name, cpu, memory=0, gpu=None, group=None, node_name=None):
+    """A pod create; with ``node_name``, one created on its node (a static pod's mirror pod)."""
     row = {"ms": ms, "verb": "create", "resource": "pods", "name": name, "cpu": cpu,
-           "memory": memory, "gpu": gpu}
+           "memory": memory, "gpu": gpu, "node": node_name}
     return row | ({"group": group} if group is not None else {})
 
 
@@ -165,12 +166,15 @@ def node_rows(draw, name: str) -> list[dict]:
 @st.composite
 def pod_rows(draw, name: str, nodes: list[str], recorded: bool, group: str | None) -> list[dict]:
     """One pod name: one incarnation, or two (created again after its delete); each maybe
-    bound (after failed bindings) and deleted, when the trace is ``recorded``."""
+    bound (after failed bindings), or created on its node (a mirror pod), and deleted, when the
+    trace is ``recorded``."""
     rows, at = [], draw(st.integers(0, 60))
     lives = draw(st.integers(1, 2)) if group is None else 1
     for life in range(lives):
-        rows.append(pod(at, name, *draw(requests()), group=group))
-        if recorded and draw(st.booleans()):
+        mirror = recorded and group is None and draw(st.integers(0, 4)) == 0
+        rows.append(pod(at, name, *draw(requests()), group=group,
+                        node_name=draw(st.sampled_from(nodes)) if mirror else None))
+        if recorded and not mirror and draw(st.booleans()):
             scheduler = draw(st.sampled_from(SCHEDULERS))
             for code in draw(st.lists(st.sampled_from([409, 500]), max_size=2)):
                 at += draw(st.integers(0, 3))
@@ -225,9 +229,15 @@ def observed_traces(draw) -> list[dict]:
     for i in range(pods):
         name, at = f"p{draw(st.integers(0, pods - 1))}", draw(st.integers(0, 50))
         at = max(at, last.get(name, 0))
+        mirror = i > 0 and draw(st.integers(0, 4)) == 0  # created on its node
         rows.append(pod(at, name, draw(st.sampled_from([0, 500, 1000, 1500])),
-                        draw(st.sampled_from([0, GIB])), draw(st.sampled_from([None, 0, 500]))))
-        if i == 0 or draw(st.booleans()):
+                        draw(st.sampled_from([0, GIB])), draw(st.sampled_from([None, 0, 500])),
+                        node_name=draw(st.sampled_from(names)) if mirror else None))
+        if mirror:
+            if draw(st.booleans()):
+                at += draw(st.integers(0, 20))
+                rows.append(delete(at, name))
+        elif i == 0 or draw(st.booleans()):
             at += draw(st.integers(0, 4))
             scheduler = draw(st.sampled_from(SCHEDULERS))
             target = draw(st.sampled_from(names))

@@ -1,7 +1,7 @@
 """The claims in numpy (``replay.analysis.claims``) against views.sql's ``capacity_changes``:
 ``test_derive.stored_is_the_whole_query`` compares them on the runs of every model and the
 properties' random traces; these pin a name's several lives, writes to a pod created before
-the trace, and names with a '/', which are left to the SQL."""
+the trace, a pod created on its node, and names with a '/', which are left to the SQL."""
 
 from __future__ import annotations
 
@@ -31,6 +31,8 @@ LIVES = [
     bind(23, "a", "n2"),
     pod(24, "b", 1000),
     bind(26, "b", "n1"),
+    pod(27, "mirror", 500, node_name="n2"),  # created on its node: placed at its create
+    delete(30, "mirror"),
 ]
 
 

@@ -131,6 +131,13 @@ DEFAULT, ZERO = PipelineChoice(0, "default"), PipelineChoice(0, "zero")
 # late here its delete came after the new create (two live pods named p0, one binding seen twice)
 @example(rows=[node(0, "n0", 4000), pod(0, "p0", 1000), bind(0, "p0", "n0"), delete(5, "p0"),
                pod(6, "p0", 1000)], run=("kube", {}), pipeline=DEFAULT)
+# a mirror pod (created on its node): observe places it at its create, its kubelet receives
+# it; the godel model schedules it anew, and its create then names no node (found by
+# hypothesis: the create kept the trace's node, so the check expected n0's kubelet to have it)
+@example(rows=[node(2, "n0", 4000), pod(1, "p0", 250, node_name="n0"), delete(9, "p0")],
+         run=("observe", {}), pipeline=DEFAULT)
+@example(rows=[node(2, "n0", 4000), pod(1, "p0", 250, node_name="n0")],
+         run=("godel", {}), pipeline=DEFAULT)
 # a gang member placed while another fits nowhere: never assumed, yet held forever (no
 # forgotten_ts), a capacity window open at the end
 @example(rows=[node(0, "n0", 1000), pod(1, "a", 500, group="g0"), pod(1, "b", 3000, group="g0"),

@@ -31,26 +31,28 @@ HASHES = {
 
 def reference(trace: pl.DataFrame) -> tuple[list[tuple[str, int] | None], list[int]]:
     """Row by row: each pod write's incarnation as (its name, how many incarnations of that
-    name came before), and the row of that incarnation's latest committed binding so far."""
+    name came before), and the row of that incarnation's latest committed placement so far: a
+    binding, or a create that names its node."""
     masks = RowMasks(trace)
     labels: list[tuple[str, int] | None] = []
-    last_binding: list[int] = []
+    last_placement: list[int] = []
     seen: dict[str, int] = {}
     bound: dict[tuple[str, int], int] = {}
-    for row, (namespace, name) in enumerate(trace.select("namespace", "name").iter_rows()):
+    rows = trace.select("namespace", "name", "node").iter_rows()
+    for row, (namespace, name, node) in enumerate(rows):
         if not masks.named_pod[row]:
             labels.append(None)
-            last_binding.append(-1)
+            last_placement.append(-1)
             continue
         pod = f"{namespace}/{name}" if namespace is not None else name
         if pod not in seen or masks.ok_create[row]:
             seen[pod] = seen.get(pod, -1) + 1
         label = (pod, seen[pod])
-        if masks.ok_binding[row]:
+        if masks.ok_binding[row] or (masks.ok_create[row] and node is not None):
             bound[label] = row
         labels.append(label)
-        last_binding.append(bound.get(label, -1))
-    return labels, last_binding
+        last_placement.append(bound.get(label, -1))
+    return labels, last_placement
 
 
 @pytest.mark.parametrize("hashes", HASHES)
@@ -60,7 +62,7 @@ def test_pod_history_is_the_name_by_name_reference(hashes, rows):
     trace = trace_frame(rows)
     with mock.patch.object(recorded, "name_hash", HASHES[hashes]):
         history = PodHistory.of(trace)
-    labels, last_binding = reference(trace)
+    labels, last_placement = reference(trace)
     pods = history.pods.to_list()
     found = [None if i < 0 else (pods[i], i) for i in history.incarnation.tolist()]
     ids: dict[tuple[str, int], int] = {}
@@ -70,7 +72,7 @@ def test_pod_history_is_the_name_by_name_reference(hashes, rows):
             assert got[0] == label[0]  # the incarnation of the row's own pod
             assert ids.setdefault(label, got[1]) == got[1]  # one id per incarnation...
     assert len(set(ids.values())) == len(ids) == history.incarnations  # ...and one per id
-    assert history.last_binding.tolist() == last_binding
+    assert history.last_placement.tolist() == last_placement
     masks = RowMasks(trace)
     for where in (masks.named_pod, masks.ok_create, masks.ok_binding, masks.ok_delete):
         rows = {}  # per incarnation id: its rows where ``where`` holds, in trace order

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from replay import memory, models
 from replay.analysis.check import check_run, failed
+from replay.analysis.runs import open_runs
 from replay.api import run_replay
 from replay.engine.config import load_config
 from replay.engine.rundir import TABLES as RUN_TABLES
@@ -24,6 +25,9 @@ from replay.trace.io import write_trace
 from replay.trace.synth import SynthSpec, synthesize
 from replay.trace.validate import read_trace
 
+from audit_events import event as audit_event
+from audit_events import pod as audit_pod
+from audit_events import write_log
 from conftest import SAMPLE_TRACE
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
@@ -582,27 +586,59 @@ def test_writes_without_their_bodies_are_said(cli, tmp_path):
     assert what_if.code == 0 and requests in what_if.err and nodes not in what_if.err
 
 
-def test_pods_created_on_their_node_are_said(cli, tmp_path):
-    """Mirror pods: created with spec.nodeName, never bound. observe says so for pods with no
-    binding; a what-if model, which schedules every pod, for all."""
-    sample = pl.read_parquet(SAMPLE_TRACE)
-    binding = pl.col("subresource") == "binding"
-    placed = sample.filter(binding).head(3).select("name", pl.col("node").alias("target"))
-    created = (pl.col("verb") == "create") & pl.col("subresource").is_null()
-    mirrored = sample.join(placed, on="name", how="left", maintain_order="left").with_columns(
-        pl.when(created & pl.col("target").is_not_null()).then("target").otherwise("node")
-        .alias("node")).drop("target")
-    unbound = mirrored.filter(~(binding & pl.col("name").is_in(placed["name"].implode()))
-                              .fill_null(False))
-    note = "3 of 5,000 pod creates name their node already (static pods' mirror pods"
-    for name, trace, model, said in (("unbound", unbound, "observe", True),
-                                     ("bound", mirrored, "observe", False),
-                                     ("anew", mirrored, "kube", True)):
-        path = tmp_path / f"{name}.parquet"
-        write_trace(trace, path, source="test", source_args={})
-        result = cli("run", path, "--model", model, "--out", tmp_path / name)
-        assert result.code == 0, result.err
-        assert (note in result.err) == said, (name, result.err)
+def test_a_pod_created_on_its_node_is_placed_there(cli, tmp_path):
+    """A mirror pod (created with spec.nodeName by its kubelet, never bound): observe places it
+    at its create, so its node's kubelet receives its writes and its request is held there
+    until its delete.  A what-if model schedules every pod anew, and says so."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "create", "nodes", None, "n1", "n1", 201, 4000),
+        (0, "create", "nodes", None, "n2", "n2", 201, 4000),
+        (1, "create", "pods", None, "static-n1", "n1", 201, 1000),
+        (2, "patch", "pods", "status", "static-n1", None, 200, None),
+        (5, "delete", "pods", None, "static-n1", None, 200, None)])
+    observed = cli("run", trace, "--model", "observe", "--out", tmp_path / "observe")
+    assert observed.code == 0 and "warning" not in observed.err, observed.err
+    tables = read_run(tmp_path / "observe")
+    assert tables["pods"].select("bound_rv", "node", pl.col("bound_ts") == pl.col("created_ts"),
+                                 "deleted_rv").rows() == [(3, "n1", True, 5)]
+    kubelets = tables["deliveries"].filter(pl.col("role") == "kubelet")
+    assert kubelets.group_by("watcher").agg(pl.col("rv").sort()).sort("watcher").rows() == [
+        ("kubelet/n1", [1, 3, 4, 5]), ("kubelet/n2", [2])]
+    claims = open_runs([str(tmp_path / "observe")]).sql(
+        "SELECT rv, node, takes, change, cpu_milli FROM claims ORDER BY rv").fetchall()
+    assert claims == [(3, "n1", True, "binding", 1000), (5, "n1", False, "delete", 1000)]
+    assert cli("check", tmp_path / "observe").code == 0
+    note = "1 of 1 pod creates name their node already (static pods' mirror pods"
+    what_if = cli("run", trace, "--model", "kube", "--out", tmp_path / "kube")
+    assert what_if.code == 0 and note in what_if.err, what_if.err
+    assert "the model schedules these pods anew" in what_if.err
+    creates = read_run(tmp_path / "kube")["events"].filter(
+        pl.col("verb") == "create", pl.col("resource") == "pods", pl.col("subresource").is_null())
+    assert creates["node"].to_list() == [None]  # the model, not the trace, places the pod
+    assert cli("check", tmp_path / "kube").code == 0
+
+
+def test_a_mirror_pod_in_an_audit_log_is_placed_on_its_node(cli, tmp_path):
+    """From the log on: the kubelet of node-1 creates its static pod's mirror pod (spec.nodeName
+    set, as ``CreateMirrorPod`` does); ingest keeps the node, and observe holds its request on
+    node-1 from the create on."""
+    node = {"metadata": {"name": "node-1"},
+            "status": {"allocatable": {"cpu": "4", "memory": "8Gi"}}}
+    mirror = audit_pod([{"requests": {"cpu": "250m", "memory": "512Mi"}}], nodeName="node-1")
+    log = write_log(tmp_path / "audit.log", [
+        audit_event(resource="nodes", name="node-1", namespace=None, user="system:node:node-1",
+                    level="Request", request=node, audit_id="n", second=0),
+        audit_event(name="etcd-node-1", namespace="kube-system", user="system:node:node-1",
+                    level="Request", request=mirror, audit_id="m", second=1)])
+    trace = tmp_path / "t.parquet"
+    assert cli("ingest", log, "--out", trace).code == 0
+    result = cli("run", trace, "--model", "observe", "--out", tmp_path / "run")
+    assert result.code == 0 and "warning" not in result.err, result.err
+    pods = read_run(tmp_path / "run")["pods"]
+    assert pods.select("pod", "node", "cpu_milli").rows() == [
+        ("kube-system/etcd-node-1", "node-1", 250)]
+    deliveries = read_run(tmp_path / "run")["deliveries"]
+    assert sorted(deliveries.filter(pl.col("watcher") == "kubelet/node-1")["rv"]) == [1, 2]
 
 
 def test_a_watcher_of_a_node_the_trace_never_names_is_said(cli, tmp_path):

@@ -28,8 +28,9 @@
 --   wasted            stale windows only: a pod was pending at some instant of the window whose
 --                     request of the resource was above the view's free capacity there and within
 --                     the truth's.  A pod is pending from its create until its binding or its
---                     delete commits (until the end of the run if neither does); pods created
---                     before the trace are not counted (their requests are unknown)
+--                     delete commits (until the end of the run if neither does; a pod created on
+--                     its node is never pending: pods.bound_ts); pods created before the trace
+--                     are not counted (their requests are unknown)
 --   conflicts         phantom windows only: attempts of the watcher, as a scheduler, on the node,
 --                     decided during the window and ending in conflict
 --

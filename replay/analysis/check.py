@@ -926,9 +926,10 @@ def kubelet_admission(run: RunTables) -> Finding:
 # -- bindings and attempts -------------------------------------------------------------------------
 
 def one_binding_per_incarnation(run: RunTables) -> Finding:
-    """A pod incarnation has at most one committed binding, never after its delete; the pods
-    table's bound_rv, bound_ts and node are that binding's, its deleted_rv and deleted_ts the
-    incarnation's last delete."""
+    """A pod incarnation has at most one committed binding (a create that names its node, as a
+    mirror pod's does, counts as one), never after its delete; the pods table's bound_rv,
+    bound_ts and node are that binding's, its deleted_rv and deleted_ts the incarnation's last
+    delete."""
     lives, pods = run.lives(), run.pod_writes()
     return _from_sql(run, "one_binding_per_incarnation", f"""
         SELECT pod, life AS incarnation, bind_rv AS rv, 'bound ' || bindings || ' times' AS problem
@@ -943,7 +944,7 @@ def one_binding_per_incarnation(run: RunTables) -> Finding:
         WHERE lives.bind_rv IS NOT NULL AND pods.pod IS DISTINCT FROM lives.pod
         UNION ALL
         SELECT pods.pod, writes.life, pods.bound_rv,
-               CASE WHEN writes.rv IS NULL OR writes.kind <> 'binding' OR writes.pod <> pods.pod
+               CASE WHEN writes.rv IS NULL OR NOT writes.binds OR writes.pod <> pods.pod
                     THEN 'bound_rv is not a binding of this pod'
                     WHEN writes.rv <> lives.bind_rv THEN 'bound_rv is not the first binding'
                     WHEN pods.node IS DISTINCT FROM lives.bind_node THEN 'node is not the binding''s'
@@ -956,7 +957,7 @@ def one_binding_per_incarnation(run: RunTables) -> Finding:
         LEFT JOIN {pods} AS writes ON writes.rv = pods.bound_rv
         LEFT JOIN {lives} AS lives ON lives.pod_id = writes.pod_id AND lives.life = writes.life
         WHERE pods.bound_rv IS NOT NULL
-          AND (writes.rv IS NULL OR writes.kind <> 'binding' OR writes.pod <> pods.pod
+          AND (writes.rv IS NULL OR NOT writes.binds OR writes.pod <> pods.pod
                OR writes.rv <> lives.bind_rv
                OR pods.node IS DISTINCT FROM lives.bind_node
                OR pods.bound_ts IS DISTINCT FROM lives.bound_ts

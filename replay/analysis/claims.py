@@ -92,7 +92,9 @@ def _pod_writes(con: duckdb.DuckDBPyConnection) -> PodWrites | None:
         SELECT rv, epoch_us(commit_ts) AS commit_us, concat_ws('/', namespace, name) AS pod,
                coalesce(contains(namespace, '/') OR contains(name, '/'), false) AS slashed,
                coalesce(verb = 'create' AND subresource IS NULL, false) AS creates,
-               coalesce(verb = 'create' AND subresource = 'binding', false) AS binds,
+               coalesce(verb = 'create' AND (subresource = 'binding'
+                                             OR (subresource IS NULL AND node IS NOT NULL)),
+                        false) AS binds,
                coalesce(verb = 'delete' AND subresource IS NULL, false) AS deletes,
                CASE pod_state WHEN 'assumed' THEN {ASSUMED} WHEN 'dispatched' THEN {REJECTED}
                               WHEN 'failed' THEN {FAILED} ELSE -1 END AS state,

@@ -142,9 +142,11 @@ def segmented_cumsum(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def pod_history(events: pa.Table, is_pod: np.ndarray) -> pa.Table:
     """The committed writes to named pods (``is_pod``: which events are pod writes; in rv order),
     each with its pod (``namespace/name``),
-    its ``kind`` (create, binding, delete, other), its incarnation ``life`` (how many creates of
+    its ``kind`` (create, binding, delete, other), whether it ``binds`` the pod to a node (a
+    binding, or a create that names the node), its incarnation ``life`` (how many creates of
     the name came before it, its own included: 0 for writes to a pod created before the trace)
-    and ``bound_rv``, the rv of its incarnation's latest binding at or before it (null if none).
+    and ``bound_rv``, the rv of its incarnation's latest such write at or before it (null if
+    none).
 
     Grouped by pod with a radix sort of codes and segment scans: a window over a million pod
     names in DuckDB costs seconds.
@@ -157,6 +159,8 @@ def pod_history(events: pa.Table, is_pod: np.ndarray) -> pa.Table:
     create = pc.and_kleene(pc.equal(verb, "create"), pc.is_null(sub)).to_numpy(False)
     binding = pc.and_kleene(pc.equal(verb, "create"), pc.equal(sub, "binding"))
     binding = pc.fill_null(binding, False).to_numpy(False)
+    # a create that names its node places the pod too (views.sql's claims: a mirror pod)
+    binds = binding | (create & pc.is_valid(pods["node"]).to_numpy(zero_copy_only=False))
     delete = pc.fill_null(pc.and_kleene(pc.equal(verb, "delete"), pc.is_null(sub)),
                           False).to_numpy(False)
     kind = np.select([create, binding, delete], [KINDS.index(k) for k in KINDS[:3]],
@@ -166,8 +170,8 @@ def pod_history(events: pa.Table, is_pod: np.ndarray) -> pa.Table:
     order, starts = segments(pod_id)
     life = np.empty(len(rv), dtype=np.int64)
     life[order] = segmented_cumsum(create[order].astype(np.int64), starts)
-    # the latest create or binding so far, 2 rv + 1 for a binding: a binding of this life if odd
-    mark = np.where(binding, 2 * rv + 1, np.where(create, 2 * rv, -1))[order]
+    # the latest create or placement so far, 2 rv + 1 for a placement: one of this life if odd
+    mark = np.where(binds, 2 * rv + 1, np.where(create, 2 * rv, -1))[order]
     segment = np.cumsum(starts)
     latest = np.empty(len(rv), dtype=np.int64)
     latest[order] = segmented_cummax(mark, segment)
@@ -175,13 +179,14 @@ def pod_history(events: pa.Table, is_pod: np.ndarray) -> pa.Table:
     return pods.select(["rv", "commit_ts", "node"]).append_column("pod", pod).append_column(
         "pod_id", pa.array(pod_id)).append_column(
         "kind", pa.DictionaryArray.from_arrays(pa.array(kind), KINDS)).append_column(
-        "kind_code", pa.array(kind)).append_column("life", pa.array(life)).append_column(
-        "bound_rv", pa.array(latest // 2, mask=~bound))
+        "kind_code", pa.array(kind)).append_column("binds", pa.array(binds)).append_column(
+        "life", pa.array(life)).append_column("bound_rv", pa.array(latest // 2, mask=~bound))
 
 
 def lives(history: pa.Table) -> pa.Table:
-    """One row per incarnation of ``_pod_history``: pod, pod_id, life, how many ``bindings``,
-    the first one's rv (``bind_rv``), node and commit (``bound_ts``), the first delete's rv
+    """One row per incarnation of ``_pod_history``: pod, pod_id, life, how many ``bindings``
+    (writes that bind it: ``binds``), the first one's rv (``bind_rv``), node and commit
+    (``bound_ts``), the first delete's rv
     (``first_delete_rv``), the last one's (``delete_rv``) and its commit (``deleted_ts``)."""
     kind = history["kind_code"].to_numpy()
     pod_id, life = ints(history["pod_id"]), ints(history["life"])
@@ -198,7 +203,8 @@ def lives(history: pa.Table) -> pa.Table:
         return ufunc.reduceat(np.where(where[order], order, otherwise), first) \
             if len(first) else np.zeros(0, dtype=np.int64)
 
-    binding, delete = kind == KINDS.index("binding"), kind == KINDS.index("delete")
+    binding = history["binds"].to_numpy(zero_copy_only=False)
+    delete = kind == KINDS.index("delete")
     bind_at = reduce(np.minimum, binding, never)
     first_delete, last_delete = reduce(np.minimum, delete, never), reduce(np.maximum, delete, -1)
     bindings = np.add.reduceat(binding[order].astype(np.int64), first) if len(first) else bind_at

@@ -663,7 +663,9 @@ class Simulation:
         """The events table in parts of ROW_GROUP_ROWS rows (the run directory's row groups:
         each part's columns, strings gathered from the pods and the trace, cost hundreds of
         bytes a row while it is made).  Writes replayed from the trace keep their recorded
-        columns; the others are described from what they are (their kind, pod and node)."""
+        columns, but for a pod create's node: the model places every pod it creates, so a
+        create that named its node in the trace (a mirror pod) names none here; the others are
+        described from what they are (their kind, pod and node)."""
         log = self._log
         pods = {"namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String),
                 "name": pl.Series([p.name for p in self._pods], dtype=pl.String)}
@@ -680,11 +682,13 @@ class Simulation:
         kind = pl.Series(np.frombuffer(log.kind, dtype=np.int8)[part])
         row = np.frombuffer(log.row, dtype=np.int64)[part]
         from_trace, recorded = pl.Series(row >= 0), np.maximum(row, 0)
+        recorded_node = from_trace & (kind != WriteKind.POD_CREATE)
         return pl.DataFrame({
             "rv": np.arange(part.start + 1, part.stop + 1, dtype=np.int64),
             "commit_ts": pl.Series(np.frombuffer(log.commit, dtype=np.int64)[part]).cast(TS),
             # one column at a time: its recorded and described values, then the one it keeps
-            **{c: pl.select(pl.when(from_trace).then(self._trace[c].gather(recorded))
+            **{c: pl.select(pl.when(recorded_node if c == "node" else from_trace)
+                            .then(self._trace[c].gather(recorded))
                             .otherwise(described).alias(c)).to_series()
                for c, described in self._described(part, kind, pods, requests, nodes)},
             "origin": pl.select(pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part]

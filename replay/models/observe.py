@@ -8,7 +8,12 @@ replay is a handful of vectorised scans (``Pipeline.scan``).  The tables come on
 
 Default watchers: one per scheduling component in the trace (every component that wrote a binding,
 and any Gödel scheduler, binder or dispatcher), watching pods and nodes; and one kubelet per node,
-watching its own node and the pods bound to it.
+watching its own node and the pods placed on it.
+
+A pod is placed on a node by its first committed binding, or by its create if the create names
+the node (``PLACES``: a static pod's mirror pod, which its kubelet creates already placed): its
+kubelet receives its writes from then on, it holds its requests there, and the pods table's
+``bound_ts``, ``bound_rv`` and ``node`` are that write's.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                Scan, Streams, WatcherSpec, capacities, match, node_index,
                                view_lag_us, watchers_table)
 from replay.models.base import Model
-from replay.trace.recorded import (IS_BINDING, PodHistory, RowMasks, bound_again,
-                                   created_before, created_placed, without_bodies)
+from replay.trace.recorded import (IS_BINDING, PLACES, PodHistory, RowMasks, bound_again,
+                                   created_before, without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -52,7 +57,7 @@ class ObserveModel(Model):
             binders=pl.col("component").filter(IS_BINDING).unique().implode(),
             present=pl.col("component").unique().implode(),
             nodes=pl.col("name").filter(pl.col("resource") == "nodes")
-            .append(pl.col("node").filter(IS_BINDING).drop_nulls()).unique().sort().implode(),
+            .append(pl.col("node").filter(PLACES).drop_nulls()).unique().sort().implode(),
         ).row(0)
         schedulers = [WatcherSpec(c, ROLE_OF_COMPONENT.get(c, "scheduler"), ("pods", "nodes"))
                       for c in sorted(set(binders) | (set(present) & set(ROLE_OF_COMPONENT)))]
@@ -95,15 +100,12 @@ class _Replay:
 
     def notes(self) -> list[str]:
         """What the trace lacks, or holds, that bears on the numbers: pods created before it
-        began, bodies a Metadata-level log leaves out, pods created already placed."""
+        began, bodies a Metadata-level log leaves out, pods placed twice."""
         existed = int(np.count_nonzero(self.create < 0))
         return [*created_before(existed, self.history.incarnations,
                                 "their requests are unknown, so they hold no capacity on their "
                                 "nodes, and the capacity their deletes free is missed"),
                 *without_bodies(self.trace, self.masks, bindings=True),
-                *created_placed(self.trace, self.masks,
-                                "observe counts these pods on no node and no kubelet sees them",
-                                unbound_in=self.history),
                 *bound_again(self.history, self.masks)]
 
     @cached_property
@@ -212,16 +214,16 @@ class _Replay:
 
     def _targets(self) -> np.ndarray:
         """Per trace row, the node it concerns as an index into ``watched_nodes`` (-1 if none):
-        a node write's own node; a pod write's, the node its pod was bound to by then."""
+        a node write's own node; a pod write's, the node its pod was placed on by then."""
         target = np.full(self.trace.height, -1, dtype=np.int64)
         if all(w.node is None for w in self.watchers):
             return target
-        bound = np.full(self.trace.height, -1, dtype=np.int64)
-        bindings = np.flatnonzero(self.masks.ok_binding)
-        bound[bindings] = node_index(self.watchers, self.trace["node"].gather(bindings))
-        last_binding = self.history.last_binding
-        pods = np.flatnonzero(last_binding >= 0)
-        target[pods] = bound[last_binding[pods]]
+        placed = np.full(self.trace.height, -1, dtype=np.int64)
+        placements = np.flatnonzero(self.masks.ok_placement)
+        placed[placements] = node_index(self.watchers, self.trace["node"].gather(placements))
+        last_placement = self.history.last_placement
+        pods = np.flatnonzero(last_placement >= 0)
+        target[pods] = placed[last_placement[pods]]
         nodes = np.flatnonzero(self.masks.node)
         target[nodes] = node_index(self.watchers, self.trace["name"].gather(nodes))
         return target
@@ -234,20 +236,20 @@ class _Replay:
         first_try = np.full(history.incarnations, LATEST)
         np.minimum.at(first_try, incarnation, self.decided)
         create = self.create
-        binding = history.first(masks.ok_binding)
+        placement = history.first(masks.ok_placement)
         delete = history.last(masks.ok_delete)
         since = np.full(history.incarnations, ts[-1] + 1 if len(ts) else 0)  # none: after all
-        for rows in (delete, binding, create):  # the first of them that exists
+        for rows in (delete, placement, create):  # the first of them that exists
             since = np.where(rows >= 0, ts[rows], since)
         order = _creation_order(since, history.pods)
-        create, binding, delete = create[order], binding[order], delete[order]
+        create, placement, delete = create[order], placement[order], delete[order]
         return pa.table({
             "pod": _arrow(history.pods.gather(order)),
             "created_ts": _times_at(ts, create),
             "first_attempt_ts": _timestamps(np.where(tried > 0, first_try, -1)[order]),
-            "bound_ts": _times_at(ts, binding),
-            "bound_rv": self._rvs_at(binding),
-            **_take(self.trace, ["node"], binding),
+            "bound_ts": _times_at(ts, placement),
+            "bound_rv": self._rvs_at(placement),
+            **_take(self.trace, ["node"], placement),
             "deleted_ts": _times_at(ts, delete),
             "deleted_rv": self._rvs_at(delete),
             "attempts": _array(tried[order].astype(np.int64)),

@@ -28,6 +28,9 @@ IS_POD = pl.col("resource") == "pods"
 IS_BINDING = IS_POD & pl.col("subresource").eq_missing("binding") & (pl.col("verb") == "create")
 IS_POD_CREATE = IS_POD & (pl.col("verb") == "create") & pl.col("subresource").is_null()
 IS_POD_DELETE = IS_POD & (pl.col("verb") == "delete") & pl.col("subresource").is_null()
+# a write that places a pod on a node: a binding, or a create that names the node already (a
+# static pod's mirror pod, which its kubelet creates; a pod an operator placed by hand)
+PLACES = IS_BINDING | (IS_POD_CREATE & pl.col("node").is_not_null())
 NO_BODIES = "the log left out their bodies, as a Metadata-level log does"
 
 
@@ -60,6 +63,11 @@ class RowMasks:
     @cached_property
     def ok_binding(self) -> np.ndarray:
         return self.ok & self.binding
+
+    @cached_property
+    def ok_placement(self) -> np.ndarray:
+        """Every committed write that places a pod on a node (``PLACES``)."""
+        return self.ok & mask(self.trace, PLACES)
 
     @cached_property
     def ok_create(self) -> np.ndarray:
@@ -111,29 +119,23 @@ def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list
     return notes
 
 
-def created_placed(trace: pl.DataFrame, masks: RowMasks, effect: str,
-                   unbound_in: PodHistory | None = None) -> list[str]:
-    """The note of a replay of a trace whose pod creates name their node already (a static
-    pod's mirror pod, which its kubelet creates), with its ``effect``: the replays place a pod
-    only at a binding (traces/README.md).  With ``unbound_in``, only the pods that history
-    never binds count."""
-    rows = masks.ok_create & mask(trace, pl.col("node").is_not_null())
-    if unbound_in is not None:
-        pods = unbound_in.incarnation[rows]  # (-1: a create with no name, never bound)
-        bound = unbound_in.first(masks.ok_binding)[np.maximum(pods, 0)] >= 0
-        rows[rows] = (pods < 0) | ~bound
-    placed = np.count_nonzero(rows)
+def created_placed(trace: pl.DataFrame, masks: RowMasks, effect: str) -> list[str]:
+    """The note of a what-if replay of a trace whose pod creates name their node already (a
+    static pod's mirror pod, which its kubelet creates), with its ``effect``: observe places
+    such a pod at its create (``PLACES``), the what-if models schedule every pod."""
+    placed = np.count_nonzero(masks.ok_create & mask(trace, pl.col("node").is_not_null()))
     if not placed:
         return []
     return [f"{placed:,} of {np.count_nonzero(masks.ok_create):,} pod creates name their node "
-            f"already (static pods' mirror pods, or pods placed by whoever created them): the "
-            f"replays place a pod only at a binding, so {effect}"]
+            f"already (static pods' mirror pods, or pods placed by whoever created them): "
+            f"{effect}"]
 
 
 def bound_again(history: PodHistory, masks: RowMasks) -> list[str]:
-    """The note of a replay of a trace that binds a pod again while it is bound, which the API
-    server refuses (409): the log lost the pod's delete and create between the two."""
-    pods = history.incarnation[masks.ok_binding]
+    """The note of a replay of a trace that binds a pod again while it is placed (bound, or
+    created on its node), which the API server refuses (409): the log lost the pod's delete and
+    create between the two."""
+    pods = history.incarnation[masks.ok_placement]
     twice = np.count_nonzero(np.bincount(pods[pods >= 0], minlength=history.incarnations) > 1)
     if not twice:
         return []
@@ -176,7 +178,8 @@ def name_hash(names: pl.Series, seed: int) -> np.ndarray:
 @dataclass
 class PodHistory:
     """Per trace row (all rows, -1 for rows that are not pod writes): the pod incarnation it
-    belongs to, and the row of that incarnation's latest committed binding as of that row.
+    belongs to, and the row of that incarnation's latest committed placement (``PLACES``) as of
+    that row.
 
     Numbering the incarnations, and finding each one's first or last row of a kind, are
     compiled loops over the rows (``_incarnations``, ``_row_per``): as numpy's whole-array
@@ -188,7 +191,7 @@ class PodHistory:
     rows: np.ndarray  # the pod rows by incarnation, each incarnation's rows in trace order
     starts: np.ndarray  # where each incarnation begins in ``rows``
     pods: pl.Series  # each incarnation's pod (``namespace/name``)
-    ok_binding: np.ndarray  # per trace row: a committed binding
+    ok_placement: np.ndarray  # per trace row: a committed write that places a pod
 
     @classmethod
     def of(cls, trace: pl.DataFrame, masks: RowMasks | None = None) -> PodHistory:
@@ -200,12 +203,13 @@ class PodHistory:
         rows = pod_rows[order]
         per_row, starts = _incarnations(rows, new_name, masks.ok_create, trace.height)
         return cls(per_row, len(starts), rows, starts, names.gather(order[starts]),
-                   masks.ok_binding)
+                   masks.ok_placement)
 
     @cached_property
-    def last_binding(self) -> np.ndarray:
+    def last_placement(self) -> np.ndarray:
         """int64 per trace row (made when first asked for: only node-bound watchers need it)."""
-        return _latest_binding(self.rows, self.starts, self.ok_binding, len(self.incarnation))
+        return _latest_placement(self.rows, self.starts, self.ok_placement,
+                                 len(self.incarnation))
 
     def first(self, where: np.ndarray) -> np.ndarray:
         """Per incarnation, the first trace row where ``where`` holds (-1 if none)."""
@@ -233,14 +237,15 @@ def _incarnations(rows, new_name, ok_create, height):  # pragma: no cover - comp
 
 
 @njit(cache=True, nogil=True)
-def _latest_binding(rows, starts, ok_binding, height):  # pragma: no cover - compiled
-    """Per trace row, the latest committed binding of its incarnation up to it (-1 if none)."""
+def _latest_placement(rows, starts, ok_placement, height):  # pragma: no cover - compiled
+    """Per trace row, the latest committed placement of its incarnation up to it (-1 if
+    none)."""
     out = np.full(height, -1, np.int64)
     begins, latest = 0, -1
     for i in range(len(rows)):
         if begins < len(starts) and starts[begins] == i:
             begins, latest = begins + 1, -1
-        if ok_binding[rows[i]]:
+        if ok_placement[rows[i]]:
             latest = rows[i]
         out[rows[i]] = latest
     return out
