@@ -52,6 +52,17 @@ def test_readme_documents_exactly_the_schema():
     assert schema.markdown_table() in readme
 
 
+def test_an_optional_column_may_be_left_out_and_reads_as_nulls(tmp_path):
+    """``phase`` came after the first v1 traces: a file without it is valid, is not given one
+    by the writer, and reads with it all null; one with it keeps it."""
+    without = write(tmp_path / "without.parquet", rows())
+    assert validate(without) == [] and "phase" not in pq.read_schema(without).names
+    assert read_trace(without)["phase"].to_list() == [None] * 3
+    assert read_trace(without, columns=["name", "phase"]).columns == ["name", "phase"]
+    kept = write(tmp_path / "with.parquet", rows(phase=["Pending", "Running", "Succeeded"]))
+    assert read_trace(kept)["phase"].to_list() == ["Pending", "Running", "Succeeded"]
+
+
 def test_round_trip_keeps_types_metadata_and_extra_columns(tmp_path):
     frame = rows().with_columns(scheduled_s=pl.lit(1.5))
     path = write(tmp_path / "t.parquet", frame)
@@ -134,6 +145,8 @@ def test_empty_trace_is_valid(tmp_path):
      "ts outside the times replay handles (from 0001-01-01 up to 9999-01-01): 1 row, first at "
      "row index 2"),
     (rows(received_ts=BEFORE_YEAR_1), "received_ts outside the times replay handles"),
+    (rows(phase=["Running", "Done", None]), "phase not one of Pending, Running, Succeeded, "
+     "Failed, Unknown: 1 row, first at row index 1"),
 ])
 def test_validate_names_each_value_problem(tmp_path, frame, expected):
     problems = validate(write(tmp_path / "t.parquet", frame))

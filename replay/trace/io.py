@@ -40,7 +40,8 @@ def trace_metadata(source: str, source_args: Mapping[str, Any]) -> dict[bytes, b
 
 
 def conform(table: pa.Table | pl.DataFrame) -> pa.Table:
-    """Cast the trace columns to their v1 types, add missing nullable ones as nulls, keep extras.
+    """Cast the trace columns to their v1 types, add missing nullable ones as nulls (not an
+    optional one: it stays absent), keep extras.
 
     The trace columns come first in the documented order; extra columns follow in their own order.
     """
@@ -52,6 +53,8 @@ def conform(table: pa.Table | pl.DataFrame) -> pa.Table:
             array = table.column(col.name)
             if array.type != col.type:
                 array = array.cast(col.type)
+        elif col.optional:
+            continue
         elif col.nullable:
             array = pa.nulls(table.num_rows, col.type)
         else:

@@ -30,6 +30,9 @@ class Column:
     type: pa.DataType
     nullable: bool
     doc: str
+    # a column a trace may leave out (added to format v1 after its first files, which lack it):
+    # where it is absent, every value is null
+    optional: bool = False
 
 
 COLUMNS: tuple[Column, ...] = (
@@ -62,18 +65,26 @@ COLUMNS: tuple[Column, ...] = (
     Column("scheduler_name", pa.string(), True, "The pod's `spec.schedulerName`."),
     Column("group", pa.string(), True, "Gang or pod group the pod belongs to."),
     Column("priority", pa.int32(), True, "The pod's priority."),
+    Column("phase", pa.string(), True,
+           "A pod's `status.phase` as its status write sets it: Pending, Running, Succeeded, "
+           "Failed or Unknown.", optional=True),
 )
+PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 BY_NAME = {c.name: c for c in COLUMNS}
 RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
-SCHEMA = pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in COLUMNS])
+REQUIRED = tuple(c for c in COLUMNS if not c.optional)
+# the schema of a trace with the columns every trace has (an optional one is written only by a
+# source that has its values)
+SCHEMA = pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in REQUIRED])
 
 
 def markdown_table() -> str:
     """The column table as it appears in ``traces/README.md``."""
     rows = ["| column | type | null | meaning |", "| --- | --- | --- | --- |"]
     for c in COLUMNS:
-        rows.append(f"| `{c.name}` | {c.type} | {'yes' if c.nullable else 'no'} | {c.doc} |")
+        doc = f"Optional: a trace may leave it out (all null). {c.doc}" if c.optional else c.doc
+        rows.append(f"| `{c.name}` | {c.type} | {'yes' if c.nullable else 'no'} | {doc} |")
     return "\n".join(rows)

@@ -41,7 +41,8 @@ def schema_problems(arrow_schema: pa.Schema) -> tuple[list[str], list[str]]:
     well_typed = []
     for col in schema.COLUMNS:
         if col.name not in arrow_schema.names:
-            problems.append(f"missing column {col.name!r}")
+            if not col.optional:
+                problems.append(f"missing column {col.name!r}")
         elif counts[col.name] > 1:
             continue
         elif arrow_schema.field(col.name).type != col.type:
@@ -78,7 +79,10 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str], *,
                    ordered: bool = True) -> list[str]:
     """Problems in the values of the well-typed ``columns``, found in one pass (for a frame in
     memory, only when quick summaries of its columns do not already rule them all out).
-    ``ordered=False`` leaves out ``ts``'s order, for rows yet to be sorted."""
+    ``ordered=False`` leaves out ``ts``'s order, for rows yet to be sorted.  A column the frame
+    lacks (an optional one) has no problems."""
+    names = frame.collect_schema().names()
+    columns = [name for name in columns if name in names]
     if isinstance(frame, pl.DataFrame):
         if _clean(frame, columns, ordered):
             return []
@@ -107,6 +111,9 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str], *,
     if "code" in columns:
         checks.append(("bad code", ~pl.col("code").is_between(100, 599),
                        "code is not an HTTP status (100-599)"))
+    if "phase" in columns:
+        checks.append(("unknown phase", ~pl.col("phase").is_in(schema.PHASES),
+                       f"phase not one of {', '.join(schema.PHASES)}"))
     if not checks:
         return []
     aggregates = []
@@ -150,6 +157,9 @@ def _clean(frame: pl.DataFrame, columns: list[str], ordered: bool) -> bool:
         return False
     if "verb" in present and not set(frame["verb"].unique().to_list()) <= set(schema.VERBS):
         return False
+    if "phase" in present and not set(frame["phase"].drop_nulls().unique().to_list()) <= set(
+            schema.PHASES):
+        return False
     if "code" in present and frame.height:
         codes = frame["code"]  # integers, not nullable (checked above)
         return 100 <= cast(int, codes.min()) and cast(int, codes.max()) <= 599
@@ -157,10 +167,15 @@ def _clean(frame: pl.DataFrame, columns: list[str], ordered: bool) -> bool:
 
 
 def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.DataFrame:
-    """Read a trace into a polars DataFrame (all columns by default), refusing one that does not
-    pass validation with the first problem found."""
+    """Read a trace into a polars DataFrame (all columns by default, an optional one the file
+    leaves out as nulls), refusing one that does not pass validation with the first problem
+    found."""
     arrow_schema = open_trace(path).schema_arrow
     problems, well_typed = schema_problems(arrow_schema)
+    absent = [c for c in schema.COLUMNS if c.optional and c.name not in arrow_schema.names
+              and (columns is None or c.name in columns)]
+    if columns is not None:
+        columns = [name for name in columns if name in arrow_schema.names]
     if not problems:
         try:
             frame = pl.read_parquet(os.fspath(path), columns=columns, glob=False)
@@ -174,4 +189,15 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.
         hint = conversion_hint(path, arrow_schema)
         raise ReplayError(f"{path}: {problems[0]}{more}; " + (hint or "`replay validate` lists "
                                                               "them all"))
-    return frame
+    if not absent:
+        return frame
+    frame = frame.with_columns(_nulls(column) for column in absent)
+    order = columns + [c.name for c in absent] if columns is not None else [
+        *(name for name in schema.COLUMN_NAMES if name in frame.columns),
+        *(name for name in frame.columns if name not in schema.BY_NAME)]
+    return frame.select(order)
+
+
+def _nulls(column: schema.Column) -> pl.Expr:
+    """An optional column the trace leaves out: all null, of its type."""
+    return pl.lit(None, pl.Series(pa.nulls(0, column.type)).dtype).alias(column.name)

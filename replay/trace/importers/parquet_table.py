@@ -78,7 +78,7 @@ class ParquetTable(Importer[ParquetOptions]):
                  and pa.types.is_timestamp(kind := table.schema.field(name).type) and not kind.tz]
         if naive:
             warnings.append(f"{path}: {' and '.join(naive)} without a time zone: taken as UTC")
-        missing = [c.name for c in schema.COLUMNS if c.name not in table.column_names]
+        missing = [c.name for c in schema.REQUIRED if c.name not in table.column_names]
         required = [name for name in missing if not schema.BY_NAME[name].nullable]
         if required:
             raise ReplayError(f"{path}: no column {', '.join(map(repr, required))}, which a trace "
