@@ -78,6 +78,36 @@ def test_bindings_nodes_and_metadata_level(cli, tmp_path):
     assert "lack the body" in result.err or "lacking the body they need (Metadata-level log): 1" in result.err
 
 
+def test_a_pod_status_write_gives_the_phase_it_sets(cli, tmp_path):
+    """The kubelet's status patch names the phase only when it changes it (Request level); at
+    RequestResponse level the stored pod says it; an update sends the whole status."""
+    kubelet = {"verb": "patch", "subresource": "status", "user": "system:node:n1", "code": 200}
+    stored = {"kind": "Pod", "metadata": {"name": "web-1"}, "status": {"phase": "Failed"}}
+    log = write_log(tmp_path / "a.log", [
+        event(**kubelet, level="Request", request={"status": {"phase": "Running"}},
+              audit_id="a", second=1),
+        event(**kubelet, level="Request", request={"status": {"conditions": []}}, audit_id="b",
+              second=2),
+        event(**kubelet, level="RequestResponse", request={"status": {"conditions": []}},
+              response=stored, audit_id="c", second=3),
+        event(**{**kubelet, "verb": "update"}, level="Request",
+              request={"kind": "Pod", "status": {"phase": "Succeeded"}}, audit_id="d", second=4),
+        event(**kubelet, audit_id="e", second=5)])  # Metadata level: no body
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", log, "--out", out)
+    assert result.code == 0, result.err
+    assert [(r["subresource"], r["phase"], r["node"], r["cpu_milli"]) for r in rows(out)] == [
+        ("status", "Running", None, None), ("status", None, None, None),
+        ("status", "Failed", None, None), ("status", "Succeeded", None, None),
+        ("status", None, None, None)]
+    assert "lacking the body they need (Metadata-level log): 1" in result.err
+    bad = write_log(tmp_path / "b.log", [event(**kubelet, level="Request",
+                                               request={"status": {"phase": "Done"}})])
+    result = cli("ingest", bad, "--out", tmp_path / "b.parquet")
+    assert result.code == 1 and "b.log:1: key requestObject.status.phase: 'Done' is not a pod " \
+        "phase (Pending, Running, Succeeded, Failed, Unknown)" in result.err, result.err
+
+
 @pytest.mark.parametrize("user, agent, expected", [
     ("system:kube-scheduler", None, "kube-scheduler"),
     ("system:node:n1", "kubelet/v1.32", "kubelet"),

@@ -1,8 +1,9 @@
 """The few fields of an object body that become trace columns, and nothing else.
 
-A body is decoded into structs that name only pod requests, node allocatable, a binding's target
-and identifying metadata; every other key (Secret data, environment values, annotations, tokens)
-is skipped by the decoder and never becomes a Python object, let alone a trace value.
+A body is decoded into structs that name only pod requests, node allocatable, a pod's phase, a
+binding's target and identifying metadata; every other key (Secret data, environment values,
+annotations, tokens) is skipped by the decoder and never becomes a Python object, let alone a
+trace value.
 
 A pod's effective request is computed as Kubernetes computes it
 (``k8s.io/component-helpers/resource.PodRequests``), per resource:
@@ -30,6 +31,7 @@ import msgspec
 
 from replay.quantity import QuantityError, parse_quantity
 from replay.trace.audit.event import lowered
+from replay.trace.schema import PHASES
 
 Quantities = Optional[dict[str, str | int | float]]
 NO_PART = msgspec.Raw()
@@ -66,8 +68,11 @@ class Metadata(msgspec.Struct, gc=False):
     labels: dict[str, str] | None = None
 
 
-class NodeStatus(msgspec.Struct, gc=False):
+class Status(msgspec.Struct, gc=False):
+    """A node's status (its allocatable) or a pod's (its phase)."""
+
     allocatable: msgspec.Raw = NO_PART  # read by ``allocatable``
+    phase: str | None = None
 
 
 class Target(msgspec.Struct, gc=False):
@@ -79,7 +84,7 @@ class Body(msgspec.Struct, gc=False):
 
     metadata: Metadata | None = None
     spec: msgspec.Raw = NO_PART  # a pod's, read by ``pod_columns``
-    status: NodeStatus | None = None
+    status: Status | None = None
     target: Target | None = None
 
 
@@ -205,6 +210,15 @@ def _allocatable(raw: msgspec.Raw, key: str, partial: bool) -> Amounts:
                              _units(memory) if "memory" in given or not partial else None,
                              _milli(gpu) if has_gpu or not partial else None),
                      f"{key}.status.allocatable")
+
+
+def phase_of(status: Status | None, key: str) -> str | None:
+    """A pod's ``status.phase`` (of the body under ``key``), None if the body does not say."""
+    phase = status.phase if status is not None else None
+    if phase is not None and phase not in PHASES:
+        raise BadBody(f"key {key}.status.phase: {phase!r} is not a pod phase "
+                      f"({', '.join(PHASES)})")
+    return phase
 
 
 def group_of(metadata: Metadata | None) -> str | None:

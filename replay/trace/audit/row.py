@@ -32,6 +32,7 @@ from replay.trace.audit.body import (
     allocatable,
     decode_body,
     group_of,
+    phase_of,
     pod_columns,
 )
 from replay.trace.audit.component import component
@@ -50,7 +51,8 @@ from replay.trace.audit.uri import BUILT_IN_GROUPS, Target, parse_request_uri, q
 # equal ``ts`` and picks the first of duplicate events.
 ROW_COLUMNS = ("seq", "ts", "received_ts", "verb", "resource", "subresource", "namespace", "name",
                "uid", "node", "cpu_milli", "memory_bytes", "gpu_milli", "code", "user",
-               "user_agent", "audit_id", "scheduler_name", "group", "priority", "component")
+               "user_agent", "audit_id", "scheduler_name", "group", "priority", "component",
+               "phase")
 ROW_TYPES = {"seq": pa.int64(), **{c.name: c.type for c in schema.COLUMNS}}
 TARGET = ("resource", "namespace", "name", "subresource")  # ``Target``'s fields
 FULL_OBJECT_VERBS = ("create", "update")  # their request body is the whole object
@@ -76,12 +78,14 @@ class Extract(NamedTuple):
     priority: int | None = None
     uid: str | None = None
     name: str | None = None
+    phase: str | None = None
 
 
 NOTHING = Extract()
 BODY_COLUMNS = {"cpu_milli": pa.int64(), "memory_bytes": pa.int64(), "gpu_milli": pa.int64(),
                 "node": pa.string(), "scheduler_name": pa.string(), "group": pa.string(),
-                "priority": pa.int32(), "uid": pa.string(), "name": pa.string()}  # an ``Extract``
+                "priority": pa.int32(), "uid": pa.string(), "name": pa.string(),
+                "phase": pa.string()}  # an ``Extract``
 
 
 @dataclass
@@ -306,7 +310,7 @@ def _completed(columns: dict[str, pa.Array], body: dict[str, pa.Array], broken: 
     name = columns["name"]
     columns.update(
         {key: body[key] for key in ("cpu_milli", "memory_bytes", "gpu_milli", "scheduler_name",
-                                    "group", "priority")},
+                                    "group", "priority", "phase")},
         node=pc.coalesce(_none_if_empty(body["node"]), pc.if_else(
             pc.equal(columns["resource"], "nodes"), name, none)),
         uid=pc.coalesce(columns["uid"], body["uid"]),
@@ -355,10 +359,13 @@ def target_of(event: Event) -> Target:
 
 
 def _wants_body(resource: str, subresource: str | None, verb: str) -> bool:
-    """Whether a row of this kind takes columns from the body (pods, bindings, nodes)."""
+    """Whether a row of this kind takes columns from the body (pods, their bindings and status
+    writes, nodes)."""
     if resource == "pods":
         if subresource == "binding":
             return verb == "create"
+        if subresource == "status":
+            return verb in ("update", "patch")
         return subresource is None and verb in ("create", "update", "patch")
     return resource == "nodes" and verb in ("create", "update", "patch")
 
@@ -376,6 +383,9 @@ def _extract(event: Event, resource: str, subresource: str | None) -> Extract:
     if subresource == "binding":
         node = body.target.name if body.target is not None else None
         return Extract(NONE, node, None, None, None, uid, name) if node else NOTHING
+    if resource == "pods" and subresource == "status":
+        # the phase it sets (a patch names it only if it changes it)
+        return Extract(uid=uid, name=name, phase=phase_of(body.status, key))
     if resource == "nodes":
         if body.status is None:
             return NOTHING
