@@ -293,9 +293,9 @@ FROM run_bounds;
 -- trace, whose requests are unknown: 0); its requests come from its create.
 --   * A pod takes its node at its first committed binding, or at its create if the create
 --     names the node (a static pod's mirror pod, which its kubelet creates already placed; its
---     change is 'binding' too), and gives it back at the first status write that fails it
---     (pod_state 'failed': the kubelet set status.phase Failed, and every cache drops terminal
---     pods) or at its last committed delete.
+--     change is 'binding' too), and gives it back at the first status write that sets a
+--     terminal phase (pod_state 'failed' or 'succeeded': the kubelet set status.phase, and every
+--     cache drops terminal pods) or at its last committed delete.
 --   * A Gödel scheduler's assume patch (pod_state 'assumed', naming the node) claims the node
 --     for the caches that count assumed pods (Gödel's schedulers), until a rejection sets the
 --     pod back to 'dispatched'; its binding on the same node then changes nothing.  Those
@@ -303,7 +303,8 @@ FROM run_bounds;
 --     count bound pods alone (counts_assumed false: Gödel's binder, kubelets); every other change
 --     counts for every cache (counts_assumed null).  A run without assume patches has only
 --     changes for every cache.
--- change says which write it is: 'binding', 'assumed', 'rejected', 'failed' or 'delete';
+-- change says which write it is: 'binding', 'assumed', 'rejected', 'failed', 'succeeded' or
+-- 'delete';
 -- attempt_id is the attempt that wrote a claim (takes), null for a release.
 CREATE OR REPLACE VIEW claims AS
 WITH pod_writes AS (
@@ -332,15 +333,15 @@ WITH pod_writes AS (
                 WHEN pod_writes.rv = lives.delete_rv THEN 'delete'
                 WHEN pod_state = 'assumed' THEN 'assumed'
                 WHEN pod_state = 'dispatched' THEN 'rejected'
-                ELSE 'failed' END AS change,
+                ELSE pod_state END AS change,
            CASE WHEN pod_writes.rv = lives.bind_rv OR pod_state = 'assumed'
                 THEN pod_writes.node END AS holds,
            pod_writes.rv = lives.bind_rv OR pod_writes.rv = lives.delete_rv
-               OR pod_state = 'failed' AS moves_bound
+               OR pod_state IN ('failed', 'succeeded') AS moves_bound
     FROM pod_writes
     JOIN lives USING (run, pod, life)
     WHERE pod_writes.rv = lives.bind_rv OR pod_writes.rv = lives.delete_rv
-       OR pod_state IN ('assumed', 'dispatched', 'failed')
+       OR pod_state IN ('assumed', 'dispatched', 'failed', 'succeeded')
 ), counted AS (
     -- each step with the node held before it, as caches that count assumed pods see it (true)
     -- and as those that count bound pods alone see it (false)

@@ -212,6 +212,8 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
                 current[pod] = Incarnation(pod, {r: e[c] or 0 for r, c in RESOURCES.items()},
                                            us(e["commit_ts"]))
                 truth.incarnations.append(current[pod])
+                if e["node"] is not None:  # created on its node (a mirror pod): placed there
+                    current[pod].bind = (e["rv"], us(e["commit_ts"]), e["node"], e["attempt_id"])
                 continue
             if pod not in current:  # created before the trace began: requests unknown
                 current[pod] = Incarnation(pod, dict(zero))
@@ -221,7 +223,7 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
                 inc.bind = (e["rv"], us(e["commit_ts"]), e["node"], e["attempt_id"])
             elif e["verb"] == "delete" and e["subresource"] is None:
                 inc.delete = (e["rv"], us(e["commit_ts"]))
-            elif e.get("pod_state") in ("assumed", "dispatched", "failed"):
+            elif e.get("pod_state") in ("assumed", "dispatched", "failed", "succeeded"):
                 inc.states.append((e["rv"], us(e["commit_ts"]), e["node"], e["pod_state"],
                                    e["attempt_id"]))
     moves: dict[bool, dict] = {True: {}, False: {}}  # class -> (rv, node, taking) -> (at, delta)
@@ -248,11 +250,12 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
 
 
 def _claims(inc: Incarnation, counts_assumed: bool) -> list:
-    """The pod's claims as one class of cache counts them: a binding takes its node, and a
-    failure or the last delete gives it back; for caches that count assumed pods, an assume
-    patch takes its node too and a rejection (back to dispatched) gives it back."""
+    """The pod's claims as one class of cache counts them: a binding (or a create on its node)
+    takes its node, and a terminal phase (failed, succeeded) or the last delete gives it back;
+    for caches that count assumed pods, an assume patch takes its node too and a rejection
+    (back to dispatched) gives it back."""
     steps = [(rv, at, node, state, attempt) for rv, at, node, state, attempt in inc.states
-             if counts_assumed or state == "failed"]
+             if counts_assumed or state in ("failed", "succeeded")]
     if inc.bind is not None:
         rv, at, node, attempt = inc.bind
         steps.append((rv, at, node, "bound", attempt))

@@ -7,9 +7,10 @@ to a trace one can read row by row.  ``rows_to_trace`` writes a list of rows as 
 - ``workloads()``: nodes whose allocatable changes, that go away and come back, heartbeats;
   pods requesting cpu, memory and gpu, arriving, deleted, created again under the same name, in
   gangs; recorded bindings (when asked) that fail with 409 or 500 before one succeeds, or pods
-  created on their node (mirror pods); writes to other resources.
+  created on their node (mirror pods), and terminal status writes; writes to other resources.
 - ``observed_traces()``: the recorded traces the query references are compared on (a few pods,
-  all within 60 ms, bound on the first try or after a 409, or created on their node).
+  all within 60 ms, bound on the first try or after a 409, or created on their node; some run
+  to their end).
 - ``synth_specs()``: small synthesized workloads.
 - ``distributions()``: every delay distribution of docs/config.md, in small milliseconds.
 - ``pipelines()``: a seed, a profile, stage costs overridden (zero included) and per-watcher
@@ -58,6 +59,12 @@ def bind(ms, name, node_name, code=201, decided_ms=None, scheduler="kube-schedul
             "code": code, "component": scheduler}
 
 
+def status(ms, name, phase):
+    """The kubelet's status write setting a pod's ``phase`` (terminal: Succeeded, Failed)."""
+    return {"ms": ms, "verb": "patch", "resource": "pods", "subresource": "status", "name": name,
+            "phase": phase, "code": 200, "component": "kubelet"}
+
+
 def delete(ms, name):
     return {"ms": ms, "verb": "delete", "resource": "pods", "name": name, "code": 200}
 
@@ -77,11 +84,12 @@ def trace_frame(rows: list[dict]) -> pl.DataFrame:
          "namespace": "ns" if r["resource"] == "pods" else None, "name": r["name"],
          "node": r.get("node"), "cpu_milli": r.get("cpu"), "memory_bytes": r.get("memory"),
          "gpu_milli": r.get("gpu"), "code": r.get("code", 201),
-         "component": r.get("component", "workload"), "group": r.get("group")}
+         "component": r.get("component", "workload"), "group": r.get("group"),
+         "phase": r.get("phase")}
         for r in sorted(rows, key=lambda r: r["ms"])],
         schema_overrides={"cpu_milli": pl.Int64, "memory_bytes": pl.Int64, "gpu_milli": pl.Int64,
                           "subresource": pl.String, "node": pl.String, "namespace": pl.String,
-                          "group": pl.String})
+                          "group": pl.String, "phase": pl.String})
 
 
 # --- a pipeline under load ---------------------------------------------------------------------
@@ -183,6 +191,9 @@ def pod_rows(draw, name: str, nodes: list[str], recorded: bool, group: str | Non
             at += draw(st.integers(0, 4))
             rows.append(bind(at, name, draw(st.sampled_from(nodes)),
                              decided_ms=max(at - draw(st.integers(0, 2)), 0), scheduler=scheduler))
+        if recorded and draw(st.integers(0, 3)) == 0:  # it ran to its end (a Job's pod)
+            at += draw(st.integers(1, 20))
+            rows.append(status(at, name, draw(st.sampled_from(["Succeeded", "Failed"]))))
         if life + 1 < lives or draw(st.booleans()):
             at += draw(st.integers(1, 40))
             rows.append(delete(at, name))
@@ -246,6 +257,9 @@ def observed_traces(draw) -> list[dict]:
                 at += draw(st.integers(0, 3))
             rows.append(bind(at, name, target, decided_ms=at - draw(st.integers(0, 2)),
                              scheduler=scheduler))
+            if draw(st.integers(0, 3)) == 0:  # it ran to its end
+                at += draw(st.integers(0, 10))
+                rows.append(status(at, name, draw(st.sampled_from(["Succeeded", "Failed"]))))
             if draw(st.booleans()):
                 at += draw(st.integers(0, 20))
                 rows += [delete(at, name)] * draw(st.integers(1, 2))

@@ -1,7 +1,8 @@
 """The claims in numpy (``replay.analysis.claims``) against views.sql's ``capacity_changes``:
 ``test_derive.stored_is_the_whole_query`` compares them on the runs of every model and the
 properties' random traces; these pin a name's several lives, writes to a pod created before
-the trace, a pod created on its node, and names with a '/', which are left to the SQL."""
+the trace, a pod created on its node, one that ran to its end, and names with a '/', which are
+left to the SQL."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 from replay.analysis.claims import ASSUMED, COUNTS_ASSUMED, _moves, capacity_changes, pod_order
 from replay.analysis.derive import derive
 from replay.analysis.runs import open_runs
-from strategies import bind, delete, node, pod
+from strategies import bind, delete, node, pod, status
 from test_derive import stored_is_the_whole_query
 from test_queries import edited_run, network, replay_rows
 
@@ -29,6 +30,7 @@ LIVES = [
     delete(20, "a"),
     pod(21, "a", 2000),  # the name again: a second life, its own requests
     bind(23, "a", "n2"),
+    status(24, "a", "Succeeded"),  # ran to its end: gives n2 back before any delete
     pod(24, "b", 1000),
     bind(26, "b", "n1"),
     pod(27, "mirror", 500, node_name="n2"),  # created on its node: placed at its create

@@ -597,7 +597,7 @@ def test_a_pod_created_on_its_node_is_placed_there(cli, tmp_path):
         (2, "patch", "pods", "status", "static-n1", None, 200, None),
         (5, "delete", "pods", None, "static-n1", None, 200, None)])
     observed = cli("run", trace, "--model", "observe", "--out", tmp_path / "observe")
-    assert observed.code == 0 and "warning" not in observed.err, observed.err
+    assert observed.code == 0 and "name their node" not in observed.err, observed.err
     tables = read_run(tmp_path / "observe")
     assert tables["pods"].select("bound_rv", "node", pl.col("bound_ts") == pl.col("created_ts"),
                                  "deleted_rv").rows() == [(3, "n1", True, 5)]
@@ -639,6 +639,64 @@ def test_a_mirror_pod_in_an_audit_log_is_placed_on_its_node(cli, tmp_path):
         ("kube-system/etcd-node-1", "node-1", 250)]
     deliveries = read_run(tmp_path / "run")["deliveries"]
     assert sorted(deliveries.filter(pl.col("watcher") == "kubelet/node-1")["rv"]) == [1, 2]
+
+
+def test_a_pod_that_ran_to_its_end_gives_its_node_back_at_its_terminal_phase(cli, tmp_path):
+    """A Job's pod: bound, Running, then Succeeded, deleted much later (a Job keeps its pods).
+    The schedulers' informers select non-terminal pods and a kubelet counts active ones, so
+    observe frees its request at the Succeeded status write, not at the delete, and a what-if
+    model runs it as long as it ran."""
+    node = {"metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "4"}}}
+    binding = {"kind": "Binding", "metadata": {"name": "job-1"}, "target": {"name": "n1"}}
+    kubelet = {"verb": "patch", "name": "job-1", "subresource": "status", "user": "system:node:n1",
+               "level": "Request", "code": 200}
+    log = write_log(tmp_path / "audit.log", [
+        audit_event(resource="nodes", name="n1", namespace=None, user="system:node:n1",
+                    level="Request", request=node, audit_id="n", second=0),
+        audit_event(name="job-1", level="Request", request=audit_pod([{"requests": {"cpu": "1"}}]),
+                    audit_id="c", second=1),
+        audit_event(name="job-1", subresource="binding", user="system:kube-scheduler",
+                    level="Request", request=binding, audit_id="b", second=2),
+        audit_event(**kubelet, request={"status": {"phase": "Running"}}, audit_id="r", second=3),
+        audit_event(**kubelet, request={"status": {"phase": "Succeeded"}}, audit_id="s", second=5),
+        audit_event(verb="delete", name="job-1", audit_id="d", second=40, code=200)])
+    trace = tmp_path / "t.parquet"
+    assert cli("ingest", log, "--out", trace).code == 0
+    assert cli("run", trace, "--out", tmp_path / "run").code == 0
+    events = read_run(tmp_path / "run")["events"]
+    assert events["pod_state"].to_list() == [None, None, None, None, "succeeded", None]
+    claims = open_runs([str(tmp_path / "run")]).sql(
+        "SELECT rv, takes, change, cpu_milli FROM claims ORDER BY rv").fetchall()
+    assert claims == [(3, True, "binding", 1000), (5, False, "succeeded", 1000)]
+    assert cli("check", tmp_path / "run").code == 0
+    # a what-if model deletes it when it ended: 3 s after its binding, as recorded
+    assert cli("run", trace, "--model", "kube", "--out", tmp_path / "kube").code == 0
+    pods = read_run(tmp_path / "kube")["pods"]
+    assert (pods["deleted_ts"] - pods["bound_ts"]).to_list() == [dt.timedelta(seconds=3)]
+
+
+def test_status_writes_without_a_phase_are_said(cli, tmp_path):
+    """A Metadata-level log's status writes have no body: no pod is seen to end before its
+    delete.  One phase anywhere in the trace says the log carries them."""
+    rows = [(0, "create", "nodes", None, "n1", "n1", 201, 4000),
+            (1, "create", "pods", None, "p", None, 201, 1000),
+            (2, "create", "pods", "binding", "p", "n1", 201, None),
+            (3, "patch", "pods", "status", "p", None, 200, None),
+            (9, "delete", "pods", None, "p", None, 200, None)]
+    note = "1 pod status write, not saying the pod's phase (the log left out their bodies"
+    trace = small_trace(tmp_path / "t.parquet", rows)
+    observed = cli("run", trace, "--model", "observe", "--out", tmp_path / "observe")
+    assert observed.code == 0 and note in observed.err and "holds its node until its delete" \
+        in observed.err
+    what_if = cli("run", trace, "--model", "kube", "--out", tmp_path / "kube")
+    assert what_if.code == 0 and note in what_if.err and "runs until its recorded delete" \
+        in what_if.err
+    phased = tmp_path / "phased.parquet"
+    write_trace(read_trace(trace).with_columns(
+        phase=pl.when(pl.col("subresource") == "status").then(pl.lit("Running"))),
+        phased, source="test", source_args={})
+    assert "phase" not in cli("run", phased, "--model", "observe", "--out",
+                              tmp_path / "phased").err
 
 
 def test_a_watcher_of_a_node_the_trace_never_names_is_said(cli, tmp_path):

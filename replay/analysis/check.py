@@ -882,7 +882,7 @@ def kubelet_admission(run: RunTables) -> Finding:
               ON admitted.rv = truth.rv AND admitted.watcher = kubelets.watcher
             LEFT JOIN admissions AS removed
               ON removed.delete_rv = truth.rv AND removed.watcher = kubelets.watcher
-             AND truth.change IN ('delete', 'failed')
+             AND truth.change IN ('delete', 'failed', 'succeeded')
         )
         SELECT watcher, rv, commit_ts, node, change, pod, cpu_milli, memory_bytes, gpu_milli,
                (sum(cpu_milli) OVER by_view)::BIGINT AS free_cpu,

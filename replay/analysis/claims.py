@@ -28,8 +28,9 @@ from replay.analysis.runs import one_run
 from replay.jit import njit
 from replay.trace.schema import RESOURCE_COLUMNS
 
-STEPS = ("binding", "delete", "assumed", "rejected", "failed")  # a step's change, by its code
-BINDING, DELETE, ASSUMED, REJECTED, FAILED = range(len(STEPS))
+# a step's change, by its code; the last two set a terminal phase
+STEPS = ("binding", "delete", "assumed", "rejected", "failed", "succeeded")
+BINDING, DELETE, ASSUMED, REJECTED, FAILED, SUCCEEDED = range(len(STEPS))
 COUNTS_BOUND, COUNTS_ASSUMED, BOTH = range(3)  # which caches see a move: counts_assumed
 MOST_MOVES = 3  # that one write makes: two releases (one per kind of cache) and a take
 
@@ -97,7 +98,8 @@ def _pod_writes(con: duckdb.DuckDBPyConnection) -> PodWrites | None:
                         false) AS binds,
                coalesce(verb = 'delete' AND subresource IS NULL, false) AS deletes,
                CASE pod_state WHEN 'assumed' THEN {ASSUMED} WHEN 'dispatched' THEN {REJECTED}
-                              WHEN 'failed' THEN {FAILED} ELSE -1 END AS state,
+                              WHEN 'failed' THEN {FAILED} WHEN 'succeeded' THEN {SUCCEEDED}
+                              ELSE -1 END AS state,
                node, attempt_id, cpu_milli, memory_bytes, gpu_milli
         FROM events
         WHERE resource = 'pods' AND name <> ''""").arrow()
@@ -218,7 +220,7 @@ def _moves_of_life(rv, node, binds, deletes, state, start, end, life, count,
         if not (binding or delete or state[i] >= ASSUMED):
             continue
         holds = node[i] if binding or state[i] == ASSUMED else -1
-        moves_bound = binding or delete or state[i] == FAILED
+        moves_bound = binding or delete or state[i] >= FAILED  # (a terminal phase)
         # the releases as each kind sees them (one, of both, where they are the same) and the
         # take, on three different nodes
         release_assumed = held_assumed >= 0 and holds != held_assumed

@@ -4,7 +4,9 @@ Kept, at their recorded times: node writes (creates and allocatable changes, del
 pod creates, and writes to every other resource (they load the API server's pipeline too).  Pod
 deletes are kept but re-timed: a pod runs for as long as it ran in the recording, counted from its
 binding in the what-if replay (the recording's binding, else its ``scheduled_ts`` column, else its
-create marks when it started).  A pod that the recording says never ran (a trace with a
+create marks when it started; its first status write setting a terminal phase, else its delete,
+when it ended: a Job's pod that ran to its end is deleted in the replay when it ended, for every
+cache drops a terminal pod).  A pod that the recording says never ran (a trace with a
 ``scheduled_ts`` column where this pod's is null) is deleted at its recorded time instead.  Set
 aside: the recorded placements (bindings) and every other pod write (status patches, scheduler and
 dispatcher patches), which belonged to them; failed writes, which changed nothing; and writes to
@@ -23,7 +25,7 @@ import polars as pl
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
 from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
                                    PodHistory, RowMasks, created_before, created_placed, mask,
-                                   without_bodies)
+                                   phases_unknown, without_bodies)
 
 
 @dataclass
@@ -71,8 +73,9 @@ class Workload:
         kind[created[has_create]] = WriteKind.POD_CREATE
         on_time = has_create & (deleted >= 0) & never_ran  # deleted at its recorded time
         kind[deleted[on_time]] = WriteKind.POD_DELETE
-        run_us = np.where(has_create & (deleted >= 0) & ~never_ran,
-                          ts[np.maximum(deleted, 0)] - started, NEVER)
+        ended = _ends(history, RowMasks(trace), deleted)
+        run_us = np.where(has_create & (ended >= 0) & ~never_ran,
+                          ts[np.maximum(ended, 0)] - started, NEVER)
 
         rows = np.flatnonzero(kind >= 0)
         row_names = trace["name"].to_numpy()[rows]
@@ -125,7 +128,16 @@ def _notes(trace: pl.DataFrame, history: PodHistory, has_create: np.ndarray) -> 
                             "they are set aside (their requests are unknown), so the model "
                             "places the others on nodes that hold none of them"),
             *without_bodies(trace, masks, bindings=False),
+            *phases_unknown(trace, masks, "a pod runs until its recorded delete"),
             *created_placed(trace, masks, "the model schedules these pods anew")]
+
+
+def _ends(history: PodHistory, masks: RowMasks, deleted: np.ndarray) -> np.ndarray:
+    """Per pod, the row where it stopped holding its node in the recording (-1 if none): its
+    first status write setting a terminal phase (a Job's pod that ran to its end; the Job keeps
+    it until much later), else its last delete."""
+    terminal = history.first(masks.ok_end)
+    return np.where(terminal >= 0, terminal, deleted)
 
 
 def _starts(trace: pl.DataFrame, history: PodHistory, created: np.ndarray,

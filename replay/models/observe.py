@@ -31,7 +31,7 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import (IS_BINDING, PLACES, PodHistory, RowMasks, bound_again,
-                                   created_before, without_bodies)
+                                   created_before, phases_unknown, without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -50,7 +50,7 @@ class ObserveModel(Model):
     name = "observe"
     description = ("Replay the placements recorded in the trace; model only what each watcher "
                    "saw, and when.")
-    trace_columns = ("ts", "received_ts", *EVENT_COLUMNS)
+    trace_columns = ("ts", "received_ts", *EVENT_COLUMNS, "phase")
 
     def default_watchers(self, trace: pl.DataFrame) -> list[WatcherSpec]:
         binders, present, nodes = trace.select(
@@ -100,12 +100,14 @@ class _Replay:
 
     def notes(self) -> list[str]:
         """What the trace lacks, or holds, that bears on the numbers: pods created before it
-        began, bodies a Metadata-level log leaves out, pods placed twice."""
+        began, bodies a Metadata-level log leaves out, phases unknown, pods placed twice."""
         existed = int(np.count_nonzero(self.create < 0))
         return [*created_before(existed, self.history.incarnations,
                                 "their requests are unknown, so they hold no capacity on their "
                                 "nodes, and the capacity their deletes free is missed"),
                 *without_bodies(self.trace, self.masks, bindings=True),
+                *phases_unknown(self.trace, self.masks, "a pod that ran to its end holds its "
+                                "node until its delete"),
                 *bound_again(self.history, self.masks)]
 
     @cached_property
@@ -146,7 +148,18 @@ class _Replay:
                 .append_column("origin", pa.DictionaryArray.from_arrays(
                     _array(np.zeros(rows, dtype=np.int8)), pa.array(["trace"])))
                 .append_column("attempt_id", _array(attempt, nulls=attempt == 0))
-                .append_column("pod_state", pa.nulls(rows, pa.string())))
+                .append_column("pod_state", self._pod_states(ok)))
+
+    def _pod_states(self, ok: np.ndarray) -> pa.Array:
+        """Per committed write, the pod state it sets: ``failed`` or ``succeeded`` for a pod's
+        status write setting that terminal phase (``RowMasks.ok_end``: every cache then drops
+        the pod), else null."""
+        ends = self.masks.ok_end
+        if not ends.any():
+            return pa.nulls(int(np.count_nonzero(ok)), pa.string())
+        states = self.trace.select(pl.when(pl.Series(ends)).then(
+            pl.col("phase").str.to_lowercase()))
+        return states.filter(pl.Series(ok)).to_series().to_arrow()
 
     def deliveries(self) -> Iterator[pa.Table]:
         """Every committed write through the pipeline to every watcher it matches, in parts of a

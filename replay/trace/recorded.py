@@ -7,8 +7,8 @@ rows by name and numpy segment operations, because grouping a million pod names 
 window functions costs seconds.
 
 The replays' notes (``Model.notes``: pods created before the trace began, bodies a Metadata-level
-log leaves out, pods created already placed) are worded here, once for observe and the what-if
-workload.
+log leaves out, pods created already placed, phases unknown) are worded here, once for observe and
+the what-if workload.
 """
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ IS_POD_DELETE = IS_POD & (pl.col("verb") == "delete") & pl.col("subresource").is
 # a write that places a pod on a node: a binding, or a create that names the node already (a
 # static pod's mirror pod, which its kubelet creates; a pod an operator placed by hand)
 PLACES = IS_BINDING | (IS_POD_CREATE & pl.col("node").is_not_null())
+# a pod in either phase runs no more and holds nothing: the schedulers' informers select
+# non-terminal pods (``newPodInformer``, pkg/scheduler/scheduler.go) and a kubelet admits
+# against its active ones
+TERMINAL_PHASES = ("Succeeded", "Failed")
+# a pod's status write that sets a terminal phase (the trace's optional ``phase`` column)
+ENDS = IS_POD & pl.col("phase").is_in(TERMINAL_PHASES)
 NO_BODIES = "the log left out their bodies, as a Metadata-level log does"
 
 
@@ -68,6 +74,14 @@ class RowMasks:
     def ok_placement(self) -> np.ndarray:
         """Every committed write that places a pod on a node (``PLACES``)."""
         return self.ok & mask(self.trace, PLACES)
+
+    @cached_property
+    def ok_end(self) -> np.ndarray:
+        """Every committed status write that sets a pod's terminal phase (``ENDS``); none in a
+        trace without the optional ``phase`` column."""
+        if "phase" not in self.trace.columns:
+            return np.zeros(self.trace.height, dtype=bool)
+        return self.ok & mask(self.trace, ENDS)
 
     @cached_property
     def ok_create(self) -> np.ndarray:
@@ -117,6 +131,21 @@ def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list
                      f"node ({NO_BODIES}): those pods are bound to no node, so no kubelet sees "
                      "them and they hold no capacity")
     return notes
+
+
+def phases_unknown(trace: pl.DataFrame, masks: RowMasks, effect: str) -> list[str]:
+    """The note of a replay of a trace whose pod status writes say no phase anywhere (a
+    Metadata-level log, or a trace made before its optional ``phase`` column), with its
+    ``effect``: a pod that ran to its end is not seen to end before its delete."""
+    known = "phase" in trace.columns and trace["phase"].null_count() < trace.height
+    writes = 0 if known else np.count_nonzero(masks.ok & mask(
+        trace, IS_POD & (pl.col("subresource") == "status")))
+    if not writes:
+        return []
+    none = "none saying" if writes > 1 else "not saying"
+    return [f"{writes:,} pod status write{'s' if writes > 1 else ''}, {none} the pod's phase (the "
+            f"log left out their bodies, or the trace has no phase column): {effect} "
+            "(traces/README.md: a pod that ran to its end)"]
 
 
 def created_placed(trace: pl.DataFrame, masks: RowMasks, effect: str) -> list[str]:
