@@ -100,7 +100,8 @@ def test_a_pod_status_write_gives_the_phase_it_sets(cli, tmp_path):
         ("status", "Running", None, None), ("status", None, None, None),
         ("status", "Failed", None, None), ("status", "Succeeded", None, None),
         ("status", None, None, None)]
-    assert "lacking the body they need (Metadata-level log): 1" in result.err
+    assert "lacking the body they need (Metadata-level log): 1 (patch pods/status 1)" \
+        in result.err
     bad = write_log(tmp_path / "b.log", [event(**kubelet, level="Request",
                                                request={"status": {"phase": "Done"}})])
     result = cli("ingest", bad, "--out", tmp_path / "b.parquet")

@@ -94,7 +94,7 @@ class Rows:
 
     tables: list[pa.Table] = field(default_factory=list)
     dropped: Counter = field(default_factory=Counter)  # valid events that make no row, by reason
-    lacking_bodies: int = 0
+    lacking_bodies: Counter = field(default_factory=Counter)  # by (verb, resource[/subresource])
     errors: list[tuple[int, Exception]] = field(default_factory=list)  # (position, error)
 
 
@@ -281,8 +281,9 @@ def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[i
     if not len(at):
         return nulls, []
     extracts, broken = [], []
-    for row, resource, subresource in zip(at.to_pylist(), columns["resource"].take(at).to_pylist(),
-                                          columns["subresource"].take(at).to_pylist()):
+    for row, verb, resource, subresource in zip(
+            at.to_pylist(), columns["verb"].take(at).to_pylist(),
+            columns["resource"].take(at).to_pylist(), columns["subresource"].take(at).to_pylist()):
         try:
             extract = _extract(events[positions[row]], resource, subresource)
         except (BadEvent, BadBody) as err:
@@ -292,7 +293,9 @@ def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[i
             broken.append(row)
             extract = NOTHING
         else:
-            rows.lacking_bodies += extract is NOTHING
+            if extract is NOTHING:
+                kind = f"{resource}/{subresource}" if subresource else resource
+                rows.lacking_bodies[verb, kind] += 1
         extracts.append(extract)
     amounts, *given = zip(*extracts)
     return {name: pc.replace_with_mask(nulls[name], wants_body, pa.array(values, kind))

@@ -20,7 +20,7 @@ class Summary:
     duplicates: int = 0
     collections: int = 0  # pod deletecollections, written as the deletes they made
     collected: int = 0
-    lacking_bodies: int = 0
+    lacking_bodies: Counter = field(default_factory=Counter)  # by (verb, resource)
     bad_lines: int = 0
     first_bad: str | None = None
 
@@ -50,7 +50,10 @@ class Summary:
             out.append(f"pod deletecollections written as the deletes they made: "
                        f"{self.collections:,} ({self.collected:,} deletes)")
         out.append(f"duplicate events dropped: {self.duplicates:,}")
-        out.append(f"rows lacking the body they need (Metadata-level log): {self.lacking_bodies:,}")
+        lacking = ", ".join(f"{verb} {resource} {n:,}" for (verb, resource), n in
+                            sorted(self.lacking_bodies.items(), key=lambda kv: (-kv[1], kv[0])))
+        out.append(f"rows lacking the body they need (Metadata-level log): "
+                   f"{self.lacking_bodies.total():,}" + (f" ({lacking})" if lacking else ""))
         if self.bad_lines:
             out.append(f"bad lines skipped: {self.bad_lines:,} (first: {self.first_bad})")
         return out
