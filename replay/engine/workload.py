@@ -23,9 +23,8 @@ import numpy as np
 import polars as pl
 
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
-from replay.trace.recorded import (IS_BINDING, IS_POD, IS_POD_CREATE, IS_POD_DELETE, OK,
-                                   PodHistory, RowMasks, created_before, created_placed, mask,
-                                   phases_unknown, without_bodies)
+from replay.trace.recorded import (IS_BINDING, IS_POD, PodHistory, RowMasks, created_before,
+                                   created_placed, mask, phases_unknown, without_bodies)
 
 
 @dataclass
@@ -51,8 +50,9 @@ class Workload:
 
     @classmethod
     def of(cls, trace: pl.DataFrame) -> Workload:
-        history = PodHistory.of(trace)
-        ok = mask(trace, OK)
+        masks = RowMasks(trace)  # (one set of row masks for the history, the times and the notes)
+        history = PodHistory.of(trace, masks)
+        ok = masks.ok
         ts = trace["ts"].dt.epoch("us").to_numpy()
         names = node_names(trace)
         node_index = {name: i for i, name in enumerate(names)}
@@ -66,14 +66,14 @@ class Workload:
         kind[is_node & mask(trace, pl.col("verb").is_in(["delete", "deletecollection"]))] = WriteKind.NODE_DELETE
         kind[ok & ~mask(trace, IS_POD) & ~is_node] = WriteKind.OTHER
 
-        created = history.first(mask(trace, OK & IS_POD_CREATE))
+        created = history.first(masks.ok_create)
         has_create = created >= 0
-        deleted = history.last(mask(trace, OK & IS_POD_DELETE))
-        started, never_ran = _starts(trace, history, created, ts)
+        deleted = history.last(masks.ok_delete)
+        started, never_ran = _starts(trace, masks, history, created, ts)
         kind[created[has_create]] = WriteKind.POD_CREATE
         on_time = has_create & (deleted >= 0) & never_ran  # deleted at its recorded time
         kind[deleted[on_time]] = WriteKind.POD_DELETE
-        ended = _ends(history, RowMasks(trace), deleted)
+        ended = _ends(history, masks, deleted)
         run_us = np.where(has_create & (ended >= 0) & ~never_ran,
                           ts[np.maximum(ended, 0)] - started, NEVER)
 
@@ -99,7 +99,7 @@ class Workload:
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
             group=_shared(pods["group"].to_list()), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
-            notes=_notes(trace, history, has_create),
+            notes=_notes(trace, masks, history, has_create),
         )
 
 
@@ -121,9 +121,9 @@ def node_names(trace: pl.DataFrame) -> list[str]:
     ]).unique().sort().to_list()
 
 
-def _notes(trace: pl.DataFrame, history: PodHistory, has_create: np.ndarray) -> list[str]:
+def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory,
+           has_create: np.ndarray) -> list[str]:
     """What the workload sets aside or cannot know that bears on the numbers."""
-    masks = RowMasks(trace)
     return [*created_before(int(np.count_nonzero(~has_create)), history.incarnations,
                             "they are set aside (their requests are unknown), so the model "
                             "places the others on nodes that hold none of them"),
@@ -140,10 +140,10 @@ def _ends(history: PodHistory, masks: RowMasks, deleted: np.ndarray) -> np.ndarr
     return np.where(terminal >= 0, terminal, deleted)
 
 
-def _starts(trace: pl.DataFrame, history: PodHistory, created: np.ndarray,
+def _starts(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, created: np.ndarray,
             ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per pod: when it started running in the recording (µs), and whether it never did."""
-    bound = history.first(mask(trace, OK & IS_BINDING))
+    bound = history.first(masks.ok_binding)
     start = np.where(bound >= 0, ts[np.maximum(bound, 0)], ts[np.maximum(created, 0)])
     never_ran = np.zeros(len(created), dtype=bool)
     if "scheduled_ts" in trace.columns:
