@@ -109,6 +109,43 @@ def test_a_pod_status_write_gives_the_phase_it_sets(cli, tmp_path):
         "phase (Pending, Running, Succeeded, Failed, Unknown)" in result.err, result.err
 
 
+def test_stored_pods_of_status_writes_and_deletes_give_node_and_requests(cli, tmp_path):
+    """At RequestResponse level a status write's and a delete's ``responseObject`` is the whole
+    pod: its node and requests are what a pod the log did not see created is known by.  A
+    ``Status`` reply (a failed write's, a delete that returned no object) says nothing of the
+    pod, and a delete without a stored pod lacks nothing."""
+    stored = pod([{"requests": {"cpu": "1", "memory": "1Gi"}}], nodeName="n1")
+    stored["status"] = {"phase": "Running"}
+    status_reply = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                    "reason": "Conflict", "code": 409}
+    kubelet = {"user": "system:node:n1", "code": 200, "level": "RequestResponse"}
+    log = write_log(tmp_path / "a.log", [
+        event("patch", subresource="status", **kubelet, request={"status": {}},
+              response=stored, audit_id="a", second=1),
+        event("patch", **{**kubelet, "code": 409}, request={"metadata": {"labels": {}}},
+              response=status_reply, audit_id="b", second=2),
+        event("delete", **kubelet, request={"kind": "DeleteOptions"}, response=stored,
+              audit_id="c", second=3),
+        event("delete", **kubelet, request={"kind": "DeleteOptions"},
+              response={**status_reply, "status": "Success", "code": 200}, audit_id="d",
+              second=4),
+        event("delete", user="system:node:n1", code=200, audit_id="e", second=5)])
+    out = tmp_path / "t.parquet"
+    result = cli("ingest", log, "--out", out)
+    assert result.code == 0, result.err
+    assert [(r["verb"], r["phase"], r["node"], r["cpu_milli"], r["memory_bytes"])
+            for r in rows(out)] == [
+        ("patch", "Running", "n1", 1000, 2**30), ("patch", None, None, None, None),
+        ("delete", None, "n1", 1000, 2**30), ("delete", None, None, None, None),
+        ("delete", None, None, None, None)]
+    assert "(patch pods 1)" in result.err and "delete" not in result.err.split("lacking")[1]
+    bad = write_log(tmp_path / "b.log", [event("delete", **kubelet,
+                                               response={"kind": "Pod", "status": "Gone"})])
+    result = cli("ingest", bad, "--out", tmp_path / "b.parquet")
+    assert result.code == 1 and "b.log:1: key responseObject.status: expected an object, got " \
+        "a string" in result.err, result.err
+
+
 @pytest.mark.parametrize("user, agent, expected", [
     ("system:kube-scheduler", None, "kube-scheduler"),
     ("system:node:n1", "kubelet/v1.32", "kubelet"),

@@ -82,10 +82,16 @@ class Target(msgspec.Struct, gc=False):
 class Body(msgspec.Struct, gc=False):
     """A pod, a node or a binding, as far as the trace is concerned."""
 
+    kind: str | None = None
     metadata: Metadata | None = None
     spec: msgspec.Raw = NO_PART  # a pod's, read by ``pod_columns``
-    status: Status | None = None
+    status: Status | str | None = None  # a string only in a ``Status`` reply (``decode_body``)
     target: Target | None = None
+
+    @property
+    def object_status(self) -> Status | None:
+        """The object's status (``decode_body`` returns no body whose status is a string)."""
+        return self.status if isinstance(self.status, Status) else None
 
 
 class Amounts(NamedTuple):
@@ -117,10 +123,17 @@ class BadBody(ValueError):
 
 
 def decode_body(raw: msgspec.Raw, key: str) -> Body | None:
-    """The body in ``raw`` (under the event key ``key``); None when absent or a JSON patch list."""
+    """The body in ``raw`` (under the event key ``key``); None when absent, a JSON patch list or
+    a ``Status``: the API server's reply to a failed write, or to a delete that returns no
+    object, which says nothing of the object (its ``status`` is ``Success`` or ``Failure``)."""
     if not raw or memoryview(raw)[:1] != b"{":
         return None
-    return _decode(raw, _body, key)
+    body = _decode(raw, _body, key)
+    if body.kind == "Status":
+        return None
+    if isinstance(body.status, str):
+        raise BadBody(f"key {key}.status: expected an object, got a string")
+    return body
 
 
 def pod_columns(spec: msgspec.Raw, key: str) -> PodColumns | None:

@@ -293,7 +293,7 @@ def _bodies(columns: dict[str, pa.Array], events: list[Event], positions: list[i
             broken.append(row)
             extract = NOTHING
         else:
-            if extract is NOTHING:
+            if extract is NOTHING and _needs_body(verb):
                 kind = f"{resource}/{subresource}" if subresource else resource
                 rows.lacking_bodies[verb, kind] += 1
         extracts.append(extract)
@@ -362,15 +362,22 @@ def target_of(event: Event) -> Target:
 
 
 def _wants_body(resource: str, subresource: str | None, verb: str) -> bool:
-    """Whether a row of this kind takes columns from the body (pods, their bindings and status
-    writes, nodes)."""
+    """Whether a row of this kind takes columns from the body (pods, their bindings, status
+    writes and deletes, nodes)."""
     if resource == "pods":
         if subresource == "binding":
             return verb == "create"
         if subresource == "status":
             return verb in ("update", "patch")
-        return subresource is None and verb in ("create", "update", "patch")
+        return subresource is None and verb in ("create", "update", "patch", "delete")
     return resource == "nodes" and verb in ("create", "update", "patch")
+
+
+def _needs_body(verb: str) -> bool:
+    """Whether a row that takes columns from its body lacks something without it: all but a
+    pod's delete, whose stored pod (RequestResponse level) serves only a pod the log did not
+    see created (traces/README.md: a log of a running cluster)."""
+    return verb != "delete"
 
 
 def _extract(event: Event, resource: str, subresource: str | None) -> Extract:
@@ -386,19 +393,18 @@ def _extract(event: Event, resource: str, subresource: str | None) -> Extract:
     if subresource == "binding":
         node = body.target.name if body.target is not None else None
         return Extract(NONE, node, None, None, None, uid, name) if node else NOTHING
-    if resource == "pods" and subresource == "status":
-        # the phase it sets (a patch names it only if it changes it)
-        return Extract(uid=uid, name=name, phase=phase_of(body.status, key))
     if resource == "nodes":
-        if body.status is None:
+        if body.object_status is None:
             return NOTHING
-        amounts = allocatable(body.status.allocatable, key, partial)
+        amounts = allocatable(body.object_status.allocatable, key, partial)
         return Extract(amounts, None, None, None, None, uid, name) if amounts != NONE else NOTHING
+    # a pod's status write: the phase it sets (a patch names it only if it changes it)
+    phase = phase_of(body.object_status, key) if subresource == "status" else None
     pod = pod_columns(body.spec, key) if body.spec and not partial else None
     if pod is None:
-        return NOTHING
+        return Extract(uid=uid, name=name, phase=phase) if subresource == "status" else NOTHING
     return Extract(pod.amounts, pod.node_name, pod.scheduler_name, group_of(meta), pod.priority,
-                   uid, name)
+                   uid, name, phase)
 
 
 def _pick_body(event: Event) -> tuple[Body | None, str, bool]:
@@ -410,8 +416,9 @@ def _pick_body(event: Event) -> tuple[Body | None, str, bool]:
     request, response = event.request_object, event.response_object
     if request and event.verb in FULL_OBJECT_VERBS:
         return decode_body(request, "requestObject"), "requestObject", False
-    if response:
-        return decode_body(response, "responseObject"), "responseObject", False
+    stored = decode_body(response, "responseObject") if response else None
+    if stored is not None:
+        return stored, "responseObject", False
     if request:
         return decode_body(request, "requestObject"), "requestObject", True
     return None, "", False
