@@ -111,11 +111,13 @@ def test_a_pod_status_write_gives_the_phase_it_sets(cli, tmp_path):
 
 def test_stored_pods_of_status_writes_and_deletes_give_node_and_requests(cli, tmp_path):
     """At RequestResponse level a status write's and a delete's ``responseObject`` is the whole
-    pod: its node and requests are what a pod the log did not see created is known by.  A
+    pod: its node, requests and phase are what a pod the log did not see created is known by
+    (a delete's phase: the one it found).  A
     ``Status`` reply (a failed write's, a delete that returned no object) says nothing of the
     pod, and a delete without a stored pod lacks nothing."""
     stored = pod([{"requests": {"cpu": "1", "memory": "1Gi"}}], nodeName="n1")
     stored["status"] = {"phase": "Running"}
+    finished = {**stored, "status": {"phase": "Succeeded"}}
     status_reply = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                     "reason": "Conflict", "code": 409}
     kubelet = {"user": "system:node:n1", "code": 200, "level": "RequestResponse"}
@@ -124,7 +126,7 @@ def test_stored_pods_of_status_writes_and_deletes_give_node_and_requests(cli, tm
               response=stored, audit_id="a", second=1),
         event("patch", **{**kubelet, "code": 409}, request={"metadata": {"labels": {}}},
               response=status_reply, audit_id="b", second=2),
-        event("delete", **kubelet, request={"kind": "DeleteOptions"}, response=stored,
+        event("delete", **kubelet, request={"kind": "DeleteOptions"}, response=finished,
               audit_id="c", second=3),
         event("delete", **kubelet, request={"kind": "DeleteOptions"},
               response={**status_reply, "status": "Success", "code": 200}, audit_id="d",
@@ -136,7 +138,7 @@ def test_stored_pods_of_status_writes_and_deletes_give_node_and_requests(cli, tm
     assert [(r["verb"], r["phase"], r["node"], r["cpu_milli"], r["memory_bytes"])
             for r in rows(out)] == [
         ("patch", "Running", "n1", 1000, 2**30), ("patch", None, None, None, None),
-        ("delete", None, "n1", 1000, 2**30), ("delete", None, None, None, None),
+        ("delete", "Succeeded", "n1", 1000, 2**30), ("delete", None, None, None, None),
         ("delete", None, None, None, None)]
     assert "(patch pods 1)" in result.err and "delete" not in result.err.split("lacking")[1]
     bad = write_log(tmp_path / "b.log", [event("delete", **kubelet,

@@ -66,8 +66,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("group", pa.string(), True, "Gang or pod group the pod belongs to."),
     Column("priority", pa.int32(), True, "The pod's priority."),
     Column("phase", pa.string(), True,
-           "A pod's `status.phase` as its status write sets it: Pending, Running, Succeeded, "
-           "Failed or Unknown.", optional=True),
+           "A pod's `status.phase` as its status write sets it, or as its delete found it: "
+           "Pending, Running, Succeeded, Failed or Unknown.", optional=True),
 )
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 

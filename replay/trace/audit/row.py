@@ -398,8 +398,10 @@ def _extract(event: Event, resource: str, subresource: str | None) -> Extract:
             return NOTHING
         amounts = allocatable(body.object_status.allocatable, key, partial)
         return Extract(amounts, None, None, None, None, uid, name) if amounts != NONE else NOTHING
-    # a pod's status write: the phase it sets (a patch names it only if it changes it)
-    phase = phase_of(body.object_status, key) if subresource == "status" else None
+    # a pod's status write: the phase it sets (a patch names it only if it changes it); its
+    # delete: the phase it found (a pod that ran to its end before the log began)
+    phase = (phase_of(body.object_status, key) if subresource == "status" or event.verb == "delete"
+             else None)
     pod = pod_columns(body.spec, key) if body.spec and not partial else None
     if pod is None:
         return Extract(uid=uid, name=name, phase=phase) if subresource == "status" else NOTHING
