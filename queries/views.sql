@@ -156,7 +156,9 @@ CREATE OR REPLACE MACRO ms_between(from_ts, to_ts) AS
 -- stage of the watch pipeline, in pipeline order (storage_to_cache, cacher_queue, watcher_queue,
 -- network, client_queue, handler) and end_to_end, their sum: one row per delivery.
 -- delivery_delays_us: the same in whole microseconds (BIGINT), for aggregates that add delays
--- (delay_stats) or compare them as integers.
+-- (delay_stats) or compare them as integers.  A watcher's first list (source 'list': an object
+-- observe's trace did not see created, in every cache when it began) is no delivery through
+-- the pipeline, and not a delay: neither view has its rows.
 CREATE OR REPLACE VIEW delivery_delays_us AS
 SELECT run, watcher, role AS watcher_role, commit_ts,
        epoch_us(cached_ts) - epoch_us(commit_ts) AS storage_to_cache,
@@ -166,7 +168,8 @@ SELECT run, watcher, role AS watcher_role, commit_ts,
        epoch_us(dequeued_ts) - epoch_us(received_ts) AS client_queue,
        epoch_us(applied_ts) - epoch_us(dequeued_ts) AS handler,
        epoch_us(applied_ts) - epoch_us(commit_ts) AS end_to_end
-FROM deliveries;
+FROM deliveries
+WHERE source <> 'list';
 
 CREATE OR REPLACE VIEW delivery_delays AS
 SELECT run, watcher, watcher_role, commit_ts,

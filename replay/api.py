@@ -235,8 +235,13 @@ def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watche
 def _add_delays(part: pa.Table | pl.DataFrame, delays: dict[str, list[np.ndarray]]) -> None:
     """The end-to-end delay of each of a part's deliveries, appended to its role's."""
     part = conform_table("deliveries", part)
+    listed = _where(part.column("source")).get("list", False)
+    if listed is None:
+        return  # a watcher's first list (observe): no delay (views.sql: delivery_delays_us)
     delay_us = _minus_us(part.column("applied_ts"), part.column("commit_ts"))
     for role, at in _where(part.column("role")).items():
+        if isinstance(listed, np.ndarray):
+            at = ~listed if at is None else at & ~listed
         delays.setdefault(role, []).append(delay_us if at is None else delay_us[at])
 
 

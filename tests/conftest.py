@@ -10,14 +10,17 @@ pinned with ``@example`` in its test.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import polars as pl
 import pytest
 from hypothesis import settings
 
 from replay.cli.main import main
+from replay.trace.io import write_trace
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("REPLAY_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -73,3 +76,32 @@ def shared_data(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"shared data not available: {path}")
     return path
+
+
+CUT_S = 120  # where the sample trace is cut to make a log of a running cluster
+
+
+def cut_sample(path, bodies: bool = False):
+    """The sample trace from ``CUT_S`` on (its node creates kept): a log begun while 1,376 of
+    its pods ran.  With ``bodies``, each such pod's delete says its node and requests, as a
+    RequestResponse-level log's delete does (its ``responseObject``)."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    cut = sample["ts"].min() + dt.timedelta(seconds=CUT_S)
+    node_creates = (pl.col("resource") == "nodes") & (pl.col("verb") == "create")
+    kept = sample.filter((pl.col("ts") >= cut) | node_creates)
+    if bodies:
+        before = sample.filter(pl.col("resource") == "pods", pl.col("ts") < cut)
+        said = before.filter(pl.col("subresource").is_null(), verb="create").select(
+            "name", "cpu_milli", "memory_bytes", "gpu_milli").join(
+            before.filter(subresource="binding").select("name", bound="node"), on="name",
+            how="left")
+        is_delete = (pl.col("resource") == "pods") & (pl.col("verb") == "delete") \
+            & pl.col("subresource").is_null() & pl.col("cpu_milli_said").is_not_null()
+        kept = kept.join(said, on="name", how="left", suffix="_said", maintain_order="left")
+        kept = kept.with_columns(
+            *(pl.when(is_delete).then(pl.col(f"{c}_said")).otherwise(c).alias(c)
+              for c in ("cpu_milli", "memory_bytes", "gpu_milli")),
+            pl.when(is_delete).then("bound").otherwise("node").alias("node"),
+        ).select(sample.columns)
+    write_trace(kept, path, source="test", source_args={})
+    return sample, cut

@@ -38,8 +38,9 @@ def us(ts) -> int:
 # --- per-component delay -------------------------------------------------------------------------
 
 def component_delays(tables) -> pl.DataFrame:
-    """One row per (delivery, component): role, component, ms, commit_ts."""
-    d = tables["deliveries"]
+    """One row per (delivery, component): role, component, ms, commit_ts; a watcher's first
+    list (source 'list') is no delay."""
+    d = tables["deliveries"].filter(pl.col("source") != "list")
     frames = []
     for name, (a, b) in zip(COMPONENTS + ("end_to_end",),
                             list(zip(STAGES, STAGES[1:])) + [("commit_ts", "applied_ts")]):

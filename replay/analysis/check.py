@@ -499,7 +499,8 @@ def delivery_matches_event(run: RunTables) -> Finding:
     """Each delivery is of a committed write, carries that write's commit_ts, and the shared
     stages' times (cached_ts, dispatched_ts) are the same in every delivery of one write that
     went through the pipeline (an instant watcher's has every time at the commit), whatever its
-    source (a documented one: watch, rewatch or relist)."""
+    source (a documented one: watch, rewatch, relist or list); a ``list`` row (the watcher's
+    first list: an object the trace did not see created) has every time at the commit."""
     d, events = run.deliveries, run.event_columns
     commit = np.full(max(len(events["rv"]), int(events["rv"].max(initial=0))) + 2, -2,
                      dtype=np.int64)
@@ -508,8 +509,8 @@ def delivery_matches_event(run: RunTables) -> Finding:
     rv = np.clip(d.rv, 0, len(commit) - 1)
     problems = ["", "cached_ts differs among the write's deliveries",
                 "dispatched_ts differs among the write's deliveries",
-                "commit_ts is not the event's", "source is not watch, rewatch or relist",
-                "no such event"]
+                "commit_ts is not the event's", "source is not watch, rewatch, relist or list",
+                "a list row not applied at its commit", "no such event"]
     problem = np.zeros(len(d.rv), dtype=np.int8)
     shared = {c: np.full(len(commit), -2, dtype=np.int64) for c in ("cached_ts", "dispatched_ts")}
     piped = d.piped
@@ -518,7 +519,9 @@ def delivery_matches_event(run: RunTables) -> Finding:
         differs = piped & (d.times[column] != per_write[rv])
         problem[differs] = problems.index(f"{column} differs among the write's deliveries")
     problem[d.times["commit_ts"] != commit[rv]] = problems.index("commit_ts is not the event's")
-    problem[d.source < 0] = problems.index("source is not watch, rewatch or relist")
+    problem[d.source < 0] = problems.index("source is not watch, rewatch, relist or list")
+    problem[(d.source == Source.LIST) & piped] = problems.index(
+        "a list row not applied at its commit")
     problem[(d.rv != rv) | (commit[rv] == -2)] = problems.index("no such event")
     rows = np.flatnonzero(problem)
     return _rows_finding("delivery_matches_event", d, rows,
@@ -599,7 +602,7 @@ def missed_writes_recovered(run: RunTables) -> Finding:
     this is: every write reaches the watcher once, by the live stream or by its recovery."""
     d = run.deliveries
     terminated = run.value("SELECT count(*) FROM watch_terminations")
-    if not terminated and not np.any(d.source != Source.WATCH):
+    if not terminated and not np.any((d.source != Source.WATCH) & (d.source != Source.LIST)):
         return _finding("missed_writes_recovered", 0, [])
     return _from_sql(run, "missed_writes_recovered", """
         WITH stream AS (
@@ -608,7 +611,9 @@ def missed_writes_recovered(run: RunTables) -> Finding:
             FROM deliveries
             JOIN events USING (rv)
             SEMI JOIN (SELECT watcher FROM watch_terminations
-                       UNION SELECT watcher FROM deliveries WHERE source <> 'watch') USING (watcher)
+                       UNION SELECT watcher FROM deliveries
+                       WHERE source NOT IN ('watch', 'list')) USING (watcher)
+            WHERE deliveries.source <> 'list'  -- before every watch: the watcher's first list
         ), terms AS (
             -- each termination with the first write its watch missed: the stream's first
             -- after the last one the client received (resume_rv), which may be earlier than

@@ -22,7 +22,7 @@ What-if models (discrete events, one write at a time):
 
 Vectorised models (the whole trace at once, like ``observe``): ``Pipeline`` (its ``streams``,
 ``scan``), ``Scan`` (a scan written a part at a time, with its terminations and re-lists),
-``Streams``, ``STAGE_COLUMNS``, ``SOURCES``, ``capacities``, ``match``, ``node_index``,
+``Streams``, ``STAGE_COLUMNS``, ``SOURCES`` (``Source`` names them), ``capacities``, ``match``, ``node_index``,
 ``watchers_table``, ``view_lag_us``, ``OUTCOMES``.
 
 Every model: ``RunConfig``, ``WatcherSpec``, ``RunTables``.
@@ -37,7 +37,7 @@ from replay.engine.cluster import (NEVER, NO_NODE, Attempt, Outcome, Pod, Reason
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Timer
 from replay.engine.gangs import Gathering
-from replay.engine.pipeline import SOURCES, STAGE_COLUMNS, Pipeline, Scan, view_lag_us
+from replay.engine.pipeline import SOURCES, STAGE_COLUMNS, Pipeline, Scan, Source, view_lag_us
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.scheduler import GIVES_BACK, OnAssumed, Scheduler
 from replay.engine.selection import (POLICIES, GodelNodeSelector, Indices, NodeSelector,
@@ -53,7 +53,8 @@ __all__ = [
     "GIVES_BACK", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "SOURCES", "STAGE_COLUMNS",
     "Assumptions", "Attempt", "Client", "Gathering", "GodelNodeSelector", "Indices",
     "NodeSelector", "OnAssumed", "Outcome", "Pipeline", "Pod", "Reason", "Request", "RunConfig",
-    "RunTables", "Scan", "Scheduler", "SelectorFactory", "Simulation", "Snapshot", "Streams",
+    "RunTables", "Scan", "Scheduler", "SelectorFactory", "Simulation", "Snapshot", "Source",
+    "Streams",
     "Timer", "View", "WatcherSpec", "Worker", "Write", "WriteKind", "capacities", "match",
     "node_index", "node_names", "view_lag_us",
     "watchers_table",

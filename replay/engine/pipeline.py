@@ -95,6 +95,8 @@ class Source(IntEnum):
     WATCH = 0  # dispatched on a live watch
     REWATCH = 1  # re-sent from the watch cache's window when the watcher watched again
     RELIST = 2  # covered by a re-list: its object's delta in the list's Replace
+    LIST = 3  # in the watcher's first list: its object existed when the run began (``observe``
+    # of a log of a running cluster, ``InitialList``)
 
 
 SOURCES = tuple(s.name.lower() for s in Source)

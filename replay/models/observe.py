@@ -27,11 +27,12 @@ import pyarrow as pa
 
 from replay.arrays import previous_in_group, stable_sort
 from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunConfig, RunTables,
-                               Scan, Streams, WatcherSpec, capacities, match, node_index,
+                               Scan, Source, Streams, WatcherSpec, capacities, match, node_index,
                                view_lag_us, watchers_table)
 from replay.models.base import Model
-from replay.trace.recorded import (IS_BINDING, PLACES, PodHistory, RowMasks, bound_again,
-                                   created_before, phases_unknown, without_bodies)
+from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, InitialList, PodHistory,
+                                   RowMasks, bound_again, created_before, phases_unknown,
+                                   without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -57,7 +58,7 @@ class ObserveModel(Model):
             binders=pl.col("component").filter(IS_BINDING).unique().implode(),
             present=pl.col("component").unique().implode(),
             nodes=pl.col("name").filter(pl.col("resource") == "nodes")
-            .append(pl.col("node").filter(PLACES).drop_nulls()).unique().sort().implode(),
+            .append(pl.col("node").filter(IS_POD).drop_nulls()).unique().sort().implode(),
         ).row(0)
         schedulers = [WatcherSpec(c, ROLE_OF_COMPONENT.get(c, "scheduler"), ("pods", "nodes"))
                       for c in sorted(set(binders) | (set(present) & set(ROLE_OF_COMPONENT)))]
@@ -85,7 +86,7 @@ class ObserveModel(Model):
             yield "deliveries", part
         yield "pods", replay.pods()
         yield "attempts", replay.attempts()
-        yield from replay.scan.incidents().items()
+        yield from replay.incidents().items()
         self.notes += replay.notes()  # (last: the pod history is made while deliveries are written)
 
 
@@ -103,16 +104,43 @@ class _Replay:
         began, bodies a Metadata-level log leaves out, phases unknown, pods placed twice."""
         existed = int(np.count_nonzero(self.create < 0))
         return [*created_before(existed, self.history.incarnations,
-                                "their requests are unknown, so they hold no capacity on their "
-                                "nodes, and the capacity their deletes free is missed"),
+                                self._unborn_effect(existed, self.listed.pods.height)),
                 *without_bodies(self.trace, self.masks, bindings=True),
                 *phases_unknown(self.trace, self.masks, "a pod that ran to its end holds its "
                                 "node until its delete"),
                 *bound_again(self.history, self.masks)]
 
+    @staticmethod
+    def _unborn_effect(existed: int, listed: int) -> str:
+        """What becomes of the ``existed`` pods the trace did not see created, ``listed`` of
+        which their writes' bodies describe."""
+        unknown = ("their requests are unknown, so they hold no capacity on their nodes, and "
+                   "the capacity their deletes free is missed")
+        if not listed:
+            return unknown
+        said = ("listed at its start (events.origin 'list') with the node and requests that "
+                "their writes' bodies say")
+        if listed == existed:
+            return f"all are {said}"
+        return (f"{listed:,} are {said}; of the other {existed - listed:,} (their bodies say "
+                f"neither, or they ran to their end before it) {unknown}")
+
     @cached_property
     def history(self) -> PodHistory:
         return PodHistory.of(self.trace, self.masks)
+
+    @cached_property
+    def listed(self) -> InitialList:
+        """The objects the trace did not see created, as the caches held them when it began:
+        events and deliveries of their own (``origin`` and ``source`` 'list') at the first
+        commit, ahead of the trace's writes, whose rvs follow theirs."""
+        return InitialList.of(self.trace, self.history, self.masks)
+
+    @cached_property
+    def start(self) -> int:
+        """The first commit of the trace (µs): when the listed objects are in every cache."""
+        committed = np.flatnonzero(self.masks.ok)
+        return int(self.ts[committed[0]]) if len(committed) else 0
 
     @cached_property
     def create(self) -> np.ndarray:
@@ -142,13 +170,31 @@ class _Replay:
         attempt[self.attempt_rows] = np.arange(1, len(self.attempt_rows) + 1)
         if not ok.all():
             frame, attempt = frame.filter(pl.Series(ok)), attempt[ok]
+        listed = len(self.listed)
+        if listed:
+            frame = pl.concat([self._listed_events(frame.schema), frame])
+            attempt = np.r_[np.zeros(listed, dtype=np.int64), attempt]
         rows = frame.height
+        origins = ["trace", "list"] if listed else ["trace"]
+        origin = np.zeros(rows, dtype=np.int8)
+        origin[:listed] = 1
+        states = self._pod_states(ok)
         return (frame.to_arrow(compat_level=pl.CompatLevel.newest())
                 .append_column("rv", _array(np.arange(1, rows + 1)))
-                .append_column("origin", pa.DictionaryArray.from_arrays(
-                    _array(np.zeros(rows, dtype=np.int8)), pa.array(["trace"])))
+                .append_column("origin", pa.DictionaryArray.from_arrays(_array(origin),
+                                                                        pa.array(origins)))
                 .append_column("attempt_id", _array(attempt, nulls=attempt == 0))
-                .append_column("pod_state", self._pod_states(ok)))
+                .append_column("pod_state", pa.concat_arrays(
+                    [pa.nulls(listed, states.type), states]) if listed else states))
+
+    def _listed_events(self, schema: pl.Schema) -> pl.DataFrame:
+        """The listed objects as the events' first rows: creates committed at ``start``."""
+        return self.listed.events().select(
+            pl.lit(self.start).cast(pl.Datetime("us", "UTC")).alias("commit_ts"),
+            pl.lit("create").alias("verb"), "resource", pl.lit(None).alias("subresource"),
+            "namespace", "name", "node", "cpu_milli", "memory_bytes", "gpu_milli",
+            pl.lit(200).alias("code"), pl.lit(None).alias("component"),
+        ).cast(dict(schema))  # type: ignore[arg-type]
 
     def _pod_states(self, ok: np.ndarray) -> pa.Array:
         """Per committed write, the pod state it sets: ``failed`` or ``succeeded`` for a pod's
@@ -174,6 +220,8 @@ class _Replay:
         codes = streams.codes(resource)
         pipeline: Pipeline[None] = Pipeline(self.config, self.watchers, streams.resources,
                                             capacities(streams.resources, codes, commit_ts))
+        if len(self.listed):
+            yield self._listed_deliveries(streams, pipeline)
         write, stream = match(pipeline.streams, codes, self._targets()[committed])
         self.scan = Scan(pipeline, commit_ts, write, stream, codes,
                          lambda: self._keys(committed), lambda: self._deletes(committed), PART)
@@ -190,9 +238,9 @@ class _Replay:
             start = part.stop
             applied.append(times["applied_ts"])
             shared = of_write.columns(part)
-            write[part] += 1  # now each delivery's rv (the scan is done with this part)
+            write[part] += 1  # now its write's rv in the trace (the scan is done with this part)
             yield pa.table({
-                "rv": _array(write[part]),
+                "rv": _array(write[part] + len(self.listed) if len(self.listed) else write[part]),
                 # dictionary-encoded: millions of copies of a name are not worth building, and a
                 # dictionary of each role once is half as costly to write as one of 20,000
                 "watcher": pa.DictionaryArray.from_arrays(
@@ -207,6 +255,40 @@ class _Replay:
             })
         self.seen = _Seen(write, starts[np.searchsorted(watcher_of, np.arange(len(names) + 1))],
                           commit_ts, applied, self.watchers)
+
+    def incidents(self) -> dict[str, pl.DataFrame]:
+        """The scan's ``dispatch_waits``, ``watch_terminations`` and ``relists``, their rvs the
+        events' (after the listed objects': a watch resumed before the trace's first write had
+        received the first list)."""
+        tables = self.scan.incidents()
+        if not len(self.listed):
+            return tables
+        rvs = {"dispatch_waits": ["rv"], "watch_terminations": ["rv", "resume_rv"],
+               "relists": ["rv"]}
+        return {name: table.with_columns(pl.col(rvs[name]) + len(self.listed))
+                for name, table in tables.items()}
+
+    def _listed_deliveries(self, streams: Streams, pipeline: Pipeline[None]) -> pa.Table:
+        """Each listed object to every watcher whose filter matches it, in its first list: at
+        ``start``, every stage at once (it was in the cache before the trace began), ordered
+        by watcher, then resource, then rv."""
+        listed = self.listed.events()
+        codes = streams.codes(listed["resource"])
+        write, stream = match(pipeline.streams, codes, node_index(self.watchers, listed["node"]))
+        watcher = pipeline.streams.watcher[stream].astype(np.int32)
+        roles = sorted({w.role for w in self.watchers})
+        role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
+        at = _timestamps_of(np.full(len(write), self.start, dtype=np.int64))
+        return pa.table({
+            "rv": _array(write.astype(np.int64) + 1),
+            "watcher": pa.DictionaryArray.from_arrays(_array(watcher),
+                                                      [w.name for w in self.watchers]),
+            "role": pa.DictionaryArray.from_arrays(_array(role_of[watcher]), roles),
+            **{name: at for name in STAGE_COLUMNS},
+            "source": pa.DictionaryArray.from_arrays(
+                _array(np.full(len(write), Source.LIST, dtype=np.int8)), SOURCES),
+            "coalesced": _flags(np.zeros(len(write), dtype=bool)),
+        })
 
     def _keys(self, committed: np.ndarray) -> np.ndarray:
         """Per committed write, its object (resource, namespace and name) as a number, in the
@@ -237,6 +319,11 @@ class _Replay:
         last_placement = self.history.last_placement
         pods = np.flatnonzero(last_placement >= 0)
         target[pods] = placed[last_placement[pods]]
+        listed_on = np.full(self.history.incarnations + 1, -1, dtype=np.int64)  # [-1]: none
+        listed_on[self.listed.pods["incarnation"].to_numpy()] = node_index(
+            self.watchers, self.listed.pods["node"])
+        unplaced = np.flatnonzero(last_placement < 0)
+        target[unplaced] = listed_on[self.history.incarnation[unplaced]]
         nodes = np.flatnonzero(self.masks.node)
         target[nodes] = node_index(self.watchers, self.trace["name"].gather(nodes))
         return target
@@ -256,7 +343,7 @@ class _Replay:
             since = np.where(rows >= 0, ts[rows], since)
         order = _creation_order(since, history.pods)
         create, placement, delete = create[order], placement[order], delete[order]
-        return pa.table({
+        table = pa.table({
             "pod": _arrow(history.pods.gather(order)),
             "created_ts": _times_at(ts, create),
             "first_attempt_ts": _timestamps(np.where(tried > 0, first_try, -1)[order]),
@@ -268,6 +355,24 @@ class _Replay:
             "attempts": _array(tried[order].astype(np.int64)),
             **_take(self.trace, ["cpu_milli", "memory_bytes", "gpu_milli"], create),
         })
+        return self._with_listed(table, order) if self.listed.pods.height else table
+
+    def _with_listed(self, table: pa.Table, order: np.ndarray) -> pa.Table:
+        """The pods table with each listed pod's requests, and where it was listed on a node,
+        ``bound_ts``, ``bound_rv`` and ``node``: its listed create's (``start``, its rv)."""
+        listed = self.listed.pods
+        at = np.empty(len(order), dtype=np.int64)
+        at[order] = np.arange(len(order))  # each incarnation's row in the table
+        rows = at[listed["incarnation"].to_numpy()]
+        rv = np.flatnonzero(self.listed.events()["resource"] == "pods") + 1
+        on_node = listed["node"].is_not_null().to_numpy()
+        values = {"bound_ts": (rows[on_node], self.start), "bound_rv": (rows[on_node], rv[on_node]),
+                  "node": (rows[on_node], listed["node"].filter(pl.Series(on_node))),
+                  **{name: (rows, listed[name]) for name in RESOURCE_COLUMNS}}
+        for name, (where, value) in values.items():
+            column = pl.Series(name, table[name]).scatter(where, value)
+            table = table.set_column(table.schema.get_field_index(name), name, _arrow(column))
+        return table
 
     @cached_property
     def rv_of_row(self) -> np.ndarray:
@@ -275,8 +380,9 @@ class _Replay:
         return np.cumsum(self.masks.ok)
 
     def _rvs_at(self, rows: np.ndarray) -> pa.Array:
-        """The rv of each of ``rows`` (committed rows), null where a row is -1."""
-        return _array(self.rv_of_row[rows], nulls=rows < 0)
+        """The events' rv of each of ``rows`` (committed rows: after the listed objects'), null
+        where a row is -1."""
+        return _array(self.rv_of_row[rows] + len(self.listed), nulls=rows < 0)
 
     def attempts(self) -> pa.Table:
         """One attempt per recorded binding (committed or failed), in trace order.

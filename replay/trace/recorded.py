@@ -175,6 +175,90 @@ def bound_again(history: PodHistory, masks: RowMasks) -> list[str]:
             "`replay check` fails one_binding_per_incarnation"]
 
 
+@dataclass
+class InitialList:
+    """The objects a trace did not see created, as every cache held them when it began.
+
+    A log of a running cluster begins after its pods and nodes were created, and every cache
+    had them then: an informer starts from a list (client-go's reflector, ``ListAndWatch``) and
+    a scheduler waits for its caches to sync before it schedules.  What the trace says of such
+    an object is what its later writes' bodies carry: a pod's node (its spec.nodeName, unless
+    the trace binds it: then it was pending) and requests, a node's allocatable (each resource
+    the first value written).  A pod whose first write saying its phase is a delete finding it
+    ``Succeeded`` or ``Failed`` ran to its end before the trace and holds nothing: it is not
+    listed.  An object whose writes carry none of these (a Metadata-level log) is not listed
+    either: the replays know nothing of it.
+
+    ``pods``: incarnation, namespace, name, node, cpu_milli, memory_bytes, gpu_milli;
+    ``nodes``: name, cpu_milli, memory_bytes, gpu_milli; each in the order of their names."""
+
+    pods: pl.DataFrame
+    nodes: pl.DataFrame
+
+    @classmethod
+    def of(cls, trace: pl.DataFrame, history: PodHistory, masks: RowMasks) -> InitialList:
+        return cls(_listed_pods(trace, history, masks), _listed_nodes(trace, masks))
+
+    def __len__(self) -> int:
+        return self.pods.height + self.nodes.height
+
+    def events(self) -> pl.DataFrame:
+        """The listed objects as creates (nodes, then pods): namespace, name, resource, node
+        (a node's own name), cpu_milli, memory_bytes, gpu_milli."""
+        nodes = self.nodes.select(pl.lit(None, pl.String).alias("namespace"), "name",
+                                  pl.lit("nodes").alias("resource"), pl.col("name").alias("node"),
+                                  *RESOURCE_COLUMNS)
+        pods = self.pods.select("namespace", "name", pl.lit("pods").alias("resource"), "node",
+                                *RESOURCE_COLUMNS)
+        return pl.concat([nodes, pods])
+
+
+RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
+
+
+def _listed_pods(trace: pl.DataFrame, history: PodHistory, masks: RowMasks) -> pl.DataFrame:
+    """``InitialList.pods``."""
+    committed_pod = masks.ok & masks.named_pod
+    unborn = history.first(masks.ok_create) < 0
+    placed_later = history.first(masks.ok_placement) >= 0
+    node_row = history.first(committed_pod & mask(trace, pl.col("node").is_not_null()))
+    request_row = history.first(committed_pod & mask(trace, pl.any_horizontal(
+        pl.col(RESOURCE_COLUMNS).is_not_null())))
+    phase_row = (history.first(committed_pod & mask(trace, pl.col("phase").is_not_null()))
+                 if "phase" in trace.columns else np.full(history.incarnations, -1))
+    ended_before = (phase_row >= 0) & (masks.ok_end & masks.ok_delete)[np.maximum(phase_row, 0)]
+    on_node = (node_row >= 0) & ~placed_later
+    listed = np.flatnonzero(unborn & ~ended_before & (on_node | (request_row >= 0)))
+    first_row = history.rows[history.starts[listed]]
+    columns = trace.select("namespace", "name", "node", *RESOURCE_COLUMNS).rechunk()
+    at = {"name": first_row, "node": np.where(on_node[listed], node_row[listed], -1),
+          "requests": request_row[listed]}
+    return pl.concat([pl.DataFrame({"incarnation": listed}),
+                      columns.select("namespace", "name")[at["name"]],
+                      _gathered(columns, ["node"], at["node"]),
+                      _gathered(columns, list(RESOURCE_COLUMNS), at["requests"])],
+                     how="horizontal").sort("namespace", "name", nulls_last=False)
+
+
+def _gathered(columns: pl.DataFrame, names: list[str], rows: np.ndarray) -> pl.DataFrame:
+    """``columns``' ``names`` at ``rows``, null where a row is -1."""
+    return columns.select(pl.when(pl.Series(rows >= 0)).then(
+        pl.col(names).gather(np.maximum(rows, 0))))
+
+
+def _listed_nodes(trace: pl.DataFrame, masks: RowMasks) -> pl.DataFrame:
+    """``InitialList.nodes``: the nodes whose first committed write is not their create, with
+    the first value of each resource written before their first create or delete."""
+    writes = trace.select("verb", "name", *RESOURCE_COLUMNS).filter(
+        pl.Series(masks.ok & masks.node))
+    starts_life = pl.col("verb").is_in(["create", "delete"])
+    return (writes.filter((starts_life.cum_sum().over("name") == 0)
+                          & ~(pl.col("verb").first().over("name") == "create"))
+            .group_by("name").agg(pl.col(RESOURCE_COLUMNS).drop_nulls().first())
+            .filter(pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null()))
+            .sort("name"))
+
+
 def by_name(names: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     """The order that puts ``names`` together by name, each name's rows in their own order, and
     per row of that order whether it begins a name.
