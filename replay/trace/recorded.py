@@ -218,8 +218,12 @@ RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 def _listed_pods(trace: pl.DataFrame, history: PodHistory, masks: RowMasks) -> pl.DataFrame:
     """``InitialList.pods``."""
-    committed_pod = masks.ok & masks.named_pod
     unborn = history.first(masks.ok_create) < 0
+    if not unborn.any():  # (the usual case, and a sixth of a second at a million pods)
+        return pl.DataFrame(schema={"incarnation": pl.Int64, "namespace": pl.String,
+                                    "name": pl.String, "node": pl.String,
+                                    **dict.fromkeys(RESOURCE_COLUMNS, pl.Int64)})
+    committed_pod = masks.ok & masks.named_pod
     placed_later = history.first(masks.ok_placement) >= 0
     node_row = history.first(committed_pod & mask(trace, pl.col("node").is_not_null()))
     request_row = history.first(committed_pod & mask(trace, pl.any_horizontal(
