@@ -134,7 +134,7 @@ class _Replay:
         """The objects the trace did not see created, as the caches held them when it began:
         events and deliveries of their own (``origin`` and ``source`` 'list') at the first
         commit, ahead of the trace's writes, whose rvs follow theirs."""
-        return InitialList.of(self.trace, self.history, self.masks)
+        return InitialList.of(self.trace, self.masks, lambda: self.history)
 
     @cached_property
     def start(self) -> int:

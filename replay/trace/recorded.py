@@ -13,6 +13,7 @@ the what-if workload.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -196,8 +197,13 @@ class InitialList:
     nodes: pl.DataFrame
 
     @classmethod
-    def of(cls, trace: pl.DataFrame, history: PodHistory, masks: RowMasks) -> InitialList:
-        return cls(_listed_pods(trace, history, masks), _listed_nodes(trace, masks))
+    def of(cls, trace: pl.DataFrame, masks: RowMasks,
+           history: Callable[[], PodHistory]) -> InitialList:
+        """``history`` is asked for only if some pod write could describe a pod (its node or
+        requests, outside creates and bindings): a trace made by synth, or of a Metadata-level
+        log, lists no pod without the history (half a second at a million pods, which observe
+        needs before its first table only then)."""
+        return cls(_listed_pods(trace, masks, history), _listed_nodes(trace, masks))
 
     def __len__(self) -> int:
         return self.pods.height + self.nodes.height
@@ -216,18 +222,22 @@ class InitialList:
 RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
-def _listed_pods(trace: pl.DataFrame, history: PodHistory, masks: RowMasks) -> pl.DataFrame:
+def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
+                 history_of: Callable[[], PodHistory]) -> pl.DataFrame:
     """``InitialList.pods``."""
-    unborn = history.first(masks.ok_create) < 0
-    if not unborn.any():  # (the usual case, and a sixth of a second at a million pods)
+    committed_pod = masks.ok & masks.named_pod
+    names_node = committed_pod & mask(trace, pl.col("node").is_not_null())
+    requests = committed_pod & mask(trace, pl.any_horizontal(
+        pl.col(RESOURCE_COLUMNS).is_not_null()))
+    if not np.any((names_node & ~masks.binding | requests) & ~masks.ok_create):
         return pl.DataFrame(schema={"incarnation": pl.Int64, "namespace": pl.String,
                                     "name": pl.String, "node": pl.String,
                                     **dict.fromkeys(RESOURCE_COLUMNS, pl.Int64)})
-    committed_pod = masks.ok & masks.named_pod
+    history = history_of()
+    unborn = history.first(masks.ok_create) < 0
     placed_later = history.first(masks.ok_placement) >= 0
-    node_row = history.first(committed_pod & mask(trace, pl.col("node").is_not_null()))
-    request_row = history.first(committed_pod & mask(trace, pl.any_horizontal(
-        pl.col(RESOURCE_COLUMNS).is_not_null())))
+    node_row = history.first(names_node)
+    request_row = history.first(requests)
     phase_row = (history.first(committed_pod & mask(trace, pl.col("phase").is_not_null()))
                  if "phase" in trace.columns else np.full(history.incarnations, -1))
     ended_before = (phase_row >= 0) & (masks.ok_end & masks.ok_delete)[np.maximum(phase_row, 0)]
