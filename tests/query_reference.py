@@ -210,8 +210,10 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
         elif e["resource"] == "pods" and e["name"]:
             pod = e["name"] if e["namespace"] is None else f"{e['namespace']}/{e['name']}"
             if e["verb"] == "create" and e["subresource"] is None:
+                # a listed pod (origin 'list': made before the trace) was created at no time
+                # the run knows: it is never counted pending (pods.created_ts is null)
                 current[pod] = Incarnation(pod, {r: e[c] or 0 for r, c in RESOURCES.items()},
-                                           us(e["commit_ts"]))
+                                           None if e["origin"] == "list" else us(e["commit_ts"]))
                 truth.incarnations.append(current[pod])
                 if e["node"] is not None:  # created on its node (a mirror pod): placed there
                     current[pod].bind = (e["rv"], us(e["commit_ts"]), e["node"], e["attempt_id"])

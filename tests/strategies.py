@@ -10,7 +10,7 @@ to a trace one can read row by row.  ``rows_to_trace`` writes a list of rows as 
   created on their node (mirror pods), and terminal status writes; writes to other resources.
 - ``observed_traces()``: the recorded traces the query references are compared on (a few pods,
   all within 60 ms, bound on the first try or after a 409, or created on their node; some run
-  to their end).
+  to their end; some made before the trace, ``running_before()``).
 - ``synth_specs()``: small synthesized workloads.
 - ``distributions()``: every delay distribution of docs/config.md, in small milliseconds.
 - ``pipelines()``: a seed, a profile, stage costs overridden (zero included) and per-watcher
@@ -59,14 +59,17 @@ def bind(ms, name, node_name, code=201, decided_ms=None, scheduler="kube-schedul
             "code": code, "component": scheduler}
 
 
-def status(ms, name, phase):
-    """The kubelet's status write setting a pod's ``phase`` (terminal: Succeeded, Failed)."""
+def status(ms, name, phase, **stored):
+    """The kubelet's status write setting a pod's ``phase`` (terminal: Succeeded, Failed); with
+    ``stored`` (``node``, ``cpu``, ``memory``), what a RequestResponse log's stored pod says."""
     return {"ms": ms, "verb": "patch", "resource": "pods", "subresource": "status", "name": name,
-            "phase": phase, "code": 200, "component": "kubelet"}
+            "phase": phase, "code": 200, "component": "kubelet", **stored}
 
 
-def delete(ms, name):
-    return {"ms": ms, "verb": "delete", "resource": "pods", "name": name, "code": 200}
+def delete(ms, name, **stored):
+    """A pod's delete; with ``stored`` (``phase``, ``node``, ``cpu``, ``memory``), what a
+    RequestResponse log's stored pod says."""
+    return {"ms": ms, "verb": "delete", "resource": "pods", "name": name, "code": 200, **stored}
 
 
 def rows_to_trace(path, rows: list[dict]) -> Path:
@@ -264,6 +267,38 @@ def observed_traces(draw) -> list[dict]:
                 at += draw(st.integers(0, 20))
                 rows += [delete(at, name)] * draw(st.integers(1, 2))
         last[name] = at
+    return rows + draw(running_before(names))
+
+
+@st.composite
+def running_before(draw, nodes: list[str]) -> list[dict]:
+    """Pods and a node made before the trace began (a log of a running cluster): their writes
+    say their node and requests (a RequestResponse log) or not (Metadata level); one may be
+    pending, then bound; one may have ended before the trace (its delete finds it Succeeded)
+    or end during it."""
+    rows = []
+    if draw(st.integers(0, 3)) == 0:  # a node: its first write a status patch
+        rows.append(node(draw(st.integers(0, 30)), "n-old", draw(st.sampled_from([1000, 2000])),
+                         GIB, None, verb="patch", subresource="status"))
+    for i in range(draw(st.integers(0, 2))):
+        name, at = f"old{i}", draw(st.integers(0, 50))
+        said = draw(st.booleans())
+        stored = {"cpu": draw(st.sampled_from([500, 1000])), "memory": GIB} if said else {}
+        pending = draw(st.integers(0, 3)) == 0
+        where = {} if pending or not said else {"node": draw(st.sampled_from(nodes))}
+        if draw(st.integers(0, 3)) == 0:  # ran to its end before the trace
+            rows.append(delete(at, name, phase="Succeeded" if said else None, **stored, **where))
+            continue
+        rows.append(status(at, name, "Pending" if pending else "Running", **stored, **where))
+        if pending:
+            at += draw(st.integers(0, 5))
+            rows.append(bind(at, name, draw(st.sampled_from(nodes))))
+        if draw(st.integers(0, 3)) == 0:
+            at += draw(st.integers(0, 10))
+            rows.append(status(at, name, "Succeeded"))
+        if draw(st.booleans()):
+            at += draw(st.integers(0, 20))
+            rows.append(delete(at, name, **stored, **where))
     return rows
 
 

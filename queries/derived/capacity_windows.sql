@@ -30,7 +30,8 @@
 --                     the truth's.  A pod is pending from its create until its binding or its
 --                     delete commits (until the end of the run if neither does; a pod created on
 --                     its node is never pending: pods.bound_ts); pods created before the trace
---                     are not counted (their requests are unknown)
+--                     are not counted (pods.created_ts is null: their requests are unknown, or
+--                     a listed pod's wait began before the trace)
 --   conflicts         phantom windows only: attempts of the watcher, as a scheduler, on the node,
 --                     decided during the window and ending in conflict
 --

@@ -22,8 +22,8 @@ What-if models (discrete events, one write at a time):
 
 Vectorised models (the whole trace at once, like ``observe``): ``Pipeline`` (its ``streams``,
 ``scan``), ``Scan`` (a scan written a part at a time, with its terminations and re-lists),
-``Streams``, ``STAGE_COLUMNS``, ``SOURCES`` (``Source`` names them), ``capacities``, ``match``, ``node_index``,
-``watchers_table``, ``view_lag_us``, ``OUTCOMES``.
+``Streams``, ``STAGE_COLUMNS``, ``SOURCES`` (``Source`` names them), ``capacities``, ``match``,
+``node_index``, ``watchers_table``, ``view_lag_us``, ``OUTCOMES``.
 
 Every model: ``RunConfig``, ``WatcherSpec``, ``RunTables``.
 """

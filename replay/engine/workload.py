@@ -10,7 +10,8 @@ cache drops a terminal pod).  A pod that the recording says never ran (a trace w
 ``scheduled_ts`` column where this pod's is null) is deleted at its recorded time instead.  Set
 aside: the recorded placements (bindings) and every other pod write (status patches, scheduler and
 dispatcher patches), which belonged to them; failed writes, which changed nothing; and writes to
-pods created before the trace began, whose requests are unknown.
+pods created before the trace began (observe lists them as every cache held them, ``InitialList``;
+a what-if model starts from an empty cluster).
 """
 
 from __future__ import annotations
@@ -125,7 +126,8 @@ def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory,
            has_create: np.ndarray) -> list[str]:
     """What the workload sets aside or cannot know that bears on the numbers."""
     return [*created_before(int(np.count_nonzero(~has_create)), history.incarnations,
-                            "they are set aside (their requests are unknown), so the model "
+                            "they are set aside (a what-if model starts from an empty "
+                            "cluster, whatever their writes' bodies say of them), so the model "
                             "places the others on nodes that hold none of them"),
             *without_bodies(trace, masks, bindings=False),
             *phases_unknown(trace, masks, "a pod runs until its recorded delete"),

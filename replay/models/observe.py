@@ -228,8 +228,7 @@ class _Replay:
         watcher_of = pipeline.streams.watcher.astype(np.int32)
         applied: list[np.ndarray] = []
         names = [w.name for w in self.watchers]
-        roles = sorted({w.role for w in self.watchers})
-        role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
+        roles, role_of = self.roles
         starts = self.scan.starts
         of_write = _OfWrite(self.scan, [self.watchers[w].node is None for w in watcher_of])
         start = 0
@@ -256,6 +255,12 @@ class _Replay:
         self.seen = _Seen(write, starts[np.searchsorted(watcher_of, np.arange(len(names) + 1))],
                           commit_ts, applied, self.watchers)
 
+    @cached_property
+    def roles(self) -> tuple[list[str], np.ndarray]:
+        """The watchers' roles, sorted, and each watcher's as an index into them."""
+        roles = sorted({w.role for w in self.watchers})
+        return roles, np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
+
     def incidents(self) -> dict[str, pl.DataFrame]:
         """The scan's ``dispatch_waits``, ``watch_terminations`` and ``relists``, their rvs the
         events' (after the listed objects': a watch resumed before the trace's first write had
@@ -276,8 +281,7 @@ class _Replay:
         codes = streams.codes(listed["resource"])
         write, stream = match(pipeline.streams, codes, node_index(self.watchers, listed["node"]))
         watcher = pipeline.streams.watcher[stream].astype(np.int32)
-        roles = sorted({w.role for w in self.watchers})
-        role_of = np.array([roles.index(w.role) for w in self.watchers], dtype=np.int8)
+        roles, role_of = self.roles
         at = _timestamps_of(np.full(len(write), self.start, dtype=np.int64))
         return pa.table({
             "rv": _array(write.astype(np.int64) + 1),
