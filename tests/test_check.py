@@ -524,14 +524,16 @@ name = "godel-dispatcher"
 role = "dispatcher"
 resources = ["pods"]
 """
-# Gödel's third scheduler drains slowly into buffers of 2 and the dispatcher's budget hardly
-# refills: its pods watch is terminated again and again, at times while the re-watch is still
-# re-sending what the previous termination missed
-STRESS = """[stages.watcher_queue]
+# buffers of 2 and a dispatcher's budget that hardly refills: a watcher that drains slowly is
+# terminated again and again
+SMALL_BUFFERS = """[stages.watcher_queue]
 buffer = 2
 [dispatch]
 budget_refill_ms_per_s = 1
-[[watchers]]
+"""
+# Gödel's third scheduler drains slowly: its pods watch is terminated again and again, at times
+# while the re-watch is still re-sending what the previous termination missed
+STRESS = SMALL_BUFFERS + """[[watchers]]
 name = "godel-scheduler-0"
 role = "scheduler"
 [[watchers]]
@@ -574,11 +576,7 @@ def test_a_terminated_watch_of_a_listed_object_keeps_every_invariant(tmp_path):
     recovery's check leaves them out (missed_writes_recovered once took them for re-sends
     without a termination)."""
     cut_sample(tmp_path / "trace.parquet", bodies=True)
-    (tmp_path / "run.toml").write_text("""[stages.watcher_queue]
-buffer = 2
-[dispatch]
-budget_refill_ms_per_s = 1
-[[watchers]]
+    (tmp_path / "run.toml").write_text(SMALL_BUFFERS + """[[watchers]]
 name = "kube-scheduler"
 role = "scheduler"
 [watchers.stages.watcher_queue]
