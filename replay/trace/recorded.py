@@ -249,13 +249,15 @@ def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
           "requests": request_row[listed]}
     return pl.concat([pl.DataFrame({"incarnation": listed}),
                       columns.select("namespace", "name")[at["name"]],
-                      _gathered(columns, ["node"], at["node"]),
-                      _gathered(columns, list(RESOURCE_COLUMNS), at["requests"])],
+                      gathered(columns, ["node"], at["node"]),
+                      gathered(columns, list(RESOURCE_COLUMNS), at["requests"])],
                      how="horizontal").sort("namespace", "name", nulls_last=False)
 
 
-def _gathered(columns: pl.DataFrame, names: list[str], rows: np.ndarray) -> pl.DataFrame:
-    """``columns``' ``names`` at ``rows``, null where a row is -1."""
+def gathered(columns: pl.DataFrame, names: list[str], rows: np.ndarray) -> pl.DataFrame:
+    """``columns``' ``names`` at ``rows``, null where a row is -1 (rows in any order: polars
+    gathers from one chunk fifteen times faster than from a trace's row groups, so
+    ``columns`` should be rechunked)."""
     return columns.select(pl.when(pl.Series(rows >= 0)).then(
         pl.col(names).gather(np.maximum(rows, 0))))
 
