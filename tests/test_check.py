@@ -531,6 +531,18 @@ buffer = 2
 [dispatch]
 budget_refill_ms_per_s = 1
 """
+
+
+def slow_scheduler(name: str, mean_ms: float) -> str:
+    """A scheduler watcher whose watch drains a write in ``mean_ms`` on average."""
+    return f"""[[watchers]]
+name = "{name}"
+role = "scheduler"
+[watchers.stages.watcher_queue]
+service = {{ dist = "exponential", mean_ms = {mean_ms} }}
+"""
+
+
 # Gödel's third scheduler drains slowly: its pods watch is terminated again and again, at times
 # while the re-watch is still re-sending what the previous termination missed
 STRESS = SMALL_BUFFERS + """[[watchers]]
@@ -539,12 +551,7 @@ role = "scheduler"
 [[watchers]]
 name = "godel-scheduler-1"
 role = "scheduler"
-[[watchers]]
-name = "godel-scheduler-2"
-role = "scheduler"
-[watchers.stages.watcher_queue]
-service = { dist = "exponential", mean_ms = 5.0 }
-""" + BINDER_AND_DISPATCHER
+""" + slow_scheduler("godel-scheduler-2", 5.0) + BINDER_AND_DISPATCHER
 
 
 def godel_run_of_the_sample(tmp_path: Path, first: dt.timedelta, config: str) -> Path:
@@ -569,23 +576,26 @@ def test_a_watch_closed_while_it_hands_over_re_sent_writes_keeps_every_invariant
     assert failed(check_run(run)) == []
 
 
-def test_a_terminated_watch_of_a_listed_object_keeps_every_invariant(tmp_path):
+def test_a_terminated_watch_of_listed_objects_keeps_every_invariant_and_relists_them(tmp_path):
     """Observe of a log of a running cluster (the sample cut at 120 s, its pods' deletes saying
-    their node and requests) with a scheduler whose watch is terminated again and again: its
-    first list's rows (source 'list') are neither a live watch's nor a recovery's, and the
-    recovery's check leaves them out (missed_writes_recovered once took them for re-sends
-    without a termination)."""
+    their node and requests) with a scheduler whose watch is terminated again and again, and a
+    watch cache too small to re-watch from: its first list's rows (source 'list') are neither a
+    live watch's nor a recovery's, and the recovery's check leaves them out
+    (missed_writes_recovered once took them for re-sends without a termination); and a re-list
+    lists the listed pods not yet deleted (it once counted only the pods the trace had
+    written by then: 29 objects where 1,376 were listed)."""
     cut_sample(tmp_path / "trace.parquet", bodies=True)
-    (tmp_path / "run.toml").write_text(SMALL_BUFFERS + """[[watchers]]
-name = "kube-scheduler"
-role = "scheduler"
-[watchers.stages.watcher_queue]
-service = { dist = "exponential", mean_ms = 5.0 }
-""")
+    (tmp_path / "run.toml").write_text(SMALL_BUFFERS + "[watch_cache]\ncapacity = 2\n"
+                                       + slow_scheduler("kube-scheduler", 20.0))
     run = run_replay(tmp_path / "trace.parquet", load_config(tmp_path / "run.toml",
                                                              model="observe"),
                      out=tmp_path / "observe").out
-    assert pl.read_parquet(run / "watch_terminations.parquet").height >= 3
+    events = pl.read_parquet(run / "events.parquet")
+    listed = events.filter(origin="list", resource="pods")["name"]
+    relist = pl.read_parquet(run / "relists.parquet").filter(resource="pods").row(0, named=True)
+    gone = events.filter(pl.col("rv") <= relist["rv"], pl.col("name").is_in(listed.implode()),
+                         resource="pods", verb="delete")["name"].n_unique()
+    assert listed.len() > 1000 and relist["objects"] >= listed.len() - gone
     assert pl.read_parquet(run / "deliveries.parquet").filter(source="list").height > 1000
     assert failed(check_run(run)) == []
 

@@ -1268,10 +1268,14 @@ class Scan:
     def __init__(self, pipeline: Pipeline[Any], commit: np.ndarray, write: np.ndarray,
                  stream: np.ndarray, resource: np.ndarray | None = None,
                  key: Callable[[], np.ndarray] | None = None,
-                 deleted: Callable[[], np.ndarray] | None = None, part: int = 1 << 20):
+                 deleted: Callable[[], np.ndarray] | None = None, part: int = 1 << 20,
+                 listed: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None):
+        """``listed``: the objects in the streams' stores before the first write (observe's
+        first list of what its trace did not see created), as (key, stream) pairs, asked for
+        only if a resource is evaluated event by event: a re-list lists them too."""
         self.pipeline, self.write, self.stream, self.part = pipeline, write, stream, part
         self.resource = resource if resource is not None else np.zeros(len(commit), np.int64)
-        self._key, self._deleted = key, deleted
+        self._key, self._deleted, self._listed = key, deleted, listed
         streams = pipeline.streams
         self.shared = pipeline.shared_stages(commit, self.resource,
                                              np.bincount(write, minlength=len(commit)))
@@ -1322,6 +1326,8 @@ class Scan:
         # (observe's: without the compiled fan-out and its per-write arrays, the what-if replays')
         engine = _Engine(pipeline, lambda at: int(np.searchsorted(commit, at, side="left")),
                          False)
+        if self._listed is not None:
+            self._store_listed(engine, code)
         key, deleted = self._objects()
         mine = np.flatnonzero(self.pipeline.streams.resource == code)
         rows = np.concatenate([np.arange(self.starts[s], self.starts[s + 1]) for s in mine])
@@ -1363,6 +1369,18 @@ class Scan:
         self.waits += engine.waits
         self.terminations += engine.terminations
         self.relists += engine.relists
+
+    def _store_listed(self, engine: _Engine, code: int) -> None:
+        """The listed objects of resource ``code`` in their watches' stores and among the
+        resource's objects, as a first list leaves them."""
+        assert self._listed is not None
+        keys, streams = self._listed()
+        mine = self.pipeline.streams.resource[streams] == code
+        objects = engine.resources[code].objects
+        for key, s in zip(keys[mine].tolist(), streams[mine].tolist()):
+            watch = engine.watches[s]
+            objects.setdefault(key, []).append(watch)
+            watch.store(key, False)
 
     def _client_queue_again(self, s: int) -> None:
         """Stream ``s``'s client queue by its own discipline, where it differs from fifo."""

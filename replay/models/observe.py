@@ -19,7 +19,7 @@ kubelet receives its writes from then on, it holds its requests there, and the p
 from __future__ import annotations
 
 from collections.abc import Iterator
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 import polars as pl
@@ -220,11 +220,18 @@ class _Replay:
         codes = streams.codes(resource)
         pipeline: Pipeline[None] = Pipeline(self.config, self.watchers, streams.resources,
                                             capacities(streams.resources, codes, commit_ts))
+        listed = None
         if len(self.listed):
-            yield self._listed_deliveries(streams, pipeline)
+            objects = self.listed.events()
+            listed_write, listed_stream = match(pipeline.streams,
+                                                streams.codes(objects["resource"]),
+                                                node_index(self.watchers, objects["node"]))
+            yield self._listed_deliveries(listed_write, listed_stream, pipeline)
+            listed = partial(self._listed_in_streams, listed_write, listed_stream)
         write, stream = match(pipeline.streams, codes, self._targets()[committed])
         self.scan = Scan(pipeline, commit_ts, write, stream, codes,
-                         lambda: self._keys(committed), lambda: self._deletes(committed), PART)
+                         lambda: self._keys(committed), lambda: self._deletes(committed), PART,
+                         listed)
         watcher_of = pipeline.streams.watcher.astype(np.int32)
         applied: list[np.ndarray] = []
         names = [w.name for w in self.watchers]
@@ -273,13 +280,11 @@ class _Replay:
         return {name: table.with_columns(pl.col(rvs[name]) + len(self.listed))
                 for name, table in tables.items()}
 
-    def _listed_deliveries(self, streams: Streams, pipeline: Pipeline[None]) -> pa.Table:
-        """Each listed object to every watcher whose filter matches it, in its first list: at
-        ``start``, every stage at once (it was in the cache before the trace began), ordered
-        by watcher, then resource, then rv."""
-        listed = self.listed.events()
-        codes = streams.codes(listed["resource"])
-        write, stream = match(pipeline.streams, codes, node_index(self.watchers, listed["node"]))
+    def _listed_deliveries(self, write: np.ndarray, stream: np.ndarray,
+                           pipeline: Pipeline[None]) -> pa.Table:
+        """Each listed object (``write``: its index in the list) to every watcher whose filter
+        matches it (``stream``), in its first list: at ``start``, every stage at once (it was
+        in the cache before the trace began), ordered by watcher, then resource, then rv."""
         watcher = pipeline.streams.watcher[stream].astype(np.int32)
         roles, role_of = self.roles
         at = _timestamps_of(np.full(len(write), self.start, dtype=np.int64))
@@ -297,11 +302,24 @@ class _Replay:
     def _keys(self, committed: np.ndarray) -> np.ndarray:
         """Per committed write, its object (resource, namespace and name) as a number, in the
         order of their names."""
-        names: np.ndarray = self.trace.select(pl.concat_str(
-            "resource", pl.col("namespace").fill_null(""), "name", separator="/")
-            .rank("dense").cast(pl.Int64)).to_series().to_numpy()
+        names: np.ndarray = self.trace.select(_object_name().rank("dense").cast(pl.Int64)) \
+            .to_series().to_numpy()
         out: np.ndarray = names[committed]
         return out
+
+    def _listed_in_streams(self, write: np.ndarray, stream: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray]:
+        """The listed objects' (key, stream) pairs for the scan (``Scan``'s ``listed``): each
+        listed object (``write``) in each stream of its first list."""
+        return self._listed_keys()[write], stream
+
+    def _listed_keys(self) -> np.ndarray:
+        """Per listed object, its object's number (``_keys``: its place among the trace's
+        objects' names, all of which the trace writes)."""
+        names = self.trace.select(_object_name()).to_series().unique().sort()
+        listed = self.listed.events().select(_object_name()).to_series()
+        found: np.ndarray = names.search_sorted(listed).to_numpy().astype(np.int64) + 1
+        return found
 
     def _deletes(self, committed: np.ndarray) -> np.ndarray:
         """Per committed write, whether it deletes its object."""
@@ -432,6 +450,11 @@ class _Replay:
             "cycle_id": pa.nulls(len(rows), pa.int64()),  # what-if models only
             "throttled_ms": pa.nulls(len(rows), pa.float64()),
         })
+
+
+def _object_name() -> pl.Expr:
+    """An object's resource, namespace and name as one string (``_Replay._keys``)."""
+    return pl.concat_str("resource", pl.col("namespace").fill_null(""), "name", separator="/")
 
 
 def _outcomes(code: np.ndarray, bound: np.ndarray) -> pa.DictionaryArray:
