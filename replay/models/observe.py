@@ -189,7 +189,7 @@ class _Replay:
 
     def _listed_events(self, schema: pl.Schema) -> pl.DataFrame:
         """The listed objects as the events' first rows: creates committed at ``start``."""
-        return self.listed.events().select(
+        return self.listed.events.select(
             pl.lit(self.start).cast(pl.Datetime("us", "UTC")).alias("commit_ts"),
             pl.lit("create").alias("verb"), "resource", pl.lit(None).alias("subresource"),
             "namespace", "name", "node", "cpu_milli", "memory_bytes", "gpu_milli",
@@ -222,7 +222,7 @@ class _Replay:
                                             capacities(streams.resources, codes, commit_ts))
         listed = None
         if len(self.listed):
-            objects = self.listed.events()
+            objects = self.listed.events
             listed_write, listed_stream = match(pipeline.streams,
                                                 streams.codes(objects["resource"]),
                                                 node_index(self.watchers, objects["node"]))
@@ -317,7 +317,7 @@ class _Replay:
         """Per listed object, its object's number (``_keys``: its place among the trace's
         objects' names, all of which the trace writes)."""
         names = self.trace.select(_object_name()).to_series().unique().sort()
-        listed = self.listed.events().select(_object_name()).to_series()
+        listed = self.listed.events.select(_object_name()).to_series()
         found: np.ndarray = names.search_sorted(listed).to_numpy().astype(np.int64) + 1
         return found
 
@@ -386,7 +386,7 @@ class _Replay:
         at = np.empty(len(order), dtype=np.int64)
         at[order] = np.arange(len(order))  # each incarnation's row in the table
         rows = at[listed["incarnation"].to_numpy()]
-        rv = np.flatnonzero(self.listed.events()["resource"] == "pods") + 1
+        rv = self.listed.nodes.height + 1 + np.arange(listed.height)  # (nodes, then pods)
         on_node = listed["node"].is_not_null().to_numpy()
         values = {"bound_ts": (rows[on_node], self.start), "bound_rv": (rows[on_node], rv[on_node]),
                   "node": (rows[on_node], listed["node"].filter(pl.Series(on_node))),

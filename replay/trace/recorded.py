@@ -208,6 +208,7 @@ class InitialList:
     def __len__(self) -> int:
         return self.pods.height + self.nodes.height
 
+    @cached_property
     def events(self) -> pl.DataFrame:
         """The listed objects as creates (nodes, then pods): namespace, name, resource, node
         (a node's own name), cpu_milli, memory_bytes, gpu_milli."""
