@@ -141,6 +141,20 @@ def deliver_twice(t):
     return {"deliveries": pl.concat([d, d[5:6]])}
 
 
+def scheduler_sees_an_ended_pod(t):
+    """Both kube-schedulers receive the controller's delete of the pod its kubelet failed,
+    which their informers, of non-terminal pods, do not select."""
+    e, d = t["events"], t["deliveries"]
+    name = e.filter(pl.col("pod_state") == "failed")["name"][0]
+    rv = e.filter(pl.col("verb") == "delete", pl.col("name") == name)["rv"][0]
+    kubelet = d.filter(pl.col("rv") == rv)
+    assert kubelet["role"].to_list() == ["kubelet"]
+    schedulers = d.filter(pl.col("role") == "scheduler")["watcher"].unique().sort()
+    assert len(schedulers) == 2
+    return {"deliveries": pl.concat([d, *(kubelet.with_columns(
+        watcher=pl.lit(scheduler), role=pl.lit("scheduler")) for scheduler in schedulers)])}
+
+
 def swap_applied(t):
     """Two consecutive deliveries to one watcher applied in the opposite order."""
     d = t["deliveries"].sort("watcher", "rv")
@@ -279,6 +293,7 @@ CORRUPTIONS = [
     ("delivery_matches_event", "godel", commit_not_the_events, False),
     ("exactly_once", "godel", drop_a_delivery, False),
     ("exactly_once", "godel", deliver_twice, False),
+    ("exactly_once", "kube", scheduler_sees_an_ended_pod, False),
     ("stream_order", "godel", swap_applied, False),
     ("stream_order", "load", object_reordered, False),
     ("coalesced_shares_handling", "load", coalesced_apart, False),

@@ -109,11 +109,18 @@ buffer = 3
 service = { dist = "constant", ms = 0.9 }
 [[watchers]]
 name = "b"
+role = "scheduler"
+[[watchers]]
+name = "c"
+role = "scheduler"
+terminal_pods = true
 """)
     config = load_config(path)
-    a, b = config.watchers
+    a, b, c = config.watchers
     assert (a.client_queue, a.buffer) == (ClientQueue.WORKQUEUE, 3)
     assert (b.client_queue, b.buffer) == (ClientQueue.FIFO, None)
+    # an observer's informer selects every pod, a scheduler's non-terminal pods, unless told
+    assert [w.sees_terminal_pods for w in config.watchers] == [True, False, True]
     assert config.server == ServerSettings(buffer=50, capacity=5000, timeout_budget_ms=20.0,
                                            list_per_object=Constant(0.02))
     assert config.server_for("pods") == ServerSettings(
@@ -131,6 +138,7 @@ name = "b"
     assert described["resources"]["pods"]["stages"]["watcher_queue"]["buffer"] == 7
     assert described["watch_cache"] == {"capacity": 5000}
     assert described["watchers"][0]["client_queue"] == "workqueue"
+    assert [w.get("terminal_pods") for w in described["watchers"]] == [None, None, True]
 
 
 def test_upstream_defaults_and_the_zero_profile(tmp_path):
@@ -158,6 +166,8 @@ def test_upstream_defaults_and_the_zero_profile(tmp_path):
     ("[resources.pods.watch_cache]\ncapacity = 0", "resources.pods.watch_cache.capacity"),
     ("[[watchers]]\nname = \"a\"\nclient_queue = \"lifo\"",
      "watchers[0].client_queue: expected one of fifo, delta_fifo, workqueue"),
+    ("[[watchers]]\nname = \"a\"\nterminal_pods = \"no\"",
+     "watchers[0].terminal_pods: expected true or false"),
     ("[[watchers]]\nname = \"a\"\n[watchers.stages.watcher_queue]\nbuffer = -2",
      "watchers[0].stages.watcher_queue.buffer: expected an integer >= 1"),
 ])

@@ -43,6 +43,7 @@ from strategies import (
     pipelines,
     pod,
     rows_to_trace,
+    status,
     workloads,
 )
 
@@ -138,6 +139,14 @@ DEFAULT, ZERO = PipelineChoice(0, "default"), PipelineChoice(0, "zero")
          run=("observe", {}), pipeline=DEFAULT)
 @example(rows=[node(2, "n0", 4000), pod(1, "p0", 250, node_name="n0")],
          run=("godel", {}), pipeline=DEFAULT)
+# pods that end: p0 during the trace, old0 before it (its delete finds it Succeeded), old1
+# listed and then failed; the scheduler receives neither's later writes, the kubelet does
+@example(rows=[node(0, "n0", 4000), pod(0, "p0", 1000), bind(1, "p0", "n0"),
+               status(3, "p0", "Succeeded"), delete(6, "p0"),
+               delete(2, "old0", phase="Succeeded", cpu=500, memory=GIB, node="n0"),
+               status(1, "old1", "Running", cpu=500, memory=GIB, node="n0"),
+               status(4, "old1", "Failed"), delete(8, "old1", cpu=500, memory=GIB, node="n0")],
+         run=("observe", {}), pipeline=DEFAULT)
 # a gang member placed while another fits nowhere: never assumed, yet held forever (no
 # forgotten_ts), a capacity window open at the end
 @example(rows=[node(0, "n0", 1000), pod(1, "a", 500, group="g0"), pod(1, "b", 3000, group="g0"),

@@ -167,10 +167,11 @@ def replayed(trace_path: Path, model: str, seed: int, stressed: bool, by_tuples:
 _step_fanned = Pipeline.step_fanned
 
 
-def _step_by_tuples(self, commit, watches, resource=0, key=None, deleted=False, payload=None):
+def _step_by_tuples(self, commit, watches, resource=0, key=None, deleted=False, payload=None,
+                    ends=False):
     """``step_fanned`` that hands every delivery back as a tuple (``step_to``'s)."""
     rv, cached, dispatched, out, fanned = _step_fanned(self, commit, watches, resource, key,
-                                                       deleted, payload)
+                                                       deleted, payload, ends)
     if fanned:
         out += watches.deliveries(rv, payload)
     return rv, cached, dispatched, out, False
@@ -215,8 +216,10 @@ def test_the_stores_are_a_set_per_watch(data):
     ``holders``, or a node's watch's ``own`` set), changed by one event at a time
     (``_Watch.store``), by a write the compiled fan-out delivered to every target at once
     (``_Engine._delivered``: one mask, the node watches' sets; the targets made before re-lists
-    and kept, as a replay keeps them) and by re-lists (``relisted``): a plain set per watch."""
-    watchers = [dataclasses.replace(watcher(f"w{i}"), node=f"n{i}" if i % 3 == 2 else None)
+    and kept, as a replay keeps them; a write setting a pod's terminal phase deletes it from a
+    scheduler's watch only) and by re-lists (``relisted``): a plain set per watch."""
+    watchers = [dataclasses.replace(watcher(f"w{i}"), node=f"n{i}" if i % 3 == 2 else None,
+                                    role="scheduler" if i % 2 else "observer")
                 for i in range(6)]
     pipeline = Pipeline(config(), watchers)
     code = pipeline.resource_code("pods")
@@ -229,6 +232,7 @@ def test_the_stores_are_a_set_per_watch(data):
     plain: list[set[int]] = [set() for _ in watches]
     for _ in range(data.draw(st.integers(0, 80))):
         key, deleted = data.draw(st.integers(0, 7)), data.draw(st.booleans())
+        ends = not deleted and data.draw(st.booleans())
         what = data.draw(st.sampled_from(["event", "fanned", "relist"]))
         if what == "event":
             j = data.draw(st.sampled_from(everyone))
@@ -236,7 +240,7 @@ def test_the_stores_are_a_set_per_watch(data):
             changed = [j]
         elif what == "fanned":
             targets = data.draw(st.sampled_from(subsets))
-            engine._delivered(engine.resources[code], key, deleted, targets)
+            engine._delivered(engine.resources[code], key, deleted, targets, ends)
             changed = [watches.index(w) for w in targets]
         else:
             j = data.draw(st.sampled_from(everyone))
@@ -245,5 +249,6 @@ def test_the_stores_are_a_set_per_watch(data):
             plain[j] = set(listed)
             changed = []
         for j in changed:
-            (plain[j].discard if deleted else plain[j].add)(key)
+            gone = deleted or (what == "fanned" and ends and watchers[j].role == "scheduler")
+            (plain[j].discard if gone else plain[j].add)(key)
         assert [w.known for w in watches] == plain

@@ -12,6 +12,7 @@ import polars as pl
 import pytest
 
 from replay.analysis.catalog import Query, load_query
+from replay.analysis.check import check_run, failed
 from replay.analysis.runs import open_runs, run_query
 from replay.api import run_replay
 from replay.engine.client import TokenBucket
@@ -180,12 +181,19 @@ def test_a_pod_the_kubelet_rejects_frees_its_capacity_when_it_fails(tmp_path):
     """A has 2 cores; p1 and p2 (1.2 cores each) are bound to it by two schedulers at once; the
     kubelet admits one and fails the other (OutOfcpu).  The controller replaces it only after
     60 s, but the failed pod left every view at its status write: p3 (0.8 cores, at 5 s) fits
-    at once.  Had the failed pod still counted, p3 would have waited a minute."""
+    at once.  Had the failed pod still counted, p3 would have waited a minute.  The schedulers
+    received the failure as the pod's deletion (their informers select non-terminal pods) and
+    do not receive the controller's delete of it; the kubelet does."""
     rows = [node("a", 2000), *pod(0, "p1", 1200, runs_ms=120_000),
             *pod(0, "p2", 1200, runs_ms=120_000), *pod(5000, "p3", 800, runs_ms=1000)]
-    tables, _ = run(tmp_path, rows, "kube", "schedulers=2", "replace_delay_ms=60000")
-    failed = tables["events"].filter(pl.col("pod_state") == "failed")
-    assert failed.height == 1 and failed["component"][0] == "kubelet"
+    tables, out = run(tmp_path, rows, "kube", "schedulers=2", "replace_delay_ms=60000")
+    failure = tables["events"].filter(pl.col("pod_state") == "failed")
+    assert failure.height == 1 and failure["component"][0] == "kubelet"
+    writes = tables["events"].filter(name=failure["name"][0], verb="delete").select("rv", "name")
+    assert writes["rv"].to_list() and pl.read_parquet(out / "deliveries.parquet").join(
+        pl.concat([writes, failure.select("rv", "name")]), on="rv").group_by("role").len() \
+        .sort("role").rows() == [("kubelet", 2), ("scheduler", 2)]  # two schedulers, one fail
+    assert failed(check_run(out)) == []  # exactly_once knows it
     p3 = attempts_of(tables, "p3")
     assert p3["outcome"].to_list() == ["bound"] and p3["node"].to_list() == ["a"]
     assert ms_of(p3["committed_ts"][0]) < 5100

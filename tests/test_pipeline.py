@@ -317,24 +317,28 @@ def test_view_lag_is_the_age_of_the_oldest_unapplied_write():
     assert view_lag_us(commit, applied, at).tolist() == [0, 4, 0, 2, 14, 5, 0, 0, 1, 0]
 
 
-@given(st.lists(st.tuples(st.sampled_from(["pods", "nodes", "leases"]), st.integers(-1, 2)),
-                max_size=40),
+@given(st.lists(st.tuples(st.sampled_from(["pods", "nodes", "leases"]), st.integers(-1, 2),
+                          st.booleans()), max_size=40),
        st.lists(st.tuples(st.sampled_from([("pods",), ("nodes",), ("pods", "nodes")]),
-                          st.none() | st.sampled_from(["n0", "n1", "n2"])),
+                          st.none() | st.sampled_from(["n0", "n1", "n2"]),
+                          st.sampled_from(["scheduler", "kubelet", "observer"])),
                 min_size=1, max_size=6))
 def test_match_delivers_what_each_watcher_receives(writes, specs):
     """``match`` against ``receives``, write by write: watchers of the whole cluster only (their
-    runs joined in stream order, unsorted) and mixed with node-bound ones (sorted after)."""
-    watchers = [WatcherSpec(f"w{i}", "observer", resources, node=node)
-                for i, (resources, node) in enumerate(specs)]
+    runs joined in stream order, unsorted) and mixed with node-bound ones (sorted after); a
+    scheduler's watch of pods (non-terminal pods only) without the writes of ended pods."""
+    watchers = [WatcherSpec(f"w{i}", role, resources, node=node)
+                for i, (resources, node, role) in enumerate(specs)]
     streams = Streams(watchers, ["pods", "nodes", "leases"])
-    resource = np.array([streams.code[r] for r, _ in writes], dtype=np.int64)
+    resource = np.array([streams.code[r] for r, _, _ in writes], dtype=np.int64)
     nodes = watched_nodes(watchers)
-    node = np.array([n if n < len(nodes) else -1 for _, n in writes], dtype=np.int64)
-    write, stream = match(streams, resource, node)
+    node = np.array([n if n < len(nodes) else -1 for _, n, _ in writes], dtype=np.int64)
+    ended = np.array([r == "pods" and e for r, _, e in writes], dtype=bool)
+    write, stream = match(streams, resource, node, ended)
     expected = sorted(
-        (s, i) for s in range(len(streams)) for i, (r, n) in enumerate(writes)
+        (s, i) for s in range(len(streams)) for i, (r, n, _) in enumerate(writes)
         if streams.resources[streams.resource[s]] == r
-        and receives(watchers[streams.watcher[s]], r, nodes[node[i]] if node[i] >= 0 else None))
+        and receives(watchers[streams.watcher[s]], r, nodes[node[i]] if node[i] >= 0 else None,
+                     bool(ended[i])))
     assert list(zip(stream.tolist(), write.tolist())) == expected
     assert write.dtype == np.int64 and stream.dtype == np.int32

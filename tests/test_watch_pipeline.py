@@ -38,31 +38,33 @@ def config(seed=0, server=None, resources=None, **stages) -> RunConfig:
                      reflector=REFLECTOR_PROFILES["zero"])
 
 
-def watcher(name, resources=("pods",), queue=ClientQueue.FIFO, **own):
+def watcher(name, resources=("pods",), queue=ClientQueue.FIFO, role="observer", **own):
     """A watcher with its own stage costs ``own`` (``stage__param=distribution``)."""
     stages: dict = {}
     for key, dist in own.items():
         stage, param = key.rsplit("__", 1)
         stages.setdefault(stage, {})[param] = dist
-    return WatcherSpec(name, "observer", tuple(resources), stages=stages, client_queue=queue)
+    return WatcherSpec(name, role, tuple(resources), stages=stages, client_queue=queue)
 
 
 @dataclasses.dataclass
 class Writes:
     """A workload for the pipeline: per write its commit, resource code, object, whether it
-    deletes it, and the watchers it goes to."""
+    deletes it, whether it sets a pod's terminal phase, and the watchers it goes to."""
 
     commit: list[int]
     targets: list[list[int]]
     resource: list[int] | None = None
     key: list[int] | None = None
     deleted: list[bool] | None = None
+    ends: list[bool] | None = None
 
     def __post_init__(self):
         n = len(self.commit)
         self.resource = self.resource or [0] * n
         self.key = self.key or list(range(1, n + 1))
         self.deleted = self.deleted or [False] * n
+        self.ends = self.ends or [False] * n
 
 
 def stepped(pipeline: Pipeline, writes: Writes):
@@ -78,7 +80,8 @@ def stepped(pipeline: Pipeline, writes: Writes):
     for i, commit in enumerate(writes.commit):
         keep(pipeline.advance(commit))
         _, cached, dispatched, deliveries = pipeline.step(
-            commit, writes.targets[i], writes.resource[i], writes.key[i], writes.deleted[i])
+            commit, writes.targets[i], writes.resource[i], writes.key[i], writes.deleted[i],
+            ends=writes.ends[i])
         shared.append((cached, dispatched))
         keep(deliveries)
     keep(pipeline.finish())
@@ -95,16 +98,17 @@ def scanned(pipeline: Pipeline, writes: Writes, part: int | None = None):
     stream = np.array([s for s, _ in pairs], dtype=np.int64)
     write = np.array([i for _, i in pairs], dtype=np.int64)
     arrays = (np.array(writes.commit, dtype=np.int64), write, stream, np.array(writes.resource))
-    key, deleted = np.array(writes.key), np.array(writes.deleted)
+    key, deleted, ends = np.array(writes.key), np.array(writes.deleted), np.array(writes.ends)
     if part is not None:
-        scan = Scan(pipeline, *arrays, lambda: key, lambda: deleted, part=part)
+        scan = Scan(pipeline, *arrays, lambda: key, lambda: deleted, part=part,
+                    ends=lambda: ends)
         parts = list(scan.parts())
         times = {c: np.concatenate([p[c] for p in parts]) for c in parts[0]}
         rows = sorted((int(streams.watcher[s]), int(i) + 1,
                        *(int(times[c][k]) for c in STAGE_COLUMNS[3:]), int(times["source"][k]),
                        bool(times["coalesced"][k])) for k, (s, i) in enumerate(zip(stream, write)))
         return rows, None, scan.incidents()
-    times = pipeline.scan(*arrays, key, deleted)
+    times = pipeline.scan(*arrays, key, deleted, ends)
     rows = sorted((int(streams.watcher[s]), int(i) + 1,
                    *(int(times[c][k]) for c in STAGE_COLUMNS[3:]), int(times["source"][k]),
                    bool(times["coalesced"][k])) for k, (s, i) in enumerate(zip(stream, write)))
@@ -243,6 +247,26 @@ def test_a_watcher_whose_version_left_the_window_relists():
         watcher("slow", **SLOW), watcher("fast")]), writes))
 
 
+def test_a_scheduler_relists_no_pod_that_ended():
+    """The relist above, by a scheduler, whose watch selects non-terminal pods, and with event 3
+    setting its pod's terminal phase: to the scheduler that pod is deleted then, so its list
+    holds the other five, while an observer's would hold all six (the fast watch keeps it)."""
+    server = ServerSettings(buffer=1, capacity=2, timeout_budget_ms=2.0, budget_refill_ms_per_s=0,
+                            list_per_object=Constant(0.1))
+    base = config(server=server, handler__service=Constant(1.0))
+
+    def pipeline(role):
+        return Pipeline(base, [watcher("slow", role=role, **SLOW), watcher("fast")])
+
+    writes = Writes([t * MS for t in range(6)], [[0, 1]] * 6, ends=[t == 2 for t in range(6)])
+    objects = {}
+    for role in ("scheduler", "observer"):
+        rows, _, incidents = stepped(pipeline(role), writes)
+        objects[role] = incidents["relists"]["objects"].to_list()
+        assert _same(scanned(pipeline(role), writes), stepped(pipeline(role), writes))
+    assert objects == {"scheduler": [5], "observer": [6]}
+
+
 def test_a_relist_brings_the_view_to_the_listed_state():
     """Many objects written, created and deleted while a slow watcher is closed and re-lists:
     once its list's deltas are handled, the last write it applied of each object is the last
@@ -369,6 +393,7 @@ cases = st.fixed_dictionaries({
     "buffer": st.integers(1, 3), "capacity": st.integers(1, 16),
     "budget": st.floats(0, 6), "refill": st.floats(0, 200),
     "keys": st.integers(1, 12), "nodes": st.booleans(), "data": st.data(),
+    "roles": st.lists(st.sampled_from(["observer", "scheduler"]), min_size=3, max_size=3),
 })
 
 
@@ -385,11 +410,13 @@ def costs_of(case: dict) -> RunConfig:
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases)
 def test_scan_equals_step_under_load(case):
-    """Random loads, buffers, budgets, windows and client queues, with a second resource: the
-    vectorised scan (and where it would block, its fallback) gives exactly ``step``'s tables."""
+    """Random loads, buffers, budgets, windows and client queues, with a second resource, and
+    pod writes setting a terminal phase, a deletion to a scheduler's watch of non-terminal
+    pods: the vectorised scan (and where it would block, its fallback) gives exactly
+    ``step``'s tables."""
     costs = costs_of(case)
     resources = ("pods", "nodes") if case["nodes"] else ("pods",)
-    watchers = [watcher(f"w{i}", resources, case["queues"][i],
+    watchers = [watcher(f"w{i}", resources, case["queues"][i], role=case["roles"][i],
                         watcher_queue__service=case["slow"][i])
                 for i in range(case["watchers"])]
     data = case["data"]
@@ -402,13 +429,15 @@ def test_scan_equals_step_under_load(case):
                for _ in range(n)]
     keys = [data.draw(st.integers(0, case["keys"] - 1)) for _ in range(n)]
     deleted = [data.draw(st.booleans()) for _ in range(n)]
+    ends = [resources[r] == "pods" and not gone and data.draw(st.integers(0, 3)) == 0
+            for r, gone in zip(resource, deleted)]
 
     def pipeline():
         return Pipeline(costs, watchers)
 
     code = {name: pipeline().resource_code(name) for name in resources}
     codes = [code[resources[r]] for r in resource]
-    writes = Writes(commit, targets, codes, keys, deleted)
+    writes = Writes(commit, targets, codes, keys, deleted, ends)
     by_step = stepped(pipeline(), writes)
     scan_pipeline = pipeline()
     by_scan = scanned(scan_pipeline, writes)

@@ -37,6 +37,7 @@ from replay.analysis.history import (
     STAGES,
     Deliveries,
     codes,
+    ended_writes,
     free_after_each_change,
     ints,
     iso,
@@ -238,7 +239,8 @@ class RunTables:
         """One row per (watcher, resource it watches), with the node a node-bound one is bound
         to."""
         self.table("watch", """
-            SELECT watcher, node AS only_node, unnest(string_split(resources, ',')) AS resource
+            SELECT watcher, node AS only_node, unnest(string_split(resources, ',')) AS resource,
+                   terminal_pods
             FROM watchers""")
         return "watch"
 
@@ -301,6 +303,23 @@ class RunTables:
     @cached_property
     def pod_history(self) -> pa.Table:
         return pod_history(self.events, self.is_resource("pods"))
+
+    @cached_property
+    def ended(self) -> np.ndarray:
+        """Per event (in rv order), whether it writes a pod that had ended before it
+        (``ended_writes``), which a watch of non-terminal pods does not receive."""
+        ended = np.zeros(len(self.event_columns["rv"]), dtype=bool)
+        states = pq.read_table(self.dir / "events.parquet", columns=["rv", "pod_state"])
+        terminal = pc.fill_null(pc.is_in(states["pod_state"], pa.array(["succeeded", "failed"])),
+                                False).to_numpy(zero_copy_only=False)
+        if not np.any(terminal):
+            return ended
+        history = self.pod_history
+        at, _ = self.at_rv(ints(history["rv"]))
+        terminal_at = np.zeros(len(ended), dtype=bool)
+        terminal_at[self.at_rv(ints(states["rv"])[terminal])[0]] = True
+        ended[at] = ended_writes(history, terminal_at[at])
+        return ended
 
     def is_resource(self, name: str) -> np.ndarray:
         """Per event (in rv order), whether it is a write of resource ``name``."""
@@ -696,15 +715,21 @@ def _writes_whose_recipients_differ(run: RunTables) -> np.ndarray:
     watched = sorted({w["node"] for w in watchers if w["node"] is not None})
     bound = {name: k for k, name in enumerate(watched)}
     everywhere = len(watched)  # the row of the watchers bound to no node
-    expected = np.zeros((3, everywhere + 1, len(index) + 1))  # count, low half, high half
+    # per (node, resource): the count, low half and high half of its watchers; and of those
+    # of them that select non-terminal pods only
+    expected = np.zeros((2, 3, everywhere + 1, len(index) + 1))
     halves = _halves([w["watcher"] for w in watchers])
     for w, (low, high) in zip(watchers, halves):
         for name in w["resources"].split(","):
             k = everywhere if w["node"] is None else bound[w["node"]]
-            expected[:, k, index.get(name, len(index))] += (1, low, high)
+            expected[0, :, k, index.get(name, len(index))] += (1, low, high)
+            if name == "pods" and not w["terminal_pods"]:
+                expected[1, :, k, index[name]] += (1, low, high)
     node = run.concerned_nodes(watched)
-    per_write = expected[:, everywhere, resource] + np.where(
-        node >= 0, expected[:, np.maximum(node, 0), resource], 0)
+    per_write = expected[:, :, everywhere, resource] + np.where(
+        node >= 0, expected[:, :, np.maximum(node, 0), resource], 0)
+    per_write = per_write[0] - (np.where(run.ended, per_write[1], 0) if np.any(expected[1])
+                                else 0)
     d = run.deliveries
     at, known = run.at_rv(d.rv)
     halves = _halves(d.names)
@@ -727,8 +752,10 @@ def exactly_once(run: RunTables) -> Finding:
 
     The recipients are computed from ``watchers`` and the events: a watcher receives a write of
     a resource it watches; one bound to a node only the node's own writes and those of pods
-    bound to it (from the binding on, within the pod's incarnation).  Compared first by count
-    and a checksum of the recipients' names per write, then exactly for the writes that differ.
+    bound to it (from the binding on, within the pod's incarnation); one that selects
+    non-terminal pods (``terminal_pods`` false) no write of a pod that had ended before it
+    (``RunTables.ended``).  Compared first by count and a checksum of the recipients' names per
+    write, then exactly for the writes that differ.
     """
     differing = run.differing.result() if run.differing is not None else \
         _writes_whose_recipients_differ(run)
@@ -740,7 +767,7 @@ def exactly_once(run: RunTables) -> Finding:
     run.register("concerning", pa.table({
         "rv": run.event_columns["rv"], "resource": run.events["resource"].cast(pa.string()),
         "node": pa.array(nodes + [None], pa.string()).take(pa.array(
-            np.where(concerned >= 0, concerned, len(nodes))))}))
+            np.where(concerned >= 0, concerned, len(nodes)))), "ended": run.ended}))
     watch = run.watch()
     return _from_sql(run, "exactly_once", f"""
         WITH expected AS (
@@ -749,6 +776,7 @@ def exactly_once(run: RunTables) -> Finding:
             JOIN {watch} AS watch
               ON watch.resource = concerning.resource
              AND (watch.only_node IS NULL OR watch.only_node = concerning.node)
+             AND (watch.terminal_pods OR NOT concerning.ended)
         ), actual AS (
             SELECT rv, watcher, count(*) AS times
             FROM deliveries SEMI JOIN differing USING (rv)

@@ -222,6 +222,30 @@ def lives(history: pa.Table) -> pa.Table:
         "delete_rv": at(last_delete, "rv"), "deleted_ts": at(last_delete, "commit_ts")})
 
 
+def ended_writes(history: pa.Table, terminal: np.ndarray) -> np.ndarray:
+    """Per row of ``_pod_history`` (``terminal``: whether its write set or found a terminal
+    phase, its event's ``pod_state``), whether its pod had ended before it, so that a watch of
+    non-terminal pods does not receive it: a later write of an incarnation that a write before
+    set in a terminal phase, or any write of one that the run did not create (``life`` 0: not
+    in the trace, not listed) whose first terminal write is its delete (it ran to its end
+    before the trace)."""
+    pod_id, life, rv = ints(history["pod_id"]), ints(history["life"]), ints(history["rv"])
+    key = pod_id * (int(life.max(initial=0)) + 1) + life
+    if not np.any(terminal):
+        return np.zeros(len(rv), dtype=bool)
+    ends = np.flatnonzero(terminal)
+    ends = ends[np.lexsort((rv[ends], key[ends]))]
+    first = ends[np.r_[True, key[ends][1:] != key[ends][:-1]]]  # per incarnation that ends
+    incarnations, at = np.unique(key, return_inverse=True)
+    end_rv = np.full(len(incarnations), np.iinfo(np.int64).max)
+    end_rv[np.searchsorted(incarnations, key[first])] = rv[first]
+    before = np.zeros(len(incarnations), dtype=bool)
+    before[np.searchsorted(incarnations, key[first])] = (life[first] == 0) & (
+        history["kind_code"].to_numpy()[first] == KINDS.index("delete"))
+    ended: np.ndarray = (rv > end_rv[at]) | before[at]
+    return ended
+
+
 def free_after_each_change(changes: pa.Table) -> pa.Table:
     """``changes`` (capacity_changes) with, per node in rv order, the free capacity after each
     and ``last_shrink_rv`` (the rv of the node's latest allocatable decrease so far)."""

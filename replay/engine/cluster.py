@@ -149,6 +149,9 @@ class Pod:
     # client queues key (the incarnations of a name share it); -1 until the engine first sends
     # one of its writes
     queue_key: int = -1
+    # its phase is terminal (the kubelet failed it): a watch of non-terminal pods, a
+    # scheduler's, received that write as its deletion and receives none of its writes after
+    ended: bool = False
 
     def __post_init__(self) -> None:
         self.key = object_key(self.namespace, self.name)

@@ -41,6 +41,11 @@ STAGES: dict[str, tuple[str, ...]] = {
 }
 SHARED_STAGES = ("storage_to_cache", "cacher_queue")
 ROLES = ("scheduler", "binder", "dispatcher", "kubelet", "observer")
+# the roles whose pod informer selects pods not yet in a terminal phase by default:
+# ``status.phase!=Succeeded,status.phase!=Failed`` (kube-scheduler's ``newPodInformer``,
+# pkg/scheduler/scheduler.go; Gödel's scheduler, binder and dispatcher share its selector,
+# ``newPodInformer`` in kubewharf/godel-scheduler pkg/util/cmd/informerfactory.go)
+NON_TERMINAL_ROLES = ("scheduler", "binder", "dispatcher")
 
 PROFILES: dict[str, dict[str, dict[str, Distribution]]] = {
     "default": {
@@ -111,7 +116,9 @@ class WatcherSpec:
     """One informer: who it is, what it watches, and any stage costs of its own.
 
     ``node`` restricts a kubelet to its own node and the pods bound to it; ``buffer`` sets its
-    watches' buffers (None: the resource's); ``client_queue`` how its client queues events.
+    watches' buffers (None: the resource's); ``client_queue`` how its client queues events;
+    ``terminal_pods`` whether its pod watch selects pods in a terminal phase (None: its role's
+    default, ``sees_terminal_pods``).
     """
 
     name: str
@@ -121,6 +128,17 @@ class WatcherSpec:
     stages: StageCosts = field(default_factory=dict)
     client_queue: ClientQueue = ClientQueue.FIFO
     buffer: int | None = None
+    terminal_pods: bool | None = None
+
+    @property
+    def sees_terminal_pods(self) -> bool:
+        """Whether its pod watch selects pods in phase ``Succeeded`` or ``Failed``: a watch
+        that does not sees a pod's write setting that phase as the pod's deletion (the watch
+        cache sends a DELETED event for an object that stops matching its selector) and none
+        of the pod's writes after it."""
+        if self.terminal_pods is not None:
+            return self.terminal_pods
+        return self.role not in NON_TERMINAL_ROLES
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "role": self.role,
@@ -133,6 +151,8 @@ class WatcherSpec:
             out["client_queue"] = self.client_queue.value
         if self.buffer is not None:
             out["buffer"] = self.buffer
+        if self.terminal_pods is not None:
+            out["terminal_pods"] = self.terminal_pods
         return out
 
 
@@ -450,7 +470,7 @@ def _watchers(raw: Any) -> tuple[WatcherSpec, ...]:
         if not isinstance(item, dict):
             raise ValueError(f"{where}: expected a table")
         _no_unknown(item, {"name", "role", "resources", "node", "replicas", "stages",
-                           "client_queue"}, where)
+                           "client_queue", "terminal_pods"}, where)
         name, role = item.get("name"), item.get("role", "observer")
         if not isinstance(name, str) or not name:
             raise ValueError(f"{where}.name: required, a non-empty string")
@@ -475,9 +495,12 @@ def _watchers(raw: Any) -> tuple[WatcherSpec, ...]:
         if client_queue not in queues:
             raise ValueError(f"{where}.client_queue: expected one of {', '.join(queues)}, "
                              f"got {client_queue!r}")
+        terminal_pods = item.get("terminal_pods")
+        if terminal_pods is not None and not isinstance(terminal_pods, bool):
+            raise ValueError(f"{where}.terminal_pods: expected true or false")
         names = [name] if replicas == 1 else [f"{name}-{k}" for k in range(replicas)]
         out += [WatcherSpec(n, role, tuple(resources), node, stages, ClientQueue(client_queue),
-                            settings.get("buffer")) for n in names]
+                            settings.get("buffer"), terminal_pods) for n in names]
     seen: set[str] = set()
     for watcher in out:
         if watcher.name in seen:

@@ -385,6 +385,8 @@ class _Watch:
         self.incident = -1  # its latest termination
         self.safe_token = self.pop_token = 0
         self.kernel = False  # the compiled fan-out's turn (``to_kernel``)
+        # a watch of non-terminal pods: a write setting a pod's terminal phase deletes it here
+        self.non_terminal = bool(engine.pipeline.streams.non_terminal[index])
 
     # -- the hand-over between the compiled fan-out and this Python path ----------------------
     def to_python(self) -> None:
@@ -787,10 +789,12 @@ class _Engine:
         return drawn[0][at], drawn[1][at], drawn[2][at], drawn[3][at]
 
     def step(self, rv: int, commit: int, resource: _Resource, key: int, deleted: bool,
-             targets: _Targets, payload: Any) -> tuple[int, int]:
+             targets: _Targets, payload: Any, ends: bool = False) -> tuple[int, int]:
         """Write ``rv`` of ``resource`` on object ``key``, committed at ``commit``, to the
         watches ``targets``; returns its cached and dispatched times (its deliveries go to
-        ``out``, those not yet made to ``pending``).  (Written for speed: it runs per write.)"""
+        ``out``, those not yet made to ``pending``).  ``ends``: it sets a pod's terminal phase,
+        which deletes the pod from the watches of non-terminal pods (``_Watch.non_terminal``).
+        (Written for speed: it runs per write.)"""
         latency, service, cacher, per_watcher = self.shared(resource, rv)
         cached = commit + latency
         if cached < resource.cached:
@@ -810,15 +814,17 @@ class _Engine:
         else:
             dispatched, done = self._dispatch(targets, start, cacher, per_watcher)
         if done == BLOCKS:
-            self._blocking_step(rv, resource, key, deleted, targets, payload, dispatched)
+            self._blocking_step(rv, resource, key, deleted, targets, payload, dispatched, ends)
         else:
             resource.released = dispatched
             if targets and done == len(targets):
-                self._delivered(resource, key, deleted, targets)
+                self._delivered(resource, key, deleted, targets, ends)
             else:
-                self._fall_back(rv, key, deleted, targets, payload, dispatched, done)
+                self._fall_back(rv, key, deleted, targets, payload, dispatched, done, ends)
         if deleted:
             resource.objects.pop(key, None)
+        elif ends:
+            resource.objects[key] = [watch for watch in targets if not watch.non_terminal]
         else:
             resource.objects[key] = targets
         return cached, dispatched
@@ -845,11 +851,15 @@ class _Engine:
                 state[watch.index, CURSOR] = 0
 
     def _delivered(self, resource: _Resource, key: int, deleted: bool,
-                   targets: _Targets) -> None:
+                   targets: _Targets, ends: bool) -> None:
         """The compiled fan-out delivered the write to every target (its deliveries in
         ``targets.times``, left there for ``Pipeline.step_fanned``); the targets' stores
         updated: those with a ``bit`` at once, the others one by one."""
         self.fanned, self.pending = True, []
+        if ends and not deleted:
+            for watch in targets:
+                watch.store(key, watch.non_terminal)
+            return
         resource.store(key, deleted, targets.mask)
         if deleted:
             for own in targets.own:
@@ -859,12 +869,14 @@ class _Engine:
                 own.add(key)
 
     def _fall_back(self, rv: int, key: int, deleted: bool, targets: _Targets, payload: Any,
-                   dispatched: int, done: int) -> None:
+                   dispatched: int, done: int, ends: bool) -> None:
         """``step``'s deliveries when some targets were left to ``_Watch`` (``done`` of them
         were not: the compiled fan-out's, in ``times``), in the targets' order."""
         times = targets.times.T.tolist() if done else None
-        out, pending = self.out, []
+        out, pending, ending = self.out, [], ends and not deleted
         for j, watch in enumerate(targets):
+            if ending:
+                deleted = watch.non_terminal
             if times is not None and times[j][4]:
                 watch.store(key, deleted)
                 out.append((watch.watcher, rv, payload, *times[j][:4], _WATCH, False))
@@ -880,7 +892,7 @@ class _Engine:
         self.pending = pending
 
     def _blocking_step(self, rv: int, resource: _Resource, key: int, deleted: bool,
-                       targets: list[_Watch], payload: Any, dispatched: int) -> None:
+                       targets: list[_Watch], payload: Any, dispatched: int, ends: bool) -> None:
         """``step`` when the dispatcher finds a watch full with write ``rv``."""
         for watch in targets:
             watch.to_python()
@@ -888,7 +900,10 @@ class _Engine:
         released, entries, deadline = resource.block(dispatched, blocked, rv, self.waits)
         resource.released = released
         pending = self.pending = []
+        ending = ends and not deleted
         for watch in targets:
+            if ending:
+                deleted = watch.non_terminal
             if not watch.connected:
                 watch.miss(rv, payload, key, deleted, dispatched)
                 pending.append(watch.watcher)
@@ -1032,10 +1047,12 @@ class Pipeline(Generic[Payload]):
         return self.streams.code[name]
 
     def step(self, commit: int, targets: Sequence[int], resource: int = 0, key: int | None = None,
-             deleted: bool = False, payload: Payload | None = None
+             deleted: bool = False, payload: Payload | None = None, ends: bool = False
              ) -> tuple[int, int, int, list[Delivery]]:
         """Commit the next write (rv = previous + 1) at ``commit``, of ``resource`` (a code) and
-        object ``key`` (default: its own rv), to the watchers ``targets``.
+        object ``key`` (default: its own rv), to the watchers ``targets``; ``deleted``: it
+        deletes the object; ``ends``: it sets a pod's terminal phase (for the watches of
+        non-terminal pods, the pod's deletion).
 
         Returns ``(rv, cached, dispatched, deliveries)``: the deliveries made by now, of this
         write or of earlier ones (the same numbers ``scan`` gives; plain tuples, which the
@@ -1045,7 +1062,7 @@ class Pipeline(Generic[Payload]):
         it later.
         """
         return self.step_to(commit, self.watches(resource, targets), resource, key, deleted,
-                            payload)
+                            payload, ends)
 
     def watches(self, resource: int, targets: Sequence[int]) -> Watches:
         """The watches of ``resource`` by the watchers ``targets``, for ``step_to`` (a caller
@@ -1058,18 +1075,18 @@ class Pipeline(Generic[Payload]):
                         engine.compiled)
 
     def step_to(self, commit: int, watches: Watches, resource: int = 0, key: int | None = None,
-                deleted: bool = False, payload: Payload | None = None
+                deleted: bool = False, payload: Payload | None = None, ends: bool = False
                 ) -> tuple[int, int, int, list[Delivery]]:
         """``step`` to the ``watches(resource, targets)``."""
         rv, cached, dispatched, out, fanned = self.step_fanned(commit, watches, resource, key,
-                                                               deleted, payload)
+                                                               deleted, payload, ends)
         if fanned:
             out += watches.deliveries(rv, payload)
         return rv, cached, dispatched, out
 
     def step_fanned(self, commit: int, watches: Watches, resource: int = 0,
-                    key: int | None = None, deleted: bool = False, payload: Payload | None = None
-                    ) -> tuple[int, int, int, list[Delivery], bool]:
+                    key: int | None = None, deleted: bool = False, payload: Payload | None = None,
+                    ends: bool = False) -> tuple[int, int, int, list[Delivery], bool]:
         """``step_to``, and whether the compiled fan-out delivered the write to every one of
         ``watches``: then its deliveries are not among those returned (which are earlier
         writes') but in ``watches.times``, six rows of a column per target, in their order
@@ -1087,7 +1104,8 @@ class Pipeline(Generic[Payload]):
         self._commits.append(commit)
         engine.fanned = False
         cached, dispatched = engine.step(rv, commit, engine.resources[resource],
-                                         rv if key is None else key, deleted, watches, payload)
+                                         rv if key is None else key, deleted, watches, payload,
+                                         ends)
         out, engine.out = engine.out, []
         return rv, cached, dispatched, out, engine.fanned
 
@@ -1141,18 +1159,21 @@ class Pipeline(Generic[Payload]):
     # -- whole arrays --------------------------------------------------------------------------
     def scan(self, commit: np.ndarray, delivery_write: np.ndarray, delivery_stream: np.ndarray,
              resource: np.ndarray | None = None, key: np.ndarray | None = None,
-             deleted: np.ndarray | None = None) -> dict[str, np.ndarray]:
+             deleted: np.ndarray | None = None,
+             ends: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Stage times of every delivery at once (the same as ``step``).
 
         ``commit`` holds the commit times of writes rv = 1..n in order (``resource``: their
         resource codes, default 0; ``key``: their objects, default each its own; ``deleted``:
-        whether each deletes it); each delivery is a write index (0-based) and a stream, sorted
-        by stream and then by write.  Returns one array per ``STAGE_COLUMNS`` entry, plus
-        ``source`` and ``coalesced``, aligned with the deliveries.
+        whether each deletes it; ``ends``: whether each sets a pod's terminal phase); each
+        delivery is a write index (0-based) and a stream, sorted by stream and then by write.
+        Returns one array per ``STAGE_COLUMNS`` entry, plus ``source`` and ``coalesced``,
+        aligned with the deliveries.
         """
         scan = Scan(self, commit, delivery_write, delivery_stream, resource,
                     (lambda: key) if key is not None else None,
-                    (lambda: deleted) if deleted is not None else None)
+                    (lambda: deleted) if deleted is not None else None,
+                    ends=(lambda: ends) if ends is not None else None)
         parts = list(scan.parts(max(len(delivery_write), 1)))
         self.scanned = scan
         return parts[0]
@@ -1262,20 +1283,22 @@ class Scan:
     ``delta_fifo`` and ``workqueue`` streams whose fifo schedule has a key arriving while its
     previous event waits have their client queue evaluated again.  ``parts`` then yields the
     deliveries' times a part at a time, so that observe writes each while it computes the next.
-    ``key`` and ``deleted`` (per write) are asked for only if needed.
+    ``key``, ``deleted`` and ``ends`` (per write, as ``Pipeline.scan``'s) are asked for only if
+    needed.
     """
 
     def __init__(self, pipeline: Pipeline[Any], commit: np.ndarray, write: np.ndarray,
                  stream: np.ndarray, resource: np.ndarray | None = None,
                  key: Callable[[], np.ndarray] | None = None,
                  deleted: Callable[[], np.ndarray] | None = None, part: int = 1 << 20,
-                 listed: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None):
+                 listed: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
+                 ends: Callable[[], np.ndarray] | None = None):
         """``listed``: the objects in the streams' stores before the first write (observe's
         first list of what its trace did not see created), as (key, stream) pairs, asked for
         only if a resource is evaluated event by event: a re-list lists them too."""
         self.pipeline, self.write, self.stream, self.part = pipeline, write, stream, part
         self.resource = resource if resource is not None else np.zeros(len(commit), np.int64)
-        self._key, self._deleted, self._listed = key, deleted, listed
+        self._key, self._deleted, self._listed, self._ends = key, deleted, listed, ends
         streams = pipeline.streams
         self.shared = pipeline.shared_stages(commit, self.resource,
                                              np.bincount(write, minlength=len(commit)))
@@ -1314,11 +1337,12 @@ class Scan:
             resume = Resume.after({"sent_ts": sent[part]}, stream, resume) if more else None
         return sent, sorted(set(self.pipeline.streams.resource[full].tolist()))
 
-    def _objects(self) -> tuple[np.ndarray, np.ndarray]:
+    def _objects(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         n = len(self.shared.commit)
         key = self._key() if self._key is not None else np.arange(1, n + 1)
         deleted = self._deleted() if self._deleted is not None else np.zeros(n, dtype=bool)
-        return key, deleted
+        ends = self._ends() if self._ends is not None else np.zeros(n, dtype=bool)
+        return key, deleted, ends
 
     def _evaluate_by_event(self, code: int) -> None:
         """Resource ``code``'s writes through the definition, event by event."""
@@ -1328,7 +1352,7 @@ class Scan:
                          False)
         if self._listed is not None:
             self._store_listed(engine, code)
-        key, deleted = self._objects()
+        key, deleted, ends = self._objects()
         mine = np.flatnonzero(self.pipeline.streams.resource == code)
         rows = np.concatenate([np.arange(self.starts[s], self.starts[s + 1]) for s in mine])
         by_write = rows[np.argsort(self.write[rows], kind="stable")]
@@ -1345,7 +1369,7 @@ class Scan:
                 delivered += engine.take()
             cached[i], dispatched[i] = engine.step(
                 i + 1, int(commit[i]), resource, int(key[i]), bool(deleted[i]),
-                _Targets(target[bounds[n]:bounds[n + 1]], False), None)
+                _Targets(target[bounds[n]:bounds[n + 1]], False), None, bool(ends[i]))
             delivered += engine.take()
         engine.finish()
         delivered += engine.take()
@@ -1387,7 +1411,7 @@ class Scan:
         lo, hi = int(self.starts[s]), int(self.starts[s + 1])
         segments = Segments(self.stream[lo:hi])
         times = self._client_side(segments, self.sent[lo:hi], None)
-        key, deleted = self._objects()
+        key, deleted, ends = self._objects()
         keys = key[self.write[lo:hi]]
         discipline = self.pipeline.discipline[s]
         conflicts = conflicting_rows(discipline, keys, times["received_ts"],
@@ -1400,6 +1424,8 @@ class Scan:
         times["source"] = np.zeros(hi - lo, dtype=np.int8)
         times["sent_ts"] = self.sent[lo:hi]
         gone = deleted[self.write[lo:hi]]
+        if self.pipeline.streams.non_terminal[s]:
+            gone = gone | ends[self.write[lo:hi]]
         for period in np.unique(np.searchsorted(periods, conflicts, side="right") - 1).tolist():
             first, last = int(periods[period]), int(periods[period + 1])
             queue = QUEUES[discipline]()

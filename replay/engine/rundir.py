@@ -62,7 +62,7 @@ TABLES: dict[str, pa.Schema] = {
     ]),
     "watchers": pa.schema([
         ("watcher", pa.string()), ("role", pa.string()), ("resources", pa.string()),
-        ("node", pa.string()), ("client_queue", pa.string()),
+        ("node", pa.string()), ("client_queue", pa.string()), ("terminal_pods", pa.bool_()),
     ]),
     "dispatch_waits": pa.schema([
         ("resource", pa.string()), ("watcher", pa.string()), ("rv", pa.int64()),

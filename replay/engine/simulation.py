@@ -57,8 +57,9 @@ DELIVERY_PART = ROW_GROUP_ROWS
 REPLAY_GC_THRESHOLDS = (1_000_000, 50, 100)
 # The kinds the engine tests once or twice per write, and each kind's HTTP status when a model
 # writes it, as module globals (quicker than an enum's members and properties)
-_BIND, _DELETE, _NODE_DELETE, _OTHER = (WriteKind.POD_BIND, WriteKind.POD_DELETE,
-                                        WriteKind.NODE_DELETE, WriteKind.OTHER)
+_BIND, _DELETE, _NODE_DELETE, _OTHER, _FAIL = (WriteKind.POD_BIND, WriteKind.POD_DELETE,
+                                               WriteKind.NODE_DELETE, WriteKind.OTHER,
+                                               WriteKind.POD_FAIL)
 _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteKind}
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
@@ -144,6 +145,8 @@ class Simulation:
         # per resource (its code) and node (NO_NODE first), the fan of its writes, once made
         self._fans: list[list[_Fan | None]] = [[None] * (len(self._truth.nodes) + 1)
                                                for _ in self._pipeline.streams.resources]
+        # per node, the fan of the writes of a pod in a terminal phase (``Pod.ended``)
+        self._ended_fans: list[_Fan | None] = [None] * (len(self._truth.nodes) + 1)
         self._pods: list[Pod] = []
         # the incarnations the workload deletes at their recorded time, created and not yet
         # deleted by it (the workload's delete is the only lookup)
@@ -369,6 +372,8 @@ class Simulation:
         self._send(write)
         if kind == _DELETE and pod is not None:
             self._name_freed(pod)
+        elif kind == _FAIL and pod is not None:
+            pod.ended = True
         return write
 
     def _name_freed(self, pod: Pod) -> None:
@@ -473,16 +478,19 @@ class Simulation:
         return pod.queue_key
 
     def _send(self, write: Write) -> None:
-        """Send a committed write to every watcher whose filter matches it."""
+        """Send a committed write to every watcher whose filter matches it: of a pod in a
+        terminal phase (``Pod.ended``), not to the watches of non-terminal pods."""
         kind = write.kind
         if kind == _OTHER:
             row = write.row
             resource, node = str(self._resources[row]), NO_NODE
             code, deleted = int(self._row_code[row]), bool(self._row_deletes[row])
             key = self._object(self._row_names[row] or "")
+            fans = self._fans[code]
         elif kind in NODE_KINDS:
             resource, node, code = "nodes", write.node, self._nodes_code
             key, deleted = write.node, kind == _NODE_DELETE
+            fans = self._fans[code]
         else:
             pod = write.pod
             assert pod is not None
@@ -490,13 +498,14 @@ class Simulation:
             key, deleted = pod.queue_key, kind == _DELETE
             if key < 0:
                 key = self._queue_key(pod)
-        fans = self._fans[code]
+            fans = self._ended_fans if pod.ended else self._fans[code]
         found = fans[node + 1]
         if found is None:
-            found = fans[node + 1] = self._targets_of(resource, node, code)
+            found = fans[node + 1] = self._targets_of(resource, node, code,
+                                                      fans is self._ended_fans)
         pipeline = self._pipeline
         _, cached, dispatched, deliveries, fanned = pipeline.step_fanned(
-            write.commit, found.watches, code, key, deleted, write)
+            write.commit, found.watches, code, key, deleted, write, kind == _FAIL)
         log = self._log
         log.cached.append(cached)
         log.dispatched.append(dispatched)
@@ -519,12 +528,15 @@ class Simulation:
         if pipeline.next_wakeup is not None:
             self._arm()
 
-    def _targets_of(self, resource: str, node: int, code: int) -> _Fan:
-        """The watchers whose filter matches a write of ``resource`` on ``node``, and the
-        pipeline's watches of them (the instant watchers have none)."""
+    def _targets_of(self, resource: str, node: int, code: int, ended: bool = False) -> _Fan:
+        """The watchers whose filter matches a write of ``resource`` on ``node`` (``ended``: of
+        a pod in a terminal phase), and the pipeline's watches of them (the instant watchers
+        have none)."""
         targets = self._by_resource.get(resource, [])
         if node >= 0:
             targets = targets + self._by_node.get((node, resource), [])
+        if ended:
+            targets = [t for t in targets if self._watchers[t].sees_terminal_pods]
         piped = [t for t in targets if not self._instant[t]]
         return _Fan(targets, piped, self._pipeline.watches(
             code, [self._piped_index[t] for t in piped]))

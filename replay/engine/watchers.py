@@ -3,7 +3,11 @@
 A watcher receives a write when the write's resource is one it watches and, for a watcher bound
 to a node (a kubelet), when the write concerns that node: the node object itself, or a pod bound to
 it (from its binding up to and including its delete, as a ``spec.nodeName`` field selector sees
-it).  ``receives`` states the same rule for one write.
+it).  A watcher whose pod watch selects non-terminal pods only (``WatcherSpec.sees_terminal_pods``:
+a scheduler's ``status.phase!=Succeeded,status.phase!=Failed``) does not receive a pod's writes
+after the one that set its terminal phase (that one it receives, as the pod's deletion: the watch
+cache sends DELETED for an object that stops matching a watch's selector).  ``receives`` states
+the same rule for one write.
 
 A watcher has one watch per resource it watches (a *stream*: its own buffer in the API server, its
 own order, its own informer and handler); ``Streams`` numbers them, by watcher and then resource.
@@ -37,6 +41,10 @@ class Streams:
         self.watcher = np.array([w for w, _ in pairs], dtype=np.int64)
         self.resource = np.array([r for _, r in pairs], dtype=np.int64)
         self.of = {pair: s for s, pair in enumerate(pairs)}  # (watcher, resource code) -> stream
+        # per stream: a watch of pods that selects non-terminal pods only
+        self.non_terminal = np.array([self.resources[r] == "pods"
+                                      and not watchers[w].sees_terminal_pods for w, r in pairs],
+                                     dtype=bool)
 
     def __len__(self) -> int:
         return len(self.watcher)
@@ -47,9 +55,10 @@ class Streams:
         return codes.astype(np.int64)
 
 
-def receives(watcher: WatcherSpec, resource: str, node: str | None) -> bool:
-    """Whether ``watcher`` receives a write of ``resource`` concerning ``node``."""
-    if resource not in watcher.resources:
+def receives(watcher: WatcherSpec, resource: str, node: str | None, ended: bool = False) -> bool:
+    """Whether ``watcher`` receives a write of ``resource`` concerning ``node``; ``ended``: a
+    write to a pod that a write before it put in a terminal phase."""
+    if resource not in watcher.resources or (ended and not watcher.sees_terminal_pods):
         return False
     return watcher.node is None or watcher.node == node
 
@@ -68,32 +77,40 @@ def node_index(watchers: list[WatcherSpec], names: pl.Series) -> np.ndarray:
             .fill_null(-1).to_numpy())
 
 
-def match(streams: Streams, resource: np.ndarray,
-          node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def match(streams: Streams, resource: np.ndarray, node: np.ndarray,
+          ended: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """All (write index, stream) deliveries, sorted by stream and then by write (the streams as
     int32: there are millions of them).
 
-    ``resource`` gives, per write in commit order, its resource's code in ``streams``, and
-    ``node`` the node it concerns as an index into ``watched_nodes(streams.watchers)`` (-1 when
-    none).
+    ``resource`` gives, per write in commit order, its resource's code in ``streams``, ``node``
+    the node it concerns as an index into ``watched_nodes(streams.watchers)`` (-1 when none),
+    and ``ended`` (None: none) whether it writes a pod that an earlier write put in a terminal
+    phase, which the streams that select non-terminal pods do not receive.
     """
     watchers = streams.watchers
-    of_resource: dict[int, np.ndarray] = {}
+    ended = ended if ended is not None and np.any(ended) else None
+    live = ~ended if ended is not None else None  # the writes to pods not yet ended
+    of_resource: dict[tuple[int, bool], np.ndarray] = {}
 
-    def writes_of(code: int) -> np.ndarray:
-        if code not in of_resource:
-            of_resource[code] = np.flatnonzero(resource == code)
-        return of_resource[code]
+    def writes_of(code: int, non_terminal: bool) -> np.ndarray:
+        selected = non_terminal and live is not None
+        if (code, selected) not in of_resource:
+            of_resource[code, selected] = np.flatnonzero(
+                (resource == code) & live if live is not None and selected else resource == code)
+        return of_resource[code, selected]
 
     writes: list[np.ndarray] = []
     owners: list[int | np.ndarray] = []  # a stream, or one per write
     for s in range(len(streams)):
         if watchers[streams.watcher[s]].node is None:
-            writes.append(writes_of(int(streams.resource[s])))
+            writes.append(writes_of(int(streams.resource[s]), bool(streams.non_terminal[s])))
             owners.append(s)
     if not any(w.node is not None for w in watchers):
         return _joined(writes, owners)  # in stream order already
     write, owner = _node_bound(streams, resource, node)
+    if ended is not None:
+        keep = ~(ended[write] & streams.non_terminal[owner])
+        write, owner = write[keep], owner[keep]
     order = stable_order(owner, len(streams))  # by stream; writes stay in commit order
     writes.append(write[order])
     owners.append(owner[order])
@@ -179,5 +196,6 @@ def watchers_table(watchers: list[WatcherSpec]) -> pl.DataFrame:
         "resources": [",".join(w.resources) for w in watchers],
         "node": [w.node for w in watchers],
         "client_queue": [w.client_queue.value for w in watchers],
+        "terminal_pods": [w.sees_terminal_pods for w in watchers],
     }, schema={"watcher": pl.String, "role": pl.String, "resources": pl.String,
-               "node": pl.String, "client_queue": pl.String})
+               "node": pl.String, "client_queue": pl.String, "terminal_pods": pl.Boolean})

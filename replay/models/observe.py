@@ -32,7 +32,7 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
 from replay.models.base import Model
 from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, InitialList, PodHistory,
                                    RowMasks, bound_again, created_before, gathered,
-                                   phases_unknown, without_bodies)
+                                   phases_unknown, terminal_phases, without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -137,6 +137,16 @@ class _Replay:
         return InitialList.of(self.trace, self.masks, lambda: self.history)
 
     @cached_property
+    def phases(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Per trace row, whether it ends its pod and whether its pod had ended before it, as
+        the watches of non-terminal pods see them (``terminal_phases``); None for a trace that
+        says no terminal phase (then neither is ever so)."""
+        if not np.any(self.masks.ok_end):
+            return None
+        return terminal_phases(self.masks, self.history,
+                               self.listed.pods["incarnation"].to_numpy())
+
+    @cached_property
     def start(self) -> int:
         """The first commit of the trace (µs): when the listed objects are in every cache."""
         committed = np.flatnonzero(self.masks.ok)
@@ -228,16 +238,19 @@ class _Replay:
                                                 node_index(self.watchers, objects["node"]))
             yield self._listed_deliveries(listed_write, listed_stream, pipeline)
             listed = partial(self._listed_in_streams, listed_write, listed_stream)
-        write, stream = match(pipeline.streams, codes, self._targets()[committed])
+        phases = self.phases
+        write, stream = match(pipeline.streams, codes, self._targets()[committed],
+                              phases[1][committed] if phases else None)
         self.scan = Scan(pipeline, commit_ts, write, stream, codes,
                          lambda: self._keys(committed), lambda: self._deletes(committed), PART,
-                         listed)
+                         listed, (lambda: phases[0][committed]) if phases else None)
         watcher_of = pipeline.streams.watcher.astype(np.int32)
         applied: list[np.ndarray] = []
         names = [w.name for w in self.watchers]
         roles, role_of = self.roles
         starts = self.scan.starts
-        of_write = _OfWrite(self.scan, [self.watchers[w].node is None for w in watcher_of])
+        of_write = _OfWrite(self.scan, [self.watchers[w].node is None for w in watcher_of],
+                            pipeline.streams.non_terminal if phases else None)
         start = 0
         for times in self.scan.parts(shared=False):
             part = slice(start, start + len(times["applied_ts"]))
@@ -533,24 +546,29 @@ class _OfWrite:
     ``dispatched_ts``) as Arrow columns in chunks, without a gather per delivery.
 
     ``match`` gives the stream of a watcher of the whole cluster every write of its resource,
-    in order: its deliveries' times are those of its resource's writes, gathered once per
-    resource and sliced for every such stream (three fresh columns of every delivery were a
+    in order (for a watch of non-terminal pods, every one to a pod not yet ended): its
+    deliveries' times are those of its resource's writes, gathered once per resource (and
+    selection) and sliced for every such stream (three fresh columns of every delivery were a
     third of the deliveries' fresh memory: 360 MB at a million pods).  The streams of
     node-bound watchers (kubelets) are gathered, a chunk per run of them in a part.  A Parquet
     writer takes a column in chunks as in one: pages end at 20,000 rows, the delta encoding and
     the statistics carry over from one chunk to the next."""
 
-    def __init__(self, scan: Scan, whole: list[bool]):
-        """``whole``: per stream, whether its watcher watches the whole cluster."""
+    def __init__(self, scan: Scan, whole: list[bool], selective: np.ndarray | None):
+        """``whole``: per stream, whether its watcher watches the whole cluster; ``selective``
+        (None: none), whether it receives fewer of its resource's writes than the others (a
+        watch of non-terminal pods, in a trace where pods end)."""
         self.scan, self.whole = scan, np.array(whole, dtype=bool)
         self.times = dict(zip(("commit_ts", "cached_ts", "dispatched_ts"), scan.shared))
-        self.by_resource: dict[tuple[str, int], np.ndarray] = {}
+        self.by_resource: dict[tuple[str, int, bool], np.ndarray] = {}
+        self.selective = selective if selective is not None else np.zeros(len(whole), bool)
         starts, resource = scan.starts, scan.pipeline.streams.resource
         for s in np.flatnonzero(self.whole).tolist():  # before any delivery's write is its rv
             writes = scan.write[starts[s]:starts[s + 1]]
             for name, times in self.times.items():
-                if (name, int(resource[s])) not in self.by_resource:
-                    self.by_resource[name, int(resource[s])] = times[writes]
+                key = (name, int(resource[s]), bool(self.selective[s]))
+                if key not in self.by_resource:
+                    self.by_resource[key] = times[writes]
 
     def columns(self, part: slice) -> dict[str, pa.ChunkedArray]:
         """The part's deliveries' times of their writes, by column."""
@@ -577,7 +595,8 @@ class _OfWrite:
             return gathered
         first = int(self.scan.starts[stream])
         resource = int(self.scan.pipeline.streams.resource[stream])
-        return self.by_resource[name, resource][lo - first:hi - first]
+        key = (name, resource, bool(self.selective[stream]))
+        return self.by_resource[key][lo - first:hi - first]
 
 
 class _Seen:

@@ -223,6 +223,28 @@ class InitialList:
 RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
+def terminal_phases(masks: RowMasks, history: PodHistory,
+                    listed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per trace row, as a watch of non-terminal pods sees it (a scheduler's:
+    ``WatcherSpec.sees_terminal_pods``): whether it *ends* its pod, being the first committed
+    write of the pod's incarnation to set or find a terminal phase (to such a watch, the pod's
+    deletion), and whether its pod had *ended* before it (such a watch does not receive it).
+
+    A pod that ran to its end before the trace had ended before each of its writes: one the
+    trace did not see created, not in the first list (``listed``: those incarnations;
+    ``InitialList``), whose first terminal write is its delete."""
+    first_end = history.first(masks.ok_end)
+    before = (history.first(masks.ok_create) < 0) & (first_end >= 0) \
+        & masks.ok_delete[np.maximum(first_end, 0)]
+    before[listed] = False
+    incarnation = history.incarnation
+    pod = incarnation >= 0
+    end_row = np.where(pod, first_end[np.maximum(incarnation, 0)], -1)
+    ended_before = pod & before[np.maximum(incarnation, 0)]
+    rows = np.arange(len(incarnation))
+    return (end_row == rows) & ~ended_before, ((end_row >= 0) & (rows > end_row)) | ended_before
+
+
 def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
                  history_of: Callable[[], PodHistory]) -> pl.DataFrame:
     """``InitialList.pods``."""
