@@ -146,7 +146,8 @@ def test_a_watcher_that_matches_nothing_changes_no_other_table(tmp_path, rows, r
     after = replay(tmp_path, rows, model, params, config, extra=(idle,))
     assert after["watchers"].equals(pl.concat([
         pl.DataFrame({"watcher": ["idle"], "role": ["observer"], "resources": ["secrets"],
-                      "node": [None], "client_queue": [idle.client_queue.value]},
+                      "node": [None], "client_queue": [idle.client_queue.value],
+                      "terminal_pods": [True]},
                      schema=before["watchers"].schema), before["watchers"]]))
     for name in TABLES:
         if name != "watchers":
