@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from replay.calibrate import Calibration, calibrate, write_config
-from replay.calibrate.mapping import Use
-from replay.calibrate.output import explain
-from replay.calibrate.sources import Window
 from replay.cli.arguments import output_path
 from replay.times import parse_time
+
+if TYPE_CHECKING:
+    from replay.calibrate import Calibration
+    from replay.calibrate.sources import Window
 
 
 def add_parser(commands) -> None:
@@ -44,6 +45,8 @@ def add_parser(commands) -> None:
 
 def describe_written(result: Calibration) -> str:
     """Which stages and model parameters the config sets, in a few words."""
+    from replay.calibrate.mapping import Use
+
     stages = [f"stages.{r.mapping.target}.{r.mapping.use.value}" for r in result.written()
               if r.mapping.use is not Use.MEAN]
     params = [r.mapping.target for r in result.written() if r.mapping.use is Use.MEAN
@@ -57,6 +60,8 @@ def describe_written(result: Calibration) -> str:
 
 
 def _window(text: str) -> Window:
+    from replay.calibrate.sources import Window
+
     start, sep, end = text.partition("/")
     if not sep:
         raise argparse.ArgumentTypeError(f"expected START/END, got {text!r}")
@@ -70,6 +75,10 @@ def _window(text: str) -> Window:
 
 
 def run(args: argparse.Namespace) -> int:
+    # (cli/main.py: imported when run)
+    from replay.calibrate import calibrate, write_config
+    from replay.calibrate.output import explain
+
     if not args.sources:
         if args.explain:
             print(explain(None, args.resource), end="")

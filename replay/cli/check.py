@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from replay.analysis.check import INVARIANTS, Finding, Status, check_run
-from replay.analysis.runs import runs_of
-from replay.reproduce import deterministic
+if TYPE_CHECKING:
+    from replay.analysis.check import Finding
 
 
 def add_parser(commands) -> None:
@@ -30,6 +30,11 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # (cli/main.py: imported when run)
+    from replay.analysis.check import INVARIANTS, check_run
+    from replay.analysis.runs import runs_of
+    from replay.reproduce import deterministic
+
     if not args.list and not args.run_dirs:
         args.parser.error("give one or more RUN_DIR (or --list to see the invariants)")
     if args.list:
@@ -56,6 +61,8 @@ def run(args: argparse.Namespace) -> int:
 
 def describe(finding: Finding) -> str:
     """One line for the finding, then one per example row."""
+    from replay.analysis.check import Status
+
     line = f"  {finding.status.value:<9} {finding.invariant}"
     if finding.status in (Status.FAILED, Status.REPORTED):
         line += f": {finding.count:,} {'row' if finding.count == 1 else 'rows'}"

@@ -15,11 +15,14 @@ import sys
 
 import polars as pl
 
-from replay import __version__, interrupts, jit
+from replay import __version__, interrupts
 from replay.cli import (calibrate, check, default, derive, importer, ingest, models, query, report,
                         run, sweep, synth, validate)
 from replay.errors import ReplayError, os_error_message
 
+# Each command's module imports what the command runs only when it runs (``replay run``'s models
+# and engine, their compiled kernels and numba; ``replay check``'s invariants): a command loads
+# what it needs, and ``replay query`` starts in about half the time it took with all of them.
 COMMANDS = (synth, ingest, importer, validate, run, derive, models, query, calibrate, report, sweep,
             check)
 # What DuckDB's Python client raises, rather than KeyboardInterrupt, when Ctrl-C stops a query
@@ -74,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
         _load_numpy_interfaces()
         interrupts.install()
-        _warn_if_uncached()
+        warned = _warn_if_uncached()  # kernels imported before (by a test, a notebook)
         if argv == ["help"]:
             parser.print_help()
             return 0
@@ -82,7 +85,11 @@ def main(argv: list[str] | None = None) -> int:
             check_not_a_misspelt_command(parser, argv[0])
             return default.main(argv)
         args = parser.parse_args(argv)
-        return args.run(args) or 0
+        try:
+            return args.run(args) or 0
+        finally:
+            if not warned:
+                _warn_if_uncached()  # the kernels the command imported
     except ReplayError as err:
         return _failed(str(err).strip().splitlines()[0] if str(err).strip() else "failed")
     except KeyboardInterrupt:
@@ -132,13 +139,20 @@ def _check_utf8(argv: list[str]) -> None:
                               f"it") from None
 
 
-def _warn_if_uncached() -> None:
-    """Say so when numba could cache none of the kernels imported so far (``replay.jit``): every
-    command then spends seconds compiling them again, which one setting avoids."""
-    if jit.UNCACHED:
+def _warn_if_uncached() -> bool:
+    """Say so when numba could cache none of the kernels imported so far (``replay.jit``, if a
+    command imported it): every command then spends seconds compiling them again, which one
+    setting avoids.  Whether it said so."""
+    jit = sys.modules.get("replay.jit")
+    if jit is None or not jit.UNCACHED:
+        return False
+    try:
         print("replay: warning: numba has no writable folder to cache its compiled kernels in "
               "(the package is read-only, and so is ~/.cache), so each command compiles them "
               "again; set NUMBA_CACHE_DIR to a writable folder", file=sys.stderr)
+    except (OSError, ValueError):
+        pass  # stderr is gone (a closed pipe)
+    return True
 
 
 def _load_numpy_interfaces() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from replay import models
 from replay.errors import ReplayError
 
 
@@ -18,6 +17,8 @@ def add_parser(commands) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from replay import models  # (cli/main.py: imported when run)
+
     for name in models.registered():
         try:
             model = models.load(name)

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
-from replay.api import RunResult, load_config, run_replay
 from replay.cli.arguments import output_path
+
+if TYPE_CHECKING:
+    from replay.api import RunResult
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -42,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
 def replay_from(args: argparse.Namespace, force: bool) -> RunResult:
     """The replay that the run options in ``args`` ask for."""
+    from replay.api import load_config, run_replay  # (cli/main.py: imported when run)
+
     config = load_config(args.config, overrides=args.params, seed=args.seed, model=args.model)
     return run_replay(args.trace, config, out=args.out, force=force)
 

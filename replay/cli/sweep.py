@@ -5,21 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import polars as pl
 
 from replay.cli.arguments import output_path, positive_int
 from replay.errors import ReplayError
-from replay.sweep import (
-    LocalExecutor,
-    RayExecutor,
-    Status,
-    Sweep,
-    budget_bytes,
-    load_sweep,
-    plan,
-    run_sweep,
-)
+
+if TYPE_CHECKING:
+    from replay.sweep import Sweep
 
 EXECUTORS = ("local", "ray")
 
@@ -57,6 +51,8 @@ def add_parser(commands) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.address is not None and args.executor != "ray":
         raise ReplayError("--address is for --executor ray")
+    from replay.sweep import load_sweep, run_sweep  # (cli/main.py: imported when run)
+
     sweep = load_sweep(args.sweep)
     out = Path(args.out) if args.out else Path("sweeps") / Path(args.sweep).stem
     if args.dry_run:
@@ -70,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _executor(args: argparse.Namespace):
+    from replay.sweep import LocalExecutor, RayExecutor, budget_bytes
+
     if args.executor == "ray":
         return RayExecutor(args.address, args.jobs)
     return LocalExecutor(args.jobs or os.cpu_count() or 1, budget_bytes())
@@ -77,6 +75,8 @@ def _executor(args: argparse.Namespace):
 
 def print_plan(sweep: Sweep, out: Path, args: argparse.Namespace) -> None:
     """The points, each with its estimated memory and whether it would run."""
+    from replay.sweep import Status, plan
+
     planned = plan(sweep, out.resolve(), args.resume)
     frame = pl.DataFrame({
         "point": [p.name for p in sweep.points],
@@ -95,6 +95,8 @@ def print_plan(sweep: Sweep, out: Path, args: argparse.Namespace) -> None:
 
 
 def _concurrency(sweep: Sweep, args: argparse.Namespace) -> str:
+    from replay.sweep import budget_bytes
+
     if args.executor == "ray":
         return f", as Ray tasks ({'at most ' + str(args.jobs) if args.jobs else 'as many as fit'} at once)"
     jobs, budget = args.jobs or os.cpu_count() or 1, budget_bytes()
