@@ -20,12 +20,12 @@ iteration order, thread count or which features are on.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import numpy.typing as npt
-
-from replay.jit import njit
 
 UInts = npt.NDArray[np.uint64]
 Keys = UInts | np.uint64  # per-watcher stream keys: one per draw, or one for all
@@ -52,7 +52,6 @@ def _mix(z: UInts) -> UInts:
     return z ^ (z >> np.uint64(31))
 
 
-@njit(cache=True, nogil=True)
 def _splitmix(counters, keys, out):  # pragma: no cover - compiled
     """``_mix(counters * golden + keys)`` into ``out``, one element at a time: the draws of a
     replay are tens of millions, and numpy's whole-array steps made eight passes over each
@@ -62,6 +61,17 @@ def _splitmix(counters, keys, out):  # pragma: no cover - compiled
         z = (z ^ (z >> np.uint64(30))) * _M1
         z = (z ^ (z >> np.uint64(27))) * _M2
         out[i] = z ^ (z >> np.uint64(31))
+
+
+@cache
+def _compiled_splitmix() -> Callable[..., None]:
+    """``_splitmix`` compiled (loaded from numba's cache), at the first draw: importing numba
+    cost each command that draws nothing (``replay synth --help``, ``replay query``, whose
+    parsers import this module) a fifth of a second."""
+    from replay.jit import njit
+
+    compiled: Callable[..., None] = njit(cache=True, nogil=True)(_splitmix)
+    return compiled
 
 
 @dataclass(frozen=True)
@@ -96,8 +106,8 @@ class Stream:
             keys = self.watcher_keys(np.uint64(0))
         counters = np.asarray(counters, dtype=np.uint64)
         out = np.empty(len(counters), dtype=np.uint64)
-        _splitmix(counters, np.broadcast_to(np.asarray(keys, dtype=np.uint64), counters.shape),
-                  out)
+        _compiled_splitmix()(counters, np.broadcast_to(np.asarray(keys, dtype=np.uint64),
+                                                       counters.shape), out)
         return out
 
     def uniforms(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float64]:
