@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 from conftest import budget
 from hypothesis import given, settings
-from strategies import trace_frame, workloads
+from strategies import bind, delete, pod, status, trace_frame, workloads
 
 from replay.trace import recorded
 from replay.trace.recorded import PodHistory, RowMasks
@@ -87,3 +87,21 @@ def test_pod_history_is_the_name_by_name_reference(hashes, rows):
                                      for row in np.flatnonzero(history.incarnation == i)]
     assert history.starts.tolist() == np.searchsorted(
         history.incarnation[history.rows], np.arange(history.incarnations)).tolist()
+
+
+def test_terminal_phases_as_a_scheduler_sees_them():
+    """p0 ends at its Succeeded status write (row 3), which ends it to a watch of non-terminal
+    pods, and its delete comes after; p0 made again is a new pod.  old ran to its end before the
+    trace (not created, not listed, its first terminal write its delete): each of its writes
+    comes after its end.  listed, in the first list, ends at its Failed delete."""
+    trace = trace_frame([
+        pod(0, "p0", 100), bind(1, "p0", "n0"), status(2, "p0", "Running"),
+        status(3, "p0", "Succeeded"), delete(4, "p0"), pod(5, "p0", 100),
+        status(6, "old", None), delete(7, "old", phase="Succeeded"),
+        status(8, "listed", "Running", cpu=100), delete(9, "listed", phase="Failed")])
+    masks = RowMasks(trace)
+    history = PodHistory.of(trace, masks)
+    listed = np.unique(history.incarnation[trace["name"].to_numpy() == "listed"])
+    phases = recorded.terminal_phases(masks, history, listed)
+    assert np.flatnonzero(phases.ends).tolist() == [3, 9]
+    assert np.flatnonzero(phases.ended).tolist() == [4, 6, 7]

@@ -31,8 +31,8 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, InitialList, PodHistory,
-                                   RowMasks, bound_again, created_before, gathered,
-                                   phases_unknown, terminal_phases, without_bodies)
+                                   RowMasks, TerminalPhases, bound_again, created_before,
+                                   gathered, phases_unknown, terminal_phases, without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -137,7 +137,7 @@ class _Replay:
         return InitialList.of(self.trace, self.masks, lambda: self.history)
 
     @cached_property
-    def phases(self) -> tuple[np.ndarray, np.ndarray] | None:
+    def phases(self) -> TerminalPhases | None:
         """Per trace row, whether it ends its pod and whether its pod had ended before it, as
         the watches of non-terminal pods see them (``terminal_phases``); None for a trace that
         says no terminal phase (then neither is ever so)."""
@@ -240,10 +240,10 @@ class _Replay:
             listed = partial(self._listed_in_streams, listed_write, listed_stream)
         phases = self.phases
         write, stream = match(pipeline.streams, codes, self._targets()[committed],
-                              phases[1][committed] if phases else None)
+                              phases.ended[committed] if phases else None)
         self.scan = Scan(pipeline, commit_ts, write, stream, codes,
                          lambda: self._keys(committed), lambda: self._deletes(committed), PART,
-                         listed, (lambda: phases[0][committed]) if phases else None)
+                         listed, (lambda: phases.ends[committed]) if phases else None)
         watcher_of = pipeline.streams.watcher.astype(np.int32)
         applied: list[np.ndarray] = []
         names = [w.name for w in self.watchers]

@@ -223,16 +223,22 @@ class InitialList:
 RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
 
 
-def terminal_phases(masks: RowMasks, history: PodHistory,
-                    listed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+@dataclass(frozen=True)
+class TerminalPhases:
     """Per trace row, as a watch of non-terminal pods sees it (a scheduler's:
-    ``WatcherSpec.sees_terminal_pods``): whether it *ends* its pod, being the first committed
+    ``WatcherSpec.sees_terminal_pods``): whether it ``ends`` its pod, being the first committed
     write of the pod's incarnation to set or find a terminal phase (to such a watch, the pod's
-    deletion), and whether its pod had *ended* before it (such a watch does not receive it).
+    deletion), and whether its pod had ``ended`` before it (such a watch does not receive it)."""
 
-    A pod that ran to its end before the trace had ended before each of its writes: one the
-    trace did not see created, not in the first list (``listed``: those incarnations;
-    ``InitialList``), whose first terminal write is its delete."""
+    ends: np.ndarray
+    ended: np.ndarray
+
+
+def terminal_phases(masks: RowMasks, history: PodHistory, listed: np.ndarray) -> TerminalPhases:
+    """``TerminalPhases`` of a trace.  A pod that ran to its end before the trace had ended
+    before each of its writes: one the trace did not see created, not in the first list
+    (``listed``: those incarnations; ``InitialList``), whose first terminal write is its
+    delete."""
     first_end = history.first(masks.ok_end)
     before = (history.first(masks.ok_create) < 0) & (first_end >= 0) \
         & masks.ok_delete[np.maximum(first_end, 0)]
@@ -242,7 +248,8 @@ def terminal_phases(masks: RowMasks, history: PodHistory,
     end_row = np.where(pod, first_end[np.maximum(incarnation, 0)], -1)
     ended_before = pod & before[np.maximum(incarnation, 0)]
     rows = np.arange(len(incarnation))
-    return (end_row == rows) & ~ended_before, ((end_row >= 0) & (rows > end_row)) | ended_before
+    return TerminalPhases(ends=(end_row == rows) & ~ended_before,
+                          ended=((end_row >= 0) & (rows > end_row)) | ended_before)
 
 
 def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
