@@ -229,20 +229,19 @@ def ended_writes(history: pa.Table, terminal: np.ndarray) -> np.ndarray:
     set in a terminal phase, or any write of one that the run did not create (``life`` 0: not
     in the trace, not listed) whose first terminal write is its delete (it ran to its end
     before the trace)."""
+    rows = np.flatnonzero(terminal)
+    if not len(rows):
+        return np.zeros(len(terminal), dtype=bool)
     pod_id, life, rv = ints(history["pod_id"]), ints(history["life"]), ints(history["rv"])
-    key = pod_id * (int(life.max(initial=0)) + 1) + life
-    if not np.any(terminal):
-        return np.zeros(len(rv), dtype=bool)
-    ends = np.flatnonzero(terminal)
-    ends = ends[np.lexsort((rv[ends], key[ends]))]
-    first = ends[np.r_[True, key[ends][1:] != key[ends][:-1]]]  # per incarnation that ends
-    incarnations, at = np.unique(key, return_inverse=True)
-    end_rv = np.full(len(incarnations), np.iinfo(np.int64).max)
-    end_rv[np.searchsorted(incarnations, key[first])] = rv[first]
-    before = np.zeros(len(incarnations), dtype=bool)
-    before[np.searchsorted(incarnations, key[first])] = (life[first] == 0) & (
-        history["kind_code"].to_numpy()[first] == KINDS.index("delete"))
-    ended: np.ndarray = (rv > end_rv[at]) | before[at]
+    _, incarnation = np.unique(pod_id * (int(life.max(initial=0)) + 1) + life,
+                               return_inverse=True)
+    first = np.full(int(incarnation.max()) + 1, len(rv))  # its first terminal row (rv order)
+    np.minimum.at(first, incarnation[rows], rows)
+    ends = first < len(rv)
+    at = np.minimum(first, len(rv) - 1)
+    end_rv = np.where(ends, rv[at], np.iinfo(np.int64).max)
+    before = ends & (life[at] == 0) & (history["kind_code"].to_numpy()[at] == KINDS.index("delete"))
+    ended: np.ndarray = (rv > end_rv[incarnation]) | before[incarnation]
     return ended
 
 

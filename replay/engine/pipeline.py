@@ -821,12 +821,14 @@ class _Engine:
                 self._delivered(resource, key, deleted, targets, ends)
             else:
                 self._fall_back(rv, key, deleted, targets, payload, dispatched, done, ends)
+        holders: list[_Watch] = targets
+        if ends and not deleted:  # the watches that still hold it (a kubelet's, an observer's)
+            holders = [watch for watch in targets if not watch.non_terminal]
+            deleted = not holders
         if deleted:
             resource.objects.pop(key, None)
-        elif ends:
-            resource.objects[key] = [watch for watch in targets if not watch.non_terminal]
         else:
-            resource.objects[key] = targets
+            resource.objects[key] = holders
         return cached, dispatched
 
     @staticmethod
