@@ -615,6 +615,46 @@ def test_a_terminated_watch_of_listed_objects_keeps_every_invariant_and_relists_
     assert failed(check_run(run)) == []
 
 
+def jobs_sample(path):
+    """The sample trace as a cluster of Jobs: each deleted pod first ran to its end, its
+    kubelet's status write setting phase Succeeded halfway from its binding to its delete."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    pods = sample.filter(resource="pods")
+    bound = pods.filter(subresource="binding").group_by("name").agg(bound=pl.col("ts").min())
+    ends = pods.filter(verb="delete").join(bound, on="name").with_columns(
+        ts=pl.col("bound") + (pl.col("ts") - pl.col("bound")) / 2, received_ts=None,
+        verb=pl.lit("patch"), subresource=pl.lit("status"), component=pl.lit("kubelet"),
+        phase=pl.lit("Succeeded")).drop("bound")
+    write_trace(pl.concat([sample.with_columns(phase=pl.lit(None, pl.String)), ends])
+                .sort("ts", maintain_order=True), path, source="test", source_args={})
+
+
+def test_a_terminated_watch_of_non_terminal_pods_relists_no_finished_pod(tmp_path):
+    """Observe of a cluster of Jobs with a scheduler whose watch is terminated again and again
+    and re-lists: its informer selects non-terminal pods, so it receives no finished pod's
+    delete, and each re-list lists the pods created by its version that neither ended nor were
+    deleted by then (a write setting a pod's terminal phase deletes it from that watch's
+    store); every invariant holds."""
+    jobs_sample(tmp_path / "trace.parquet")
+    (tmp_path / "run.toml").write_text(SMALL_BUFFERS + "[watch_cache]\ncapacity = 2\n"
+                                       + slow_scheduler("kube-scheduler", 20.0))
+    run = run_replay(tmp_path / "trace.parquet", load_config(tmp_path / "run.toml",
+                                                             model="observe"),
+                     out=tmp_path / "observe").out
+    events = pl.read_parquet(run / "events.parquet").filter(resource="pods")
+    relists = pl.read_parquet(run / "relists.parquet").filter(resource="pods")
+    assert relists.height > 0
+    for rv, objects in relists.select("rv", "objects").rows():
+        before = events.filter(pl.col("rv") <= rv)
+        gone = before.filter((pl.col("verb") == "delete") | (pl.col("pod_state") == "succeeded"))
+        made = before.filter(pl.col("subresource").is_null(), verb="create")
+        alive = set(made["name"]) - set(gone["name"])
+        assert objects == len(alive)
+    deliveries = pl.read_parquet(run / "deliveries.parquet").filter(watcher="kube-scheduler")
+    assert deliveries.join(events.filter(verb="delete"), on="rv").height == 0
+    assert failed(check_run(run)) == []
+
+
 @pytest.mark.parametrize("queue", ["delta_fifo", "workqueue"])
 def test_writes_held_in_a_client_queue_count_in_the_view_lag(tmp_path, queue):
     """A scheduler whose client queue (slow handler) holds writes before it handles them: its
