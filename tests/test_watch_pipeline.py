@@ -267,6 +267,25 @@ def test_a_scheduler_relists_no_pod_that_ended():
     assert objects == {"scheduler": [5], "observer": [6]}
 
 
+def test_a_delta_fifo_takes_a_pods_end_as_its_deletion_in_a_scheduler_only():
+    """A DeltaFIFO handling a write in 5 ms holds pod 7's end (rv 2) and then its delete (rv 3)
+    while it handles rv 1: to a scheduler's watch of non-terminal pods the end is a deletion
+    too, and dedupDeltas keeps the earlier of two deletes (rv 3 coalesced into rv 2), which an
+    observer's does not; the scan gives what the step gives for both."""
+    base = config(handler__service=Constant(5.0))
+    writes = Writes([0, MS, 2 * MS], [[0]] * 3, key=[7, 7, 7], deleted=[False, False, True],
+                    ends=[False, True, False])
+    coalesced = {}
+    for role in ("scheduler", "observer"):
+        def pipeline(role=role):
+            return Pipeline(base, [watcher("s", queue=ClientQueue.DELTA_FIFO, role=role)])
+
+        rows, _, _ = stepped(pipeline(), writes)
+        assert scanned(pipeline(), writes)[0] == rows
+        coalesced[role] = [rv for _, rv, *_, flag in rows if flag]
+    assert coalesced == {"scheduler": [3], "observer": []}
+
+
 def test_a_relist_brings_the_view_to_the_listed_state():
     """Many objects written, created and deleted while a slow watcher is closed and re-lists:
     once its list's deltas are handled, the last write it applied of each object is the last
@@ -344,15 +363,20 @@ def test_workqueue_queues_a_key_again_when_added_while_processed():
         ("x", 0, 10, False), ("y", 10, 20, False), ("x", 20, 30, False)]
 
 
-def test_delta_fifo_merges_two_queued_deletes():
+@pytest.mark.parametrize("relisted, kept", [(False, 0), (True, 1)])
+def test_delta_fifo_merges_two_queued_deletes(relisted, kept):
+    """dedupDeltas keeps the earlier of two queued deletes (isDeletionDup: "the one with the
+    most information"), unless the earlier is a re-list's (DeletedFinalStateUnknown); the
+    other is coalesced into it, handled when it is."""
     queue = QUEUES[ClientQueue.DELTA_FIFO]()
-    first, second = (Arrival(t, 7, 10, True, [n]) for n, t in ((0, 1), (1, 2)))
+    first = Arrival(1, 7, 10, True, [0], tag=0 if relisted else -1)
+    second = Arrival(2, 7, 10, True, [1])
     busy = Arrival(0, 1, 10, False, ["busy"])
     for item in (busy, first, second):
         queue.arrive(item)
     queue.flush(1 << 62)
     handled = {a.rows[0]: (d, p, c) for a, d, p, c in queue.take()}
-    assert handled[0] == (10, 20, True) and handled[1] == (10, 20, False)
+    assert handled[kept] == (10, 20, False) and handled[1 - kept] == (10, 20, True)
 
 
 @pytest.mark.parametrize("discipline", list(ClientQueue))

@@ -12,7 +12,8 @@ its ``received`` time and waits for the watch's one handler goroutine, which han
   plain informer (``cache.NewInformer``) of client-go before 1.33 does: one entry per object key;
   an event whose key already has a queued entry joins it, and all of a key's deltas are popped
   together, at the position of the key's first queued delta, and handled one by one (only two
-  consecutive deletes are merged into one);
+  consecutive deletes are merged into one: ``dedupDeltas`` keeps the earlier, unless that one is
+  a re-list's ``DeletedFinalStateUnknown``; the other is *coalesced* into it);
 - ``workqueue``: a controller's rate-limited workqueue (``client-go/util/workqueue/queue.go``):
   a key added while it is queued is not queued again (the delivery is *coalesced*: it is handled
   by the queued item, which reads the latest state), and a key added while it is being processed
@@ -113,8 +114,12 @@ class DeltaFifoQueue(_Queue):
         if entry is None:
             self.entries[arrival.key] = _Entry(arrival.received, [arrival])
         elif arrival.deleted and entry.arrivals[-1].deleted:  # dedupDeltas: one delete of two
-            entry.merged.append((entry.arrivals[-1], arrival))
-            entry.arrivals[-1] = arrival
+            older = entry.arrivals[-1]
+            if older.tag >= 0:  # a re-list's (DeletedFinalStateUnknown): the newer one is kept
+                entry.merged.append((older, arrival))
+                entry.arrivals[-1] = arrival
+            else:  # the older, "the one with the most information" (isDeletionDup)
+                entry.merged.append((arrival, older))
         else:
             entry.arrivals.append(arrival)
 
