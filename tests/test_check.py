@@ -82,6 +82,16 @@ def test_the_runs_to_corrupt_keep_every_invariant(base, model):
     assert [f.invariant for f in findings] == [i.id for i in INVARIANTS]
 
 
+def test_a_scheduler_of_a_trace_without_pod_writes_is_checked(tmp_path):
+    """A scheduler watches pods, of which the trace writes none: exactly_once once failed with a
+    KeyError, looking for the pods' column among the resources the events write."""
+    trace = rows_to_trace(tmp_path / "t.parquet", [node(0, "n0", 1000), node(5, "n1", 2000)])
+    (tmp_path / "run.toml").write_text('[[watchers]]\nname = "s"\nrole = "scheduler"\n')
+    run = run_replay(trace, load_config(tmp_path / "run.toml", model="observe"),
+                     out=tmp_path / "run").out
+    assert failed(check_run(run)) == []
+
+
 # --- corruptions ----------------------------------------------------------------------------------
 
 def corrupt(run_dir: Path, tmp_path: Path, edit, windows: bool = False,

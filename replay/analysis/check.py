@@ -722,9 +722,10 @@ def _writes_whose_recipients_differ(run: RunTables) -> np.ndarray:
     for w, (low, high) in zip(watchers, halves):
         for name in w["resources"].split(","):
             k = everywhere if w["node"] is None else bound[w["node"]]
-            expected[0, :, k, index.get(name, len(index))] += (1, low, high)
+            column = index.get(name, len(index))  # (the last: a resource with no writes)
+            expected[0, :, k, column] += (1, low, high)
             if name == "pods" and not w["terminal_pods"]:
-                expected[1, :, k, index[name]] += (1, low, high)
+                expected[1, :, k, column] += (1, low, high)
     node = run.concerned_nodes(watched)
     per_write = expected[:, :, everywhere, resource] + np.where(
         node >= 0, expected[:, :, np.maximum(node, 0), resource], 0)
