@@ -19,6 +19,7 @@ from replay.analysis.runs import open_runs
 from strategies import bind, delete, node, pod, status
 from test_derive import stored_is_the_whole_query
 from test_queries import edited_run, network, replay_rows
+from conftest import budget
 
 LIVES = [
     node(0, "n1", 4000),
@@ -64,7 +65,7 @@ def test_names_that_make_one_pod_are_left_to_the_sql(tmp_path):
     stored_is_the_whole_query(run_dir, swept=False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(data=st.data(), pods=st.integers(1, 6), count=st.integers(0, 40))
 def test_the_writes_are_ordered_as_lexsort_orders_them(data, pods, count):
     """``pod_order`` (a stable sort by rv, then one counted by pod) against ``np.lexsort``,

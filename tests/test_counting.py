@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.analysis.counting import key_order, two_key_order
+from conftest import budget
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(data=st.data(), count=st.integers(0, 40), spread=st.sampled_from([1, 3, 10**9]))
 def test_two_keys_are_ordered_as_lexsort_orders_them(data, count, spread):
     """``two_key_order`` (two counting sorts where both keys are dense, ``lex_order`` where one
@@ -24,7 +25,7 @@ def test_two_keys_are_ordered_as_lexsort_orders_them(data, count, spread):
     assert np.array_equal(two_key_order(minor, major), np.lexsort((minor, major)))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(data=st.data(), count=st.integers(0, 40), spread=st.sampled_from([1, 3, 10**9]))
 def test_the_moves_are_ordered_as_a_stable_sort_orders_them(data, count, spread):
     """``key_order`` (a counting sort where the rvs are dense, ``lex_order`` where they are

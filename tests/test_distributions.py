@@ -14,6 +14,7 @@ from replay.engine.config import load_config
 from replay.engine.distributions import Histogram, parse_distribution
 from replay.errors import ReplayError
 from replay.rng import Stream
+from conftest import budget
 
 DRAWS = np.arange(100_000, dtype=np.uint64)
 
@@ -73,7 +74,7 @@ def test_a_broken_sampler_fails_the_bucket_test():
     assert np.abs(fractions(uniform, h.le_ms, 4) - expected).max() > 0.01
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=budget(60), deadline=None)
 @given(bounds=st.lists(st.floats(0.001, 1000), min_size=1, max_size=8, unique=True),
        counts=st.lists(st.integers(0, 50), min_size=9, max_size=9),
        seed=st.integers(0, 2**31))

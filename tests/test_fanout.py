@@ -29,6 +29,7 @@ from replay.engine.pipeline import Pipeline
 from replay.engine.streamstate import CONNECTED, FRONT, ROW
 from replay.trace.synth import SynthSpec, synthesize
 from replay.trace.validate import read_trace
+from conftest import budget
 
 MS = 1000
 
@@ -76,7 +77,7 @@ def same(a, b) -> None:
         assert b[2][name].equals(table), name
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=budget(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases)
 def test_the_compiled_fan_out_is_the_python_path(case):
     """Random loads, buffers, budgets, windows and client queues (``test_watch_pipeline``'s
@@ -177,7 +178,7 @@ def _step_by_tuples(self, commit, watches, resource=0, key=None, deleted=False, 
     return rv, cached, dispatched, out, False
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=budget(25), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(spec=synth_specs(), model=st.sampled_from(["godel", "peer", "kube", "omega"]),
        seed=st.integers(0, 3), stressed=st.booleans())
@@ -209,7 +210,7 @@ def test_both_hand_overs_are_taken(tmp_path, monkeypatch):
     assert calls["_hand_over"] and calls["_hand_over_fanned"], calls
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=budget(80), deadline=None)
 @given(st.data())
 def test_the_stores_are_a_set_per_watch(data):
     """What each watch's client store holds (``_Watch.known``: a bit in its resource's

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from replay.analysis.history import STAGES, Deliveries, watcher_then_rv
 from replay.engine.pipeline import SOURCES
 from replay.engine.rundir import TABLES
+from conftest import budget
 
 WATCHERS = ("godel-binder", "kubelet/n0", "kubelet/n1", "godel-scheduler-0")
 
@@ -54,7 +55,7 @@ def _sorted_whole(path: Path) -> pl.DataFrame:
     return table.with_columns(code=code).sort("code", "rv", maintain_order=True)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=budget(60), deadline=None)
 @given(st.lists(delivery, max_size=60), st.booleans(), st.integers(1, 9))
 def test_deliveries_are_the_whole_table_sorted_by_watcher_then_rv(rows, in_rv_order, group_rows):
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from replay.trace.audit import ingest
 
 from audit_events import event, pod, write_log
+from conftest import budget
 
 WRITES = ("create", "update", "patch", "delete", "deletecollection")
 LEVELS = ("None", "Metadata", "Request", "RequestResponse")
@@ -69,7 +70,7 @@ def logs(draw):
     return [draw(audit_events(i)) for i in range(n)]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=budget(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(log=logs())
 def test_ingest_keeps_what_it_should(tmp_path_factory, log):
     folder = tmp_path_factory.mktemp("prop")

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO, SAMPLE_TRACE, dist_info
+from conftest import REPO, SAMPLE_TRACE, dist_info, budget
 from replay.engine import api, core
 from replay.engine.core import FAR_US, Deadlines, Environment
 
@@ -217,7 +217,7 @@ def _fired(env, plan):
 _SLOT_START = (FAR_US // (1 << core.SLOT_SHIFT) + 1) << core.SLOT_SHIFT
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from([0, 1, 2, FAR_US - 1, FAR_US, FAR_US + 1,
                                            FAR_US + 2, _SLOT_START - 6, _SLOT_START - 5,
                                            2 * FAR_US, 3 * FAR_US + 1]),
@@ -266,7 +266,7 @@ def _deadlines_run(plan, delay, own_timers):
     return fired, env.now
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(st.sampled_from([10, FAR_US + 5]),
        st.lists(st.tuples(st.sampled_from([0, 1, 9, 10, 11, 30]),
                           st.sampled_from(["add", "discard", "nothing"]),

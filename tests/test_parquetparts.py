@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from replay import parquetparts
 from replay.engine.rundir import JoinedTableFile, TableFile, writer_options
+from conftest import budget
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -53,7 +54,7 @@ def _joined(parts: list[pa.Table], options: dict, row_group_rows: int) -> bytes:
                                          [len(e.body) for e in encoded]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=budget(60), deadline=None)
 @given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=24),
        columns=st.integers(1, 17), row_group_rows=st.integers(1, 50), seed=st.integers(0, 99))
 def test_parts_joined_are_the_one_writers_file(sizes, columns, row_group_rows, seed):

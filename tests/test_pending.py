@@ -17,6 +17,7 @@ from replay.analysis.pending import pending
 from replay.analysis.steps import split_steps
 from test_changes import the_sql_alone_derives_the_same_file
 from test_derive import pending_matches_the_sql
+from conftest import budget
 
 time = st.none() | st.integers(0, 6)
 request = st.none() | st.integers(-1, 3)
@@ -44,7 +45,7 @@ def _connection(pods: list[tuple], end: int | None, runs: int = 1) -> duckdb.Duc
     return con
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(150), deadline=None)
 @given(st.lists(pod, max_size=16), st.none() | st.integers(0, 8))
 def test_pending_is_the_sqls_on_ties_and_nulls(pods, end):
     assert pending_matches_the_sql(_connection(pods, end), SQL)

@@ -29,7 +29,7 @@ from replay.trace.validate import read_trace
 from audit_events import event as audit_event
 from audit_events import pod as audit_pod
 from audit_events import write_log
-from conftest import SAMPLE_TRACE, cut_sample
+from conftest import SAMPLE_TRACE, cut_sample, budget
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 MODEL_TABLES = tuple(RUN_TABLES)  # events, deliveries, ..., watch_terminations, relists
@@ -473,7 +473,7 @@ def test_numpys_huge_page_switch_is_found():
     assert switch(before) is False
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=budget(60), deadline=None)
 @given(st.lists(st.lists(st.tuples(st.sampled_from(["binder", "kubelet", "scheduler"]),
                                    st.integers(0, 10**7)), min_size=0, max_size=40),
                 min_size=1, max_size=4), st.booleans(), st.integers(1, 3))

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from replay.engine.selection import (GodelNodeSelector, NodeSelector, godel_nodes_to_find,
                                      nodes_to_find)
 from replay.engine.view import Snapshot
+from conftest import budget
 
 GIB = 1 << 30
 
@@ -85,7 +86,7 @@ def reference_walk(view, order, start, wanted, request):
     return feasible, evaluated
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=budget(150), deadline=None)
 @given(st.data(), st.integers(1, 400), st.sampled_from([0, 1, 10, 50, 100]),
        st.sampled_from(["least-allocated", "most-allocated"]), st.booleans())
 def test_choose_matches_the_reference(data, nodes, percentage, policy, godel):

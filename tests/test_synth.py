@@ -15,7 +15,7 @@ from replay.trace import ideal
 from replay.trace.synth import Shape, SynthSpec, _Workload, synthesize
 from replay.trace.validate import read_trace, validate
 
-from conftest import SAMPLE_TRACE
+from conftest import budget, SAMPLE_TRACE
 
 
 def test_issue_example_is_deterministic_and_counts_are_exact(cli, tmp_path):
@@ -51,7 +51,7 @@ specs = st.builds(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=budget(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=specs)
 def test_synthesized_traces_are_well_formed(tmp_path, spec):
     out = tmp_path / "t.parquet"
@@ -164,7 +164,7 @@ def reference_place(policy, alloc, requests, pod_shape, ready, lifetime, delay):
 triple = st.tuples(st.integers(0, 8), st.integers(0, 8), st.integers(0, 2))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(policy=st.sampled_from(ideal.POLICIES),
        alloc=st.lists(triple, min_size=1, max_size=6),
        requests=st.lists(triple, min_size=1, max_size=4),

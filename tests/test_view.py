@@ -14,6 +14,7 @@ from plain_view import PlainView
 from replay.engine.cluster import NO_NODE, NODE_KINDS, Pod, Write, WriteKind
 from replay.engine.view import Inboxes, View
 from replay.engine.viewkernel import FIELDS
+from conftest import budget
 
 GIB = 1 << 30
 
@@ -36,7 +37,7 @@ def test_own_placements_change_the_snapshot_and_fits():
     assert free[:, 1].tolist() == [0, 0, 0]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=budget(150), deadline=None)
 @given(st.data())
 def test_every_read_applies_exactly_the_deliveries_due(data):
     """Deliveries to the three informers (nodes, pods, another resource), each inbox in the
@@ -104,7 +105,7 @@ class _TinyView(View):
     _FORGOTTEN = 1  # a catch-up that ends two assumptions takes two compiled calls
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(150), deadline=None)
 @given(st.data(), st.booleans())
 def test_a_view_is_its_plain_definition(data, tiny):
     """Two views sharing their inboxes (a scheduler's, which counts assumed pods, and a

@@ -18,6 +18,7 @@ from replay.analysis.steps import split_steps
 from replay.analysis.wasted import wasted
 from replay.analysis.windows import Part, Sweep, _stale_table, _windows_table
 from test_changes import the_sql_alone_derives_the_same_file
+from conftest import budget
 
 NODES = 3
 small = st.integers(0, 6)
@@ -55,7 +56,7 @@ def _sweep(merged: list[tuple], lone: list[tuple]) -> Sweep:
     return Sweep([Part(np.zeros(0, dtype=np.int64), lone_windows, empty)], stale, NODES)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=budget(100), deadline=None)
 @given(st.lists(segment, max_size=12), st.lists(lone_window, max_size=12),
        st.lists(pod, max_size=12))
 def test_wasted_is_the_sqls_on_ties(merged, lone, pods):

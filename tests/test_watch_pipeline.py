@@ -23,6 +23,7 @@ from replay.engine.config import (PROFILES, REFLECTOR_PROFILES, ClientQueue, Res
                                   RunConfig, ServerSettings, WatcherSpec)
 from replay.engine.distributions import Constant, Exponential
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, Source
+from conftest import budget
 
 MS = 1000
 
@@ -431,7 +432,7 @@ def costs_of(case: dict) -> RunConfig:
                   handler__service=case["handler"], cacher_queue__service=case["cacher"])
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=budget(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases)
 def test_scan_equals_step_under_load(case):
     """Random loads, buffers, budgets, windows and client queues, with a second resource, and

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from replay.analysis import window_rows
 from replay.analysis.windows import RESOURCES
+from conftest import budget
 
 
 def test_integrals_past_64_bits_round_as_duckdb_casts_them():
@@ -38,7 +39,7 @@ def test_integrals_past_64_bits_round_as_duckdb_casts_them():
     assert ours.tolist() == [float(int(h) * 2**64 + int(x)) for h, x in zip(hi, lo)]
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=budget(500), deadline=None)
 @given(pairs=st.sets(st.integers(0, 6), max_size=7),
        runs=st.lists(st.lists(st.integers(-1, 7), min_size=1, max_size=4), max_size=5),
        data=st.data())
@@ -73,7 +74,7 @@ def _rows(count: int) -> pa.Table:
                     schema=window_rows.NUMBERED)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(rows=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 6), st.integers(0, 2),
                                st.integers(0, 1)), max_size=40))
 def test_names_are_numbered_as_the_sqls_strings_are(rows):
@@ -184,7 +185,7 @@ def _marks(pair=(), code=(), start=(), count=()) -> window_rows.Marks:
     return marks
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=budget(200), deadline=None)
 @given(pairs=st.lists(st.integers(0, 29), min_size=1, max_size=12, unique=True),
        data=st.data(), piece_rows=st.integers(1, 8))
 def test_a_part_cut_into_pieces_makes_the_same_rows(pairs, data, piece_rows):

@@ -137,7 +137,7 @@ def received_by_search(viewer_id, rv, viewer_class, only_one, only_node_id, chan
                                           change_rv[change], nodes, rvs), pair
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(data=st.data(), viewers=st.integers(1, 4), nodes=st.integers(1, 3),
        max_rv=st.integers(0, 8))
 def test_each_delivery_finds_the_change_a_binary_search_finds(data, viewers, nodes, max_rv):
@@ -209,7 +209,7 @@ def lags_by_gathers(order, key, rows, change, viewer_id, applied_us, watcher_cod
                       assumed_code[change] == watcher)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=budget(300), deadline=None)
 @given(data=st.data(), viewers=st.integers(1, 3), changes=st.integers(1, 5),
        count=st.integers(0, 12))
 def test_the_lags_are_gathered_as_numpy_gathers_them(data, viewers, changes, count):
@@ -237,7 +237,7 @@ def test_the_lags_are_gathered_as_numpy_gathers_them(data, viewers, changes, cou
                 assert g.tolist() == w.tolist(), threads
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=budget(200), deadline=None)
 @given(data=st.data(), count=st.integers(0, 16))
 def test_the_sweep_reads_its_points_through_the_order_as_if_gathered_by_it(data, count):
     """The sweep kernel reads the points through their order by pair and time: the same
@@ -301,7 +301,7 @@ def rows_of(columns):
                         for name in ("viewer_id", "rv", "applied_us", "missed"))))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=budget(200), deadline=None)
 @given(data=st.data(), group_rows=st.integers(1, 4), dictionary=st.booleans())
 def test_the_deliveries_read_from_their_file_are_the_sqls_join(tmp_path_factory, data,
                                                                group_rows, dictionary):
