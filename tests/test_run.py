@@ -789,6 +789,37 @@ def test_status_writes_without_a_phase_are_said(cli, tmp_path):
                               tmp_path / "phased").err
 
 
+def test_nodes_whose_writes_never_say_their_allocatable_are_said(cli, tmp_path):
+    """A log of a running cluster whose nodes' status writes leave allocatable out: no model can
+    place a pod on such a node, and a user should not have to find out from the attempts.
+    Node a's create says it; b's create does not, its patch does (what-if models know it only
+    from then on); c's only write that says it failed; d is named by a binding alone."""
+    rows = [(0, "create", "nodes", None, "a", "a", 201, 4000),
+            (0, "create", "nodes", None, "b", "b", 201, None),
+            (1, "patch", "nodes", "status", "b", "b", 200, 4000),
+            (1, "patch", "nodes", "status", "c", "c", 200, None),
+            (1, "patch", "nodes", "status", "c", "c", 409, 4000),
+            (2, "create", "pods", None, "p", None, 201, 1000),
+            (3, "create", "pods", "binding", "p", "d", 201, None),
+            (4, "create", "pods", None, "q", None, 201, 1000),
+            (5, "create", "pods", "binding", "q", "a", 201, None)]
+    never = "2 of 4 nodes: no write of theirs says their allocatable (made before the trace"
+    late = "1 of 4 nodes: a later write of theirs says their allocatable, not their first: a " \
+        "what-if model places no pod on them before it"
+    trace = small_trace(tmp_path / "t.parquet", rows)
+    observed = cli("run", trace, "--model", "observe", "--out", tmp_path / "observe")
+    assert observed.code == 0, observed.err
+    assert f"{never}, with status writes that leave it out): each of their resources is 0 " \
+        "here" in observed.err and "later write" not in observed.err  # observe lists b's
+    what_if = cli("run", trace, "--model", "kube", "--out", tmp_path / "kube")
+    assert what_if.code == 0, what_if.err
+    assert f"{never}, with status writes that leave it out): a what-if model places no pod on " \
+        "them" in what_if.err and late in what_if.err
+    said = small_trace(tmp_path / "said.parquet", [r for r in rows if r[4] in ("a", "q")])
+    assert "allocatable" not in cli("run", said, "--model", "kube", "--out",
+                                    tmp_path / "said").err
+
+
 def test_a_watcher_of_a_node_the_trace_never_names_is_said(cli, tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('[[watchers]]\nname = "k"\nresources = ["pods"]\nnode = "node-7"\n'

@@ -24,8 +24,9 @@ import numpy as np
 import polars as pl
 
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
-from replay.trace.recorded import (IS_BINDING, IS_POD, PodHistory, RowMasks, created_before,
-                                   created_placed, mask, phases_unknown, without_bodies)
+from replay.trace.recorded import (IS_BINDING, IS_POD, PodHistory, RowMasks,
+                                   allocatable_unknown, created_before, created_placed, mask,
+                                   phases_unknown, without_bodies)
 
 
 @dataclass
@@ -100,7 +101,7 @@ class Workload:
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
             group=_shared(pods["group"].to_list()), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
-            notes=_notes(trace, masks, history, has_create),
+            notes=_notes(trace, masks, history, has_create, names),
         )
 
 
@@ -122,8 +123,8 @@ def node_names(trace: pl.DataFrame) -> list[str]:
     ]).unique().sort().to_list()
 
 
-def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory,
-           has_create: np.ndarray) -> list[str]:
+def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, has_create: np.ndarray,
+           nodes: list[str]) -> list[str]:
     """What the workload sets aside or cannot know that bears on the numbers."""
     return [*created_before(int(np.count_nonzero(~has_create)), history.incarnations,
                             "they are set aside (a what-if model starts from an empty "
@@ -131,6 +132,11 @@ def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory,
                             "places the others on nodes that hold none of them"),
             *without_bodies(trace, masks, bindings=False),
             *phases_unknown(trace, masks, "a pod runs until its recorded delete"),
+            *allocatable_unknown(trace, masks, nodes,
+                                 "a what-if model places no pod on them",
+                                 "a what-if model places no pod on them before it (a what-if "
+                                 "model starts from an empty cluster; observe lists them with it "
+                                 "from the trace's start)"),
             *created_placed(trace, masks, "the model schedules these pods anew")]
 
 

@@ -31,8 +31,9 @@ from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunCo
                                view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, InitialList, PodHistory,
-                                   RowMasks, TerminalPhases, bound_again, created_before,
-                                   gathered, phases_unknown, terminal_phases, without_bodies)
+                                   RowMasks, TerminalPhases, allocatable_unknown, bound_again,
+                                   created_before, gathered, phases_unknown, terminal_phases,
+                                   without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -45,6 +46,9 @@ EVENT_COLUMNS = ("verb", "resource", "subresource", "namespace", "name", "node",
                  "memory_bytes", "gpu_milli", "code", "component")
 LATEST = np.iinfo(np.int64).max  # later than any time: the start of a running minimum
 PART = 1 << 20  # deliveries scanned, and then written as a row group, at a time
+# every node the trace names: node objects, and the nodes pod writes name (a kubelet's each)
+NODES = pl.col("name").filter(pl.col("resource") == "nodes").append(
+    pl.col("node").filter(IS_POD).drop_nulls()).unique().sort()
 
 
 class ObserveModel(Model):
@@ -57,8 +61,7 @@ class ObserveModel(Model):
         binders, present, nodes = trace.select(
             binders=pl.col("component").filter(IS_BINDING).unique().implode(),
             present=pl.col("component").unique().implode(),
-            nodes=pl.col("name").filter(pl.col("resource") == "nodes")
-            .append(pl.col("node").filter(IS_POD).drop_nulls()).unique().sort().implode(),
+            nodes=NODES.implode(),
         ).row(0)
         schedulers = [WatcherSpec(c, ROLE_OF_COMPONENT.get(c, "scheduler"), ("pods", "nodes"))
                       for c in sorted(set(binders) | (set(present) & set(ROLE_OF_COMPONENT)))]
@@ -108,6 +111,11 @@ class _Replay:
                 *without_bodies(self.trace, self.masks, bindings=True),
                 *phases_unknown(self.trace, self.masks, "a pod that ran to its end holds its "
                                 "node until its delete"),
+                *allocatable_unknown(self.trace, self.masks,
+                                     self.trace.select(NODES).to_series().to_list(),
+                                     "each of their resources is 0 here, so no pending pod that "
+                                     "requests any fits on them, and none of their stale "
+                                     "windows is wasted"),
                 *bound_again(self.history, self.masks)]
 
     @staticmethod

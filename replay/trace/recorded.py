@@ -7,8 +7,8 @@ rows by name and numpy segment operations, because grouping a million pod names 
 window functions costs seconds.
 
 The replays' notes (``Model.notes``: pods created before the trace began, bodies a Metadata-level
-log leaves out, pods created already placed, phases unknown) are worded here, once for observe and
-the what-if workload.
+log leaves out, pods created already placed, phases unknown, nodes whose allocatable no write
+says) are worded here, once for observe and the what-if workload.
 """
 
 from __future__ import annotations
@@ -131,6 +131,30 @@ def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list
         notes.append(f"{nowhere:,} of {np.count_nonzero(masks.ok_binding):,} bindings name no "
                      f"node ({NO_BODIES}): those pods are bound to no node, so no kubelet sees "
                      "them and they hold no capacity")
+    return notes
+
+
+def allocatable_unknown(trace: pl.DataFrame, masks: RowMasks, nodes: list[str], effect: str,
+                        late_effect: str | None = None) -> list[str]:
+    """The notes of a replay of ``nodes`` whose allocatable no write carries (a node made before
+    the trace, whose status writes the log keeps without their bodies, or whose kubelet's patches
+    leave allocatable out, as they do when it has not changed), with its ``effect``; and, given
+    a ``late_effect``, of nodes whose first write does not carry it and a later one does."""
+    said = trace.filter(pl.Series(masks.ok & masks.node)).group_by("name").agg(
+        first=pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null()).first(),
+        any=pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null()).any())
+    named = pl.DataFrame({"name": nodes}, schema={"name": pl.String}).join(
+        said, on="name", how="left")
+    never = named.height - int(named["any"].sum())
+    late = int((named["any"] & ~named["first"]).sum())
+    notes = []
+    if never:
+        notes.append(f"{never:,} of {len(nodes):,} nodes: no write of theirs says their "
+                     f"allocatable (made before the trace, with status writes that leave it out): "
+                     f"{effect} (traces/README.md: a log of a running cluster)")
+    if late and late_effect is not None:
+        notes.append(f"{late:,} of {len(nodes):,} nodes: a later write of theirs says their "
+                     f"allocatable, not their first: {late_effect}")
     return notes
 
 
