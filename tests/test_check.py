@@ -625,6 +625,38 @@ def test_a_terminated_watch_of_listed_objects_keeps_every_invariant_and_relists_
     assert failed(check_run(run)) == []
 
 
+def test_a_what_if_replay_relists_the_nodes_it_listed(tmp_path):
+    """Gödel of the sample's first 17.5 s as a log of a running cluster: no node create, each
+    node's allocatable said by its last status patch (up to 17 s in), so every node is listed
+    at the first write (origin 'list').  The scheduler drains a write in 60 ms on average,
+    slower than the nodes' 20 writes a second: its watches are terminated again and again, and
+    each re-list of nodes lists all 200 (the listed nodes are in the watches'
+    stores from the start, as a first list leaves them), and every invariant holds."""
+    sample = pl.read_parquet(SAMPLE_TRACE)
+    head = sample.filter(pl.col("ts") < sample["ts"].min() + dt.timedelta(seconds=17.5),
+                         ~((pl.col("resource") == "nodes") & (pl.col("verb") == "create")))
+    allocatable = sample.filter(resource="nodes", verb="create").select(
+        "name", *(pl.col(c).alias(f"{c}_said") for c in ("cpu_milli", "memory_bytes",
+                                                          "gpu_milli")))
+    last = (pl.col("resource") == "nodes") \
+        & (pl.int_range(pl.len()).over("name") == pl.len().over("name") - 1)
+    head = head.join(allocatable, on="name", how="left", maintain_order="left").with_columns(
+        pl.when(last).then(pl.col(f"{c}_said")).otherwise(c).alias(c)
+        for c in ("cpu_milli", "memory_bytes", "gpu_milli")).select(sample.columns)
+    write_trace(head, tmp_path / "trace.parquet", source="test", source_args={})
+    (tmp_path / "run.toml").write_text(
+        SMALL_BUFFERS + "[watch_cache]\ncapacity = 2\n[model]\nschedulers = 1\n"
+        + slow_scheduler("godel-scheduler-0", 60.0) + BINDER_AND_DISPATCHER)
+    run = run_replay(tmp_path / "trace.parquet", load_config(tmp_path / "run.toml",
+                                                             model="godel"), out=tmp_path / "godel").out
+    events = pl.read_parquet(run / "events.parquet")
+    assert events.filter(origin="list")["name"].n_unique() == 200
+    relists = pl.read_parquet(run / "relists.parquet").filter(resource="nodes")
+    assert relists.height > 0 and relists["objects"].to_list() == [200] * relists.height
+    assert pl.read_parquet(run / "attempts.parquet").filter(outcome="bound").height > 0
+    assert failed(check_run(run)) == []
+
+
 def jobs_sample(path):
     """The sample trace as a cluster of Jobs: each deleted pod first ran to its end, its
     kubelet's status write setting phase Succeeded halfway from its binding to its delete."""

@@ -24,7 +24,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO, SAMPLE_TRACE, dist_info, budget
+from conftest import REPO, SAMPLE_TRACE, budget, dist_info
 from replay.engine import api, core
 from replay.engine.core import FAR_US, Deadlines, Environment
 

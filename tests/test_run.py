@@ -29,7 +29,7 @@ from replay.trace.validate import read_trace
 from audit_events import event as audit_event
 from audit_events import pod as audit_pod
 from audit_events import write_log
-from conftest import SAMPLE_TRACE, cut_sample, budget
+from conftest import SAMPLE_TRACE, budget, cut_sample
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 MODEL_TABLES = tuple(RUN_TABLES)  # events, deliveries, ..., watch_terminations, relists
@@ -792,32 +792,70 @@ def test_status_writes_without_a_phase_are_said(cli, tmp_path):
 def test_nodes_whose_writes_never_say_their_allocatable_are_said(cli, tmp_path):
     """A log of a running cluster whose nodes' status writes leave allocatable out: no model can
     place a pod on such a node, and a user should not have to find out from the attempts.
-    Node a's create says it; b's create does not, its patch does (what-if models know it only
-    from then on); c's only write that says it failed; d is named by a binding alone."""
+    Node a's create says it; b's create does not, its patch does; c's only write that says it
+    failed; d is named by a binding alone; e, made before the trace, says it in its second
+    write (both replays list it with it: no note)."""
     rows = [(0, "create", "nodes", None, "a", "a", 201, 4000),
             (0, "create", "nodes", None, "b", "b", 201, None),
+            (0, "patch", "nodes", "status", "e", "e", 200, None),
             (1, "patch", "nodes", "status", "b", "b", 200, 4000),
             (1, "patch", "nodes", "status", "c", "c", 200, None),
             (1, "patch", "nodes", "status", "c", "c", 409, 4000),
+            (1, "patch", "nodes", "status", "e", "e", 200, 4000),
             (2, "create", "pods", None, "p", None, 201, 1000),
             (3, "create", "pods", "binding", "p", "d", 201, None),
             (4, "create", "pods", None, "q", None, 201, 1000),
             (5, "create", "pods", "binding", "q", "a", 201, None)]
-    never = "2 of 4 nodes: no write of theirs says their allocatable (made before the trace"
-    late = "1 of 4 nodes: a later write of theirs says their allocatable, not their first: a " \
-        "what-if model places no pod on them before it"
+    never = "2 of 5 nodes: no write of theirs says their allocatable (made before the trace, " \
+        "with status writes that leave it out): "
+    late = "1 of 5 nodes: their create does not say their allocatable, a later write does (the " \
+        "log left out the create's body): "
     trace = small_trace(tmp_path / "t.parquet", rows)
     observed = cli("run", trace, "--model", "observe", "--out", tmp_path / "observe")
     assert observed.code == 0, observed.err
-    assert f"{never}, with status writes that leave it out): each of their resources is 0 " \
-        "here" in observed.err and "later write" not in observed.err  # observe lists b's
+    assert f"{never}each of their resources is 0 here" in observed.err
+    assert f"{late}each of their resources is 0 until then" in observed.err
     what_if = cli("run", trace, "--model", "kube", "--out", tmp_path / "kube")
     assert what_if.code == 0, what_if.err
-    assert f"{never}, with status writes that leave it out): a what-if model places no pod on " \
-        "them" in what_if.err and late in what_if.err
+    assert f"{never}a what-if model places no pod on them (" in what_if.err
+    assert f"{late}a what-if model places no pod on them until then" in what_if.err
+    assert what_if.err.count("replay: warning:") == 2
     said = small_trace(tmp_path / "said.parquet", [r for r in rows if r[4] in ("a", "q")])
     assert "allocatable" not in cli("run", said, "--model", "kube", "--out",
                                     tmp_path / "said").err
+
+
+@pytest.mark.parametrize("model", ["kube", "godel"])
+def test_a_what_if_replay_lists_a_node_made_before_the_trace_as_observe_does(tmp_path, model):
+    """A node the trace did not see created, whose allocatable only its second write says (a
+    kubelet's status patch names it only when it changes): every cache held it when the log
+    began, so a what-if model finds it from the trace's first write, as observe lists it, and
+    places the pod created at 1 s there at once (it waited for the node's write at 60 s)."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "patch", "nodes", "status", "e", "e", 200, None),
+        (1, "create", "pods", None, "p", None, 201, 1000),
+        (2, "create", "pods", "binding", "p", "e", 201, None),
+        (60, "patch", "nodes", "status", "e", "e", 200, 4000),
+        (100, "delete", "pods", None, "p", None, 200, None)])
+    runs = {m: run_replay(trace, load_config(model=m), out=tmp_path / m).out
+            for m in ("observe", model)}
+    columns = ("rv", "commit_ts", "verb", "resource", "name", "node", "cpu_milli", "code",
+               "component")
+    listed = {m: read_run(run)["events"].filter(origin="list").select(columns).rows()
+              for m, run in runs.items()}
+    assert listed[model] == listed["observe"] == [(1, T0, "create", "nodes", "e", "e", 4000, 200,
+                                                   None)]
+    tables = read_run(runs[model])
+    first = tables["deliveries"].filter(rv=1)
+    assert first["source"].unique().to_list() == ["list"]
+    assert (first["applied_ts"] == first["commit_ts"]).all()
+    assert set(first["watcher"]) == set(tables["watchers"].filter(
+        pl.col("resources").str.split(",").list.contains("nodes"),
+        pl.col("node").is_null() | (pl.col("node") == "e"))["watcher"])
+    placed = tables["attempts"].filter(outcome="bound").row(0, named=True)
+    assert placed["node"] == "e" and placed["decided_ts"] < T0 + dt.timedelta(seconds=2)
+    assert tables["attempts"].filter(outcome="bound").height == 1
+    assert not failed(check_run(runs[model]))
 
 
 def test_a_watcher_of_a_node_the_trace_never_names_is_said(cli, tmp_path):

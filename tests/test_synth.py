@@ -15,7 +15,7 @@ from replay.trace import ideal
 from replay.trace.synth import Shape, SynthSpec, _Workload, synthesize
 from replay.trace.validate import read_trace, validate
 
-from conftest import budget, SAMPLE_TRACE
+from conftest import SAMPLE_TRACE, budget
 
 
 def test_issue_example_is_deterministic_and_counts_are_exact(cli, tmp_path):

@@ -572,6 +572,11 @@ class _Watch:
             return self.own
         return {key for key, mask in self.resource.holders.items() if mask & self.bit}
 
+    def listed(self, key: int) -> None:
+        """Its first list held ``key``: in its store, and the watch among the object's."""
+        self.resource.objects.setdefault(key, []).append(self)
+        self.store(key, False)
+
     def store(self, key: int, deleted: bool) -> None:
         """An event of ``key`` reaches the client: its store holds the object, or not."""
         if self.bit:
@@ -1111,6 +1116,20 @@ class Pipeline(Generic[Payload]):
         out, engine.out = engine.out, []
         return rv, cached, dispatched, out, engine.fanned
 
+    def listed(self, commit: int, watches: Watches, resource: int, key: int) -> int:
+        """The next rv, for object ``key`` of ``resource`` that every one of ``watches`` holds
+        from its first list at ``commit``, before the first write (a node a what-if replay
+        lists at the trace's start): in their stores and among the resource's objects, as
+        ``Scan`` leaves its listed objects, so that a re-list lists it.  Its deliveries are the
+        caller's (source ``LIST``, every stage at ``commit``): it is no event of any watch."""
+        engine = self._engine
+        assert engine is not None and isinstance(watches, _Targets)
+        self._rv += 1
+        self._commits.append(commit)
+        for watch in watches:
+            watch.listed(key)
+        return self._rv
+
     @property
     def pending(self) -> list[int]:
         return self._engine.pending if self._engine is not None else []
@@ -1402,11 +1421,8 @@ class Scan:
         assert self._listed is not None
         keys, streams = self._listed()
         mine = self.pipeline.streams.resource[streams] == code
-        objects = engine.resources[code].objects
         for key, s in zip(keys[mine].tolist(), streams[mine].tolist()):
-            watch = engine.watches[s]
-            objects.setdefault(key, []).append(watch)
-            watch.store(key, False)
+            engine.watches[s].listed(key)
 
     def _client_queue_again(self, s: int) -> None:
         """Stream ``s``'s client queue by its own discipline, where it differs from fifo."""

@@ -21,6 +21,7 @@ import contextlib
 import gc
 from array import array
 from collections.abc import Callable, Collection, Iterator
+from enum import IntEnum
 from typing import Any
 
 import numpy as np
@@ -61,6 +62,8 @@ _BIND, _DELETE, _NODE_DELETE, _OTHER, _FAIL = (WriteKind.POD_BIND, WriteKind.POD
                                                WriteKind.NODE_DELETE, WriteKind.OTHER,
                                                WriteKind.POD_FAIL)
 _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteKind}
+LISTED_CODE = 200  # a listed object's event's, as observe's: its first list's answer
+_MARKS = len(Source)  # a logged delivery's ``mark``: 1 + its source + _MARKS if coalesced
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]
 # What the engine does with a watcher's deliveries: its view (None: it has none), the kinds of
@@ -69,6 +72,14 @@ _Sink = tuple[View | None, frozenset[WriteKind] | None, Wants | None, Handler | 
 # a piped target's reaction to a kind of write in a ``_Fan``: its place among the fan's watches,
 # its handler, and which writes of the kind it wants
 _FanSink = tuple[int, Handler, Wants | None]
+
+
+class Origin(IntEnum):
+    """Where an event comes from: the events table's ``origin``."""
+
+    TRACE = 0  # replayed from the trace
+    MODEL = 1  # written by the model
+    LIST = 2  # an object the trace did not see created, as the first list held it
 
 
 class _Fan:
@@ -364,7 +375,7 @@ class Simulation:
             self._placed_members[pod.group] = self._placed_members.get(pod.group, 0) + 1
         for listener in self._listeners:
             listener(write)
-        self._log.event(write, by_model)
+        self._log.event(write, Origin.MODEL if by_model else Origin.TRACE)
         if attempt is not None and attempt.committed < 0:
             attempt.committed = now
         if kind == _BIND and pod is not None and pod.run_us != NEVER:
@@ -439,6 +450,29 @@ class Simulation:
     def _end_of_run(self, pod: Pod) -> None:
         if pod.deleted < 0:
             self._commit(WriteKind.POD_DELETE, pod, "workload", by_model=False)
+
+    def _list_nodes(self) -> None:
+        """The nodes the trace did not see created (``Workload.listed_node``), in every cache
+        at its first write and before it, as an informer's first list leaves them (observe's
+        ``InitialList``): a create of origin ``list`` each (rvs 1, 2, ...), delivered to every
+        watcher of it at its commit, every stage at once (source ``LIST``), and in their
+        watches' stores, so that a re-list lists it."""
+        w, now, code = self._workload, self._env.now, self._nodes_code
+        for node, alloc in zip(w.listed_node.tolist(), w.listed_alloc.tolist()):
+            fan = self._fans[code][node + 1]
+            if fan is None:
+                fan = self._fans[code][node + 1] = self._targets_of("nodes", node, code)
+            rv = self._pipeline.listed(now, fan.watches, code, node)
+            write = Write(rv, now, WriteKind.NODE_SET, None, node, "", 0, -1, LISTED_CODE,
+                          (alloc[0], alloc[1], alloc[2]))
+            self._truth.apply(write)
+            for listener in self._listeners:
+                listener(write)
+            self._log.event(write, Origin.LIST)
+            self._log.cached.append(now)
+            self._log.dispatched.append(now)
+            self._hand_over([(t, rv, write, now, now, now, now, Source.LIST, False)
+                             for t in fan.targets], rv, piped=False)
 
     # -- watch --------------------------------------------------------------------------------
     def _filters(self, watchers: list[WatcherSpec]) -> None:
@@ -644,6 +678,7 @@ class Simulation:
 
     def _tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         w, log = self._workload, self._log
+        self._list_nodes()
         if len(w.row):
             self._env.call_at(int(w.ts[0]), self._feed, 0)
         end = int(w.ts[-1]) if len(w.ts) else 0
@@ -703,9 +738,8 @@ class Simulation:
                             .then(self._trace[c].gather(recorded))
                             .otherwise(described).alias(c)).to_series()
                for c, described in self._described(part, kind, pods, requests, nodes)},
-            "origin": pl.select(pl.when(pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part]
-                                                  == 1))
-                                .then(pl.lit("model")).otherwise(pl.lit("trace"))).to_series(),
+            "origin": pl.Series(np.frombuffer(log.origin, dtype=np.int8)[part]).replace_strict(
+                {o.value: o.name.lower() for o in Origin}, return_dtype=pl.String),
             "attempt_id": pl.Series(np.frombuffer(log.attempt, dtype=np.int64)[part])
             .replace(0, None),
             "pod_state": kind.replace_strict({k.value: k.pod_state for k in WriteKind},
@@ -723,14 +757,18 @@ class Simulation:
         for i, c in enumerate(("verb", "resource", "subresource")):
             yield c, kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
                                          return_dtype=pl.String)
-        for c in ("namespace", "name"):
-            yield c, pods[c].gather(pod)
+        # the listed nodes' creates: the first events (``_list_nodes``)
+        listed = np.arange(part.start, min(part.stop, len(self._workload.listed_node)))
+        yield "namespace", pods["namespace"].gather(pod)
+        yield "name", _listed_first(pods["name"].gather(pod), nodes.gather(node[:len(listed)]))
         places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
         yield "node", nodes.gather(_index(np.where(places, node, -1)))
         creates = (kind == WriteKind.POD_CREATE).to_numpy()
         created = _index(np.where(creates, pod.fill_null(-1), -1))
+        allocatable = self._workload.listed_alloc[listed]
         for i, c in enumerate(("cpu_milli", "memory_bytes", "gpu_milli")):
-            yield c, pl.Series(requests[:, i]).gather(created)
+            yield c, _listed_first(pl.Series(requests[:, i]).gather(created),
+                                   pl.Series(allocatable[:, i]))
         yield "code", pl.Series(np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32))
         yield "component", pl.Series(log.component[part], dtype=pl.String)
 
@@ -802,6 +840,13 @@ def _index(values: np.ndarray) -> pl.Series:
     return pl.Series(values).replace(-1, None)
 
 
+def _listed_first(column: pl.Series, listed: pl.Series) -> pl.Series:
+    """``column`` with its first rows, the listed objects', set to ``listed``."""
+    if not len(listed):
+        return column
+    return pl.concat([listed.cast(column.dtype), column.slice(len(listed))])
+
+
 def _nullable(values: list[int]) -> pl.Series:
     """Integers with -1 meaning none (null)."""
     return pl.Series(values, dtype=pl.Int64).replace(-1, None)
@@ -822,15 +867,15 @@ class _Log:
         self.commit, self.row, self.pod, self.node = (array("q") for _ in range(4))
         self.code, self.attempt = array("q"), array("q")
         self.kind, self.origin = array("b"), array("b")
-        self.component: list[str] = []
+        self.component: list[str | None] = []  # (None: a listed object's, which none wrote)
         self.cached, self.dispatched = array("q"), array("q")
         # the deliveries logged and not yet in a part, a block per call: a write's deliveries to
         # each of its k targets as six rows of k ``int64`` (sent, received, dequeued, applied,
         # ``mark``, rv: the compiled fan-out's answer as it is, copied in one call), their k
         # watchers (``int32``) and k itself.  Appended as each write is logged, while its numbers
         # are in the CPU's cache (reading them back later cost 0.7 us a delivery at 100k pods);
-        # three copies a write where a column each took eight.  ``mark`` is 1 + source + 3 *
-        # coalesced (the fan-out's 1: delivered, on the live watch, not coalesced).
+        # three copies a write where a column each took eight.  ``mark`` is 1 + source + _MARKS
+        # * coalesced (the fan-out's 1: delivered, on the live watch, not coalesced).
         self.blocks, self.block_watchers, self.block_sizes = array("q"), array("i"), array("q")
         self._put_block, self._put_watchers = self.blocks.frombytes, self.block_watchers.frombytes
         self._put_size = self.block_sizes.append
@@ -853,7 +898,7 @@ class _Log:
         put_block, put_watcher, put_size = self.blocks.extend, self.block_watchers.append, \
             self._put_size
         for watcher, rv, _, sent, received, dequeued, applied, source, coalesced in deliveries:
-            put_block((sent, received, dequeued, applied, 1 + source + 3 * coalesced, rv))
+            put_block((sent, received, dequeued, applied, 1 + source + _MARKS * coalesced, rv))
             put_watcher(watcher)
             put_size(1)
         if len(self.block_watchers) >= self.room:
@@ -887,7 +932,7 @@ class _Log:
         columns: dict[str, np.ndarray] = {
             "rv": rv, "watcher": np.frombuffer(self.block_watchers, dtype=np.int32).copy(),
             "sent": sent, "received": received, "dequeued": dequeued, "applied": applied,
-            "source": (mark % 3).astype(np.int8), "coalesced": mark >= 3}
+            "source": (mark % _MARKS).astype(np.int8), "coalesced": mark >= _MARKS}
         for logged in (self.blocks, self.block_watchers, self.block_sizes):
             del logged[:]
         if self.left:
@@ -908,7 +953,7 @@ class _Log:
         for part in parts:
             yield "deliveries", part
 
-    def event(self, write: Write, by_model: bool) -> None:
+    def event(self, write: Write, origin: Origin) -> None:
         self.rv = write.rv
         self.commit.append(write.commit)
         self.row.append(write.row)
@@ -917,8 +962,8 @@ class _Log:
         self.code.append(write.code)
         self.attempt.append(write.attempt)
         self.kind.append(write.kind)
-        self.origin.append(1 if by_model else 0)
-        self.component.append(write.component)
+        self.origin.append(origin)
+        self.component.append(write.component if origin != Origin.LIST else None)
 
     def _part(self, columns: dict[str, np.ndarray]) -> pa.Table:
         """These deliveries (``_unblocked``'s columns) as a part of the deliveries table."""

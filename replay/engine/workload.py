@@ -11,7 +11,9 @@ cache drops a terminal pod).  A pod that the recording says never ran (a trace w
 aside: the recorded placements (bindings) and every other pod write (status patches, scheduler and
 dispatcher patches), which belonged to them; failed writes, which changed nothing; and writes to
 pods created before the trace began (observe lists them as every cache held them, ``InitialList``;
-a what-if model starts from an empty cluster).
+a what-if model starts from none of them).  Nodes made before the trace are listed, as observe
+lists them: in every cache from the trace's first write, with the allocatable their writes say
+(``listed_node``).
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ import numpy as np
 import polars as pl
 
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
-from replay.trace.recorded import (IS_BINDING, IS_POD, PodHistory, RowMasks,
-                                   allocatable_unknown, created_before, created_placed, mask,
-                                   phases_unknown, without_bodies)
+from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, PodHistory, RowMasks,
+                                   allocatable_unknown, created_before, created_placed,
+                                   listed_nodes, mask, phases_unknown, without_bodies)
 
 
 @dataclass
@@ -39,6 +41,10 @@ class Workload:
     node: np.ndarray  # node index, -1 if none
     pod: np.ndarray  # pod (incarnation) index, -1 if none
     alloc: np.ndarray  # (rows, 3) allocatable of NODE_SET writes
+    # The nodes the trace did not see created, listed in every cache at its first write with
+    # the allocatable their first writes say (``recorded.listed_nodes``), and that allocatable
+    listed_node: np.ndarray  # node index
+    listed_alloc: np.ndarray  # (listed, 3)
     # Per pod (incarnation)
     namespace: list[str | None]
     name: list[str]
@@ -93,9 +99,13 @@ class Workload:
             pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0),
             pl.col("priority").fill_null(0))
         groups = pods.filter(pl.Series(has_create) & pl.col("group").is_not_null())["group"]
+        listed = listed_nodes(trace, masks)
         return cls(
             node_names=names, row=rows, ts=ts[rows], kind=kind[rows], node=node_of_row,
             pod=pod_of_row, alloc=alloc,
+            listed_node=np.array([node_index[n] for n in listed["name"]], dtype=np.int64),
+            listed_alloc=listed.select(pl.col(RESOURCE_COLUMNS).fill_null(0)).to_numpy()
+            .astype(np.int64).reshape(-1, 3),
             namespace=_shared(pods["namespace"].to_list()), name=pods["name"].to_list(),
             request=_shared(pods.select("cpu_milli", "memory_bytes", "gpu_milli").iter_rows()),
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
@@ -132,11 +142,8 @@ def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, has_create
                             "places the others on nodes that hold none of them"),
             *without_bodies(trace, masks, bindings=False),
             *phases_unknown(trace, masks, "a pod runs until its recorded delete"),
-            *allocatable_unknown(trace, masks, nodes,
-                                 "a what-if model places no pod on them",
-                                 "a what-if model places no pod on them before it (a what-if "
-                                 "model starts from an empty cluster; observe lists them with it "
-                                 "from the trace's start)"),
+            *allocatable_unknown(trace, masks, nodes, "a what-if model places no pod on them",
+                                 "a what-if model places no pod on them until then"),
             *created_placed(trace, masks, "the model schedules these pods anew")]
 
 

@@ -115,7 +115,8 @@ class _Replay:
                                      self.trace.select(NODES).to_series().to_list(),
                                      "each of their resources is 0 here, so no pending pod that "
                                      "requests any fits on them, and none of their stale "
-                                     "windows is wasted"),
+                                     "windows is wasted", "each of their resources is 0 until "
+                                     "then"),
                 *bound_again(self.history, self.masks)]
 
     @staticmethod

@@ -135,26 +135,29 @@ def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list
 
 
 def allocatable_unknown(trace: pl.DataFrame, masks: RowMasks, nodes: list[str], effect: str,
-                        late_effect: str | None = None) -> list[str]:
+                        late_effect: str) -> list[str]:
     """The notes of a replay of ``nodes`` whose allocatable no write carries (a node made before
     the trace, whose status writes the log keeps without their bodies, or whose kubelet's patches
-    leave allocatable out, as they do when it has not changed), with its ``effect``; and, given
-    a ``late_effect``, of nodes whose first write does not carry it and a later one does."""
+    leave allocatable out, as they do when it has not changed), with its ``effect``; and of nodes
+    created in the trace by a create that does not say it, a later write saying it, with its
+    ``late_effect``.  (A node made before the trace is listed with the allocatable its later
+    writes say: ``listed_nodes``.)"""
+    says = pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null())
     said = trace.filter(pl.Series(masks.ok & masks.node)).group_by("name").agg(
-        first=pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null()).first(),
-        any=pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null()).any())
+        any=says.any(), late=(pl.col("verb").first() == "create") & ~says.first())
     named = pl.DataFrame({"name": nodes}, schema={"name": pl.String}).join(
         said, on="name", how="left")
     never = named.height - int(named["any"].sum())
-    late = int((named["any"] & ~named["first"]).sum())
+    late = int((named["any"] & named["late"]).sum())
     notes = []
     if never:
         notes.append(f"{never:,} of {len(nodes):,} nodes: no write of theirs says their "
                      f"allocatable (made before the trace, with status writes that leave it out): "
                      f"{effect} (traces/README.md: a log of a running cluster)")
-    if late and late_effect is not None:
-        notes.append(f"{late:,} of {len(nodes):,} nodes: a later write of theirs says their "
-                     f"allocatable, not their first: {late_effect}")
+    if late:
+        notes.append(f"{late:,} of {len(nodes):,} nodes: their create does not say their "
+                     f"allocatable, a later write does (the log left out the create's body): "
+                     f"{late_effect}")
     return notes
 
 
@@ -227,7 +230,7 @@ class InitialList:
         requests, outside creates and bindings): a trace made by synth, or of a Metadata-level
         log, lists no pod without the history (half a second at a million pods, which observe
         needs before its first table only then)."""
-        return cls(_listed_pods(trace, masks, history), _listed_nodes(trace, masks))
+        return cls(_listed_pods(trace, masks, history), listed_nodes(trace, masks))
 
     def __len__(self) -> int:
         return self.pods.height + self.nodes.height
@@ -316,9 +319,10 @@ def gathered(columns: pl.DataFrame, names: list[str], rows: np.ndarray) -> pl.Da
         pl.col(names).gather(np.maximum(rows, 0))))
 
 
-def _listed_nodes(trace: pl.DataFrame, masks: RowMasks) -> pl.DataFrame:
+def listed_nodes(trace: pl.DataFrame, masks: RowMasks) -> pl.DataFrame:
     """``InitialList.nodes``: the nodes whose first committed write is not their create, with
-    the first value of each resource written before their first create or delete."""
+    the first value of each resource written before their first create or delete (the what-if
+    workload lists them too: ``Workload.listed_node``)."""
     writes = trace.select("verb", "name", *RESOURCE_COLUMNS).filter(
         pl.Series(masks.ok & masks.node))
     starts_life = pl.col("verb").is_in(["create", "delete"])
