@@ -829,12 +829,14 @@ def test_nodes_whose_writes_never_say_their_allocatable_are_said(cli, tmp_path):
 def test_a_what_if_replay_lists_a_node_made_before_the_trace_as_observe_does(tmp_path, model):
     """A node the trace did not see created, whose allocatable only its second write says (a
     kubelet's status patch names it only when it changes): every cache held it when the log
-    began, so a what-if model finds it from the trace's first write, as observe lists it, and
-    places the pod created at 1 s there at once (it waited for the node's write at 60 s)."""
+    began, so a what-if model finds it from the trace's first write (a status write of a pod
+    made before it, which a what-if model sets aside), as observe lists it, and places the pod
+    created at 2 s there at once (it waited for the node's write at 60 s)."""
     trace = small_trace(tmp_path / "t.parquet", [
-        (0, "patch", "nodes", "status", "e", "e", 200, None),
-        (1, "create", "pods", None, "p", None, 201, 1000),
-        (2, "create", "pods", "binding", "p", "e", 201, None),
+        (0, "patch", "pods", "status", "old", None, 200, None),
+        (1, "patch", "nodes", "status", "e", "e", 200, None),
+        (2, "create", "pods", None, "p", None, 201, 1000),
+        (3, "create", "pods", "binding", "p", "e", 201, None),
         (60, "patch", "nodes", "status", "e", "e", 200, 4000),
         (100, "delete", "pods", None, "p", None, 200, None)])
     runs = {m: run_replay(trace, load_config(model=m), out=tmp_path / m).out
@@ -853,7 +855,7 @@ def test_a_what_if_replay_lists_a_node_made_before_the_trace_as_observe_does(tmp
         pl.col("resources").str.split(",").list.contains("nodes"),
         pl.col("node").is_null() | (pl.col("node") == "e"))["watcher"])
     placed = tables["attempts"].filter(outcome="bound").row(0, named=True)
-    assert placed["node"] == "e" and placed["decided_ts"] < T0 + dt.timedelta(seconds=2)
+    assert placed["node"] == "e" and placed["decided_ts"] < T0 + dt.timedelta(seconds=3)
     assert tables["attempts"].filter(outcome="bound").height == 1
     assert not failed(check_run(runs[model]))
 

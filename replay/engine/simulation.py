@@ -132,7 +132,7 @@ class Simulation:
         self._trace, self._config, self._watchers = trace, config, watchers
         self._workload = Workload.of(trace)
         self._truth = Truth(self._workload.node_names)
-        start = int(self._workload.ts[0]) if len(self._workload.ts) else 0
+        start = self._workload.start
         self._env = Environment(start)
         self._index = {w.name: i for i, w in enumerate(watchers)}
         self._instant = [w.name in instant for w in watchers]

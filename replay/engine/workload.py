@@ -34,6 +34,7 @@ from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, PodHist
 @dataclass
 class Workload:
     node_names: list[str]
+    start: int  # the trace's first commit (µs): when the listed nodes are in every cache
     # The writes replayed at their recorded times, in trace order
     row: np.ndarray  # trace row
     ts: np.ndarray  # µs
@@ -100,9 +101,10 @@ class Workload:
             pl.col("priority").fill_null(0))
         groups = pods.filter(pl.Series(has_create) & pl.col("group").is_not_null())["group"]
         listed = listed_nodes(trace, masks)
+        committed = np.flatnonzero(ok)
         return cls(
-            node_names=names, row=rows, ts=ts[rows], kind=kind[rows], node=node_of_row,
-            pod=pod_of_row, alloc=alloc,
+            node_names=names, start=int(ts[committed[0]]) if len(committed) else 0, row=rows,
+            ts=ts[rows], kind=kind[rows], node=node_of_row, pod=pod_of_row, alloc=alloc,
             listed_node=np.array([node_index[n] for n in listed["name"]], dtype=np.int64),
             listed_alloc=listed.select(pl.col(RESOURCE_COLUMNS).fill_null(0)).to_numpy()
             .astype(np.int64).reshape(-1, 3),
