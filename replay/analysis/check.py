@@ -856,7 +856,9 @@ def kubelet_admission(run: RunTables) -> Finding:
     A kubelet admits a pod when it applies its binding, unless it fails it (a status patch by the
     kubelet: the ``kube`` model's ``OutOfcpu``) or the pod was deleted by then.  Its allocatable
     is the node's as the kubelet knows it: at the binding's commit or at admission, whichever is
-    larger (the kubelet reports its own allocatable).  Failed for a model whose kubelets decide
+    larger (the kubelet reports its own allocatable), and after a delete of its node object the
+    one it had (it admits against its own node when the API server has none: ``getNodeAnyWay``,
+    ``pkg/kubelet/kubelet_getters.go``).  Failed for a model whose kubelets decide
     admission (``ADMITTING``); reported for the other what-if models, whose kubelets admit every
     pod (``truth_within_capacity`` judges their placements).  Observe runs model no admission.
     """
@@ -904,14 +906,46 @@ def kubelet_admission(run: RunTables) -> Finding:
         FROM bindings
         LEFT JOIN deliveries ON deliveries.rv = bindings.rv AND deliveries.watcher = bindings.watcher
         LEFT JOIN failed ON failed.rv = bindings.rv AND failed.watcher = bindings.watcher""")
+    run.table("kubelet_nodes", f"""
+        -- each change of a node's allocatable as its kubelet counts it: the node's, but for a
+        -- delete of the node object, which leaves the kubelet its own allocatable (it admits
+        -- against the node it registered when the API server has none: getNodeAnyWay)
+        WITH absolute AS (
+            SELECT truth.rv, truth.commit_ts, truth.node,
+                   sum(truth.cpu_milli) OVER by_node AS cpu,
+                   sum(truth.memory_bytes) OVER by_node AS memory,
+                   sum(truth.gpu_milli) OVER by_node AS gpu,
+                   events.rv IS NOT NULL AS removes
+            FROM {truth} AS truth
+            LEFT JOIN events
+              ON events.rv = truth.rv AND events.resource = 'nodes' AND events.verb = 'delete'
+            WHERE truth.change = 'node'
+            WINDOW by_node AS (PARTITION BY truth.node ORDER BY truth.rv)
+        ), own AS (
+            SELECT rv, commit_ts, node,
+                   CASE WHEN removes THEN lag(cpu, 1, 0) OVER by_node ELSE cpu END AS cpu,
+                   CASE WHEN removes THEN lag(memory, 1, 0) OVER by_node ELSE memory END AS memory,
+                   CASE WHEN removes THEN lag(gpu, 1, 0) OVER by_node ELSE gpu END AS gpu
+            FROM absolute
+            WINDOW by_node AS (PARTITION BY node ORDER BY rv)
+        )
+        SELECT rv, commit_ts, node, cpu - lag(cpu, 1, 0) OVER by_node AS cpu_milli,
+               memory - lag(memory, 1, 0) OVER by_node AS memory_bytes,
+               gpu - lag(gpu, 1, 0) OVER by_node AS gpu_milli
+        FROM own
+        WINDOW by_node AS (PARTITION BY node ORDER BY rv)""")
     run.table("kubelet_view", f"""
         WITH changes AS (
-            SELECT kubelets.watcher, truth.*,
+            SELECT kubelets.watcher, truth.rv, truth.commit_ts, truth.node, truth.change,
+                   truth.pod, coalesce(own.cpu_milli, truth.cpu_milli) AS cpu_milli,
+                   coalesce(own.memory_bytes, truth.memory_bytes) AS memory_bytes,
+                   coalesce(own.gpu_milli, truth.gpu_milli) AS gpu_milli,
                    CASE WHEN truth.change = 'node' THEN true
                         WHEN truth.change = 'binding' THEN coalesce(admitted.admitted, false)
                         ELSE coalesce(removed.admitted, false) END AS counts
             FROM {truth} AS truth
             JOIN kubelets USING (node)
+            LEFT JOIN kubelet_nodes AS own ON own.rv = truth.rv
             LEFT JOIN admissions AS admitted
               ON admitted.rv = truth.rv AND admitted.watcher = kubelets.watcher
             LEFT JOIN admissions AS removed
@@ -938,9 +972,8 @@ def kubelet_admission(run: RunTables) -> Finding:
                    sum(CASE WHEN t.rv > over.rv THEN t.memory_bytes ELSE 0 END) AS memory,
                    sum(CASE WHEN t.rv > over.rv THEN t.gpu_milli ELSE 0 END) AS gpu
             FROM over
-            LEFT JOIN {truth} AS t
-              ON t.node = over.node AND t.change = 'node' AND t.rv > over.rv
-             AND t.commit_ts <= over.admitted_ts
+            LEFT JOIN kubelet_nodes AS t
+              ON t.node = over.node AND t.rv > over.rv AND t.commit_ts <= over.admitted_ts
             GROUP BY ALL
         )
         SELECT over.watcher, over.rv, over.pod, over.node, over.admitted_ts,
