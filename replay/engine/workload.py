@@ -139,9 +139,9 @@ def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, has_create
            nodes: list[str]) -> list[str]:
     """What the workload sets aside or cannot know that bears on the numbers."""
     return [*created_before(int(np.count_nonzero(~has_create)), history.incarnations,
-                            "they are set aside (a what-if model starts from an empty "
-                            "cluster, whatever their writes' bodies say of them), so the model "
-                            "places the others on nodes that hold none of them"),
+                            "they are set aside (a what-if model starts from none of them, "
+                            "whatever their writes' bodies say of them), so the model places "
+                            "the others on nodes that hold none of them"),
             *without_bodies(trace, masks, bindings=False),
             *phases_unknown(trace, masks, "a pod runs until its recorded delete"),
             *allocatable_unknown(trace, masks, nodes, "a what-if model places no pod on them",
