@@ -158,8 +158,15 @@ def requests(draw) -> tuple:
 
 @st.composite
 def node_rows(draw, name: str) -> list[dict]:
-    """A node created early; then maybe allocatable changes, heartbeats, a delete and a return."""
+    """A node created early, or made before the trace (its first write a status patch that
+    says its allocatable, or a heartbeat that does not and such a patch later: every replay
+    lists it); then maybe allocatable changes, heartbeats, a delete and a return."""
     rows = [node(draw(st.integers(0, 3)), name, *draw(allocatable()))]
+    if draw(st.integers(0, 3)) == 0:
+        said = {**rows[0], "verb": "patch", "subresource": "status"}
+        rows = [said] if draw(st.booleans()) else [
+            node(said["ms"], name, None, None, None, verb="patch", subresource="status"),
+            {**said, "ms": said["ms"] + draw(st.integers(0, 30))}]
     for _ in range(draw(st.integers(0, 2))):
         rows.append(node(draw(st.integers(1, 80)), name, *draw(allocatable()), verb="patch",
                          subresource="status"))
