@@ -22,8 +22,9 @@ What-if models (discrete events, one write at a time):
 
 Vectorised models (the whole trace at once, like ``observe``): ``Pipeline`` (its ``streams``,
 ``scan``), ``Scan`` (a scan written a part at a time, with its terminations and re-lists),
-``Streams``, ``STAGE_COLUMNS``, ``SOURCES`` (``Source`` names them), ``capacities``, ``match``,
-``node_index``, ``watchers_table``, ``view_lag_us``, ``OUTCOMES``.
+``Streams``, ``STAGE_COLUMNS``, ``SOURCES`` (``Source`` names them), ``LISTED_CODE`` (a listed
+object's event's status), ``capacities``, ``match``, ``node_index``, ``watchers_table``,
+``view_lag_us``, ``OUTCOMES``.
 
 Every model: ``RunConfig``, ``WatcherSpec``, ``RunTables``.
 """
@@ -37,7 +38,8 @@ from replay.engine.cluster import (NEVER, NO_NODE, Attempt, Outcome, Pod, Reason
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Timer
 from replay.engine.gangs import Gathering
-from replay.engine.pipeline import SOURCES, STAGE_COLUMNS, Pipeline, Scan, Source, view_lag_us
+from replay.engine.pipeline import (LISTED_CODE, SOURCES, STAGE_COLUMNS, Pipeline, Scan, Source,
+                                    view_lag_us)
 from replay.engine.rundir import OUTCOMES, RunTables
 from replay.engine.scheduler import GIVES_BACK, OnAssumed, Scheduler
 from replay.engine.selection import (POLICIES, GodelNodeSelector, Indices, NodeSelector,
@@ -50,7 +52,8 @@ from replay.engine.worker import Worker
 from replay.engine.workload import node_names
 
 __all__ = [
-    "GIVES_BACK", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "SOURCES", "STAGE_COLUMNS",
+    "GIVES_BACK", "LISTED_CODE", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "SOURCES",
+    "STAGE_COLUMNS",
     "Assumptions", "Attempt", "Client", "Gathering", "GodelNodeSelector", "Indices",
     "NodeSelector", "OnAssumed", "Outcome", "Pipeline", "Pod", "Reason", "Request", "RunConfig",
     "RunTables", "Scan", "Scheduler", "SelectorFactory", "Simulation", "Snapshot", "Source",

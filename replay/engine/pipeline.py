@@ -95,11 +95,12 @@ class Source(IntEnum):
     WATCH = 0  # dispatched on a live watch
     REWATCH = 1  # re-sent from the watch cache's window when the watcher watched again
     RELIST = 2  # covered by a re-list: its object's delta in the list's Replace
-    LIST = 3  # in the watcher's first list: its object existed when the run began (``observe``
-    # of a log of a running cluster, ``InitialList``)
+    LIST = 3  # in the watcher's first list: its object existed when the run began (a log of a
+    # running cluster: observe's ``InitialList``, the what-if workload's listed nodes)
 
 
 SOURCES = tuple(s.name.lower() for s in Source)
+LISTED_CODE = 200  # the HTTP status of a listed object's event: its first list's answer
 _WATCH = Source.WATCH  # (a module global is quicker than an enum's member, once per delivery)
 _WATCHES, _FALSES = repeat(_WATCH), repeat(False)  # (for zip: never used up)
 

@@ -34,7 +34,7 @@ from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome,
                                    Request, Truth, Write, WriteKind, object_key)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Deadlines, Environment, Item, Timer
-from replay.engine.pipeline import SOURCES, Delivery, Pipeline, Source, Watches
+from replay.engine.pipeline import LISTED_CODE, SOURCES, Delivery, Pipeline, Source, Watches
 from replay.engine.rundir import ROW_GROUP_ROWS, RunTables
 from replay.engine.view import Inboxes, View
 from replay.engine.watchcache import capacities
@@ -62,7 +62,6 @@ _BIND, _DELETE, _NODE_DELETE, _OTHER, _FAIL = (WriteKind.POD_BIND, WriteKind.POD
                                                WriteKind.NODE_DELETE, WriteKind.OTHER,
                                                WriteKind.POD_FAIL)
 _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteKind}
-LISTED_CODE = 200  # a listed object's event's, as observe's: its first list's answer
 _MARKS = len(Source)  # a logged delivery's ``mark``: 1 + its source + _MARKS if coalesced
 Handler = Callable[[Write], None]
 Wants = Callable[[Write], bool]

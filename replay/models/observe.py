@@ -26,9 +26,9 @@ import polars as pl
 import pyarrow as pa
 
 from replay.arrays import previous_in_group, stable_sort
-from replay.engine.api import (OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline, RunConfig, RunTables,
-                               Scan, Source, Streams, WatcherSpec, capacities, match, node_index,
-                               view_lag_us, watchers_table)
+from replay.engine.api import (LISTED_CODE, OUTCOMES, SOURCES, STAGE_COLUMNS, Pipeline,
+                               RunConfig, RunTables, Scan, Source, Streams, WatcherSpec,
+                               capacities, match, node_index, view_lag_us, watchers_table)
 from replay.models.base import Model
 from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, InitialList, PodHistory,
                                    RowMasks, TerminalPhases, allocatable_unknown, bound_again,
@@ -212,7 +212,7 @@ class _Replay:
             pl.lit(self.start).cast(pl.Datetime("us", "UTC")).alias("commit_ts"),
             pl.lit("create").alias("verb"), "resource", pl.lit(None).alias("subresource"),
             "namespace", "name", "node", "cpu_milli", "memory_bytes", "gpu_milli",
-            pl.lit(200).alias("code"), pl.lit(None).alias("component"),
+            pl.lit(LISTED_CODE).alias("code"), pl.lit(None).alias("component"),
         ).cast(dict(schema))  # type: ignore[arg-type]
 
     def _pod_states(self, ok: np.ndarray) -> pa.Array:
