@@ -33,7 +33,7 @@ from replay.models.base import Model
 from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, InitialList, PodHistory,
                                    RowMasks, TerminalPhases, allocatable_unknown, bound_again,
                                    created_before, gathered, phases_unknown, terminal_phases,
-                                   without_bodies)
+                                   unborn_effect, without_bodies)
 
 ROLE_OF_COMPONENT = {
     "kube-scheduler": "scheduler",
@@ -107,7 +107,10 @@ class _Replay:
         began, bodies a Metadata-level log leaves out, phases unknown, pods placed twice."""
         existed = int(np.count_nonzero(self.create < 0))
         return [*created_before(existed, self.history.incarnations,
-                                self._unborn_effect(existed, self.listed.pods.height)),
+                                unborn_effect(existed, self.listed.pods.height,
+                                              "their requests are unknown, so they hold no "
+                                              "capacity on their nodes, and the capacity their "
+                                              "deletes free is missed")),
                 *without_bodies(self.trace, self.masks, bindings=True),
                 *phases_unknown(self.trace, self.masks, "a pod that ran to its end holds its "
                                 "node until its delete"),
@@ -118,21 +121,6 @@ class _Replay:
                                      "windows is wasted", "each of their resources is 0 until "
                                      "then"),
                 *bound_again(self.history, self.masks)]
-
-    @staticmethod
-    def _unborn_effect(existed: int, listed: int) -> str:
-        """What becomes of the ``existed`` pods the trace did not see created, ``listed`` of
-        which their writes' bodies describe."""
-        unknown = ("their requests are unknown, so they hold no capacity on their nodes, and "
-                   "the capacity their deletes free is missed")
-        if not listed:
-            return unknown
-        said = ("listed at its start (events.origin 'list') with the node and requests that "
-                "their writes' bodies say")
-        if listed == existed:
-            return f"all are {said}"
-        return (f"{listed:,} are {said}; of the other {existed - listed:,} (their bodies say "
-                f"neither, or they ran to their end before it) {unknown}")
 
     @cached_property
     def history(self) -> PodHistory:

@@ -114,6 +114,19 @@ def created_before(pods: int, incarnations: int, effect: str) -> list[str]:
             f"create): {effect} (traces/README.md: a log of a running cluster)"]
 
 
+def unborn_effect(existed: int, listed: int, unknown: str) -> str:
+    """What becomes of the ``existed`` pods the trace did not see created, ``listed`` of which
+    their writes' bodies describe (``InitialList``); ``unknown``: of the others."""
+    if not listed:
+        return unknown
+    said = ("listed at its start (events.origin 'list') with the node and requests that their "
+            "writes' bodies say")
+    if listed == existed:
+        return f"all are {said}"
+    return (f"{listed:,} are {said}; of the other {existed - listed:,} (their bodies say "
+            f"neither, or they ran to their end before it) {unknown}")
+
+
 def without_bodies(trace: pl.DataFrame, masks: RowMasks, bindings: bool) -> list[str]:
     """The notes of a replay of a trace whose writes lack the bodies their columns come from
     (a Metadata-level audit log): pod creates with no requests and, if ``bindings`` are
@@ -217,8 +230,10 @@ class InitialList:
     listed.  An object whose writes carry none of these (a Metadata-level log) is not listed
     either: the replays know nothing of it.
 
-    ``pods``: incarnation, namespace, name, node, cpu_milli, memory_bytes, gpu_milli;
-    ``nodes``: name, cpu_milli, memory_bytes, gpu_milli; each in the order of their names."""
+    ``pods``: incarnation, namespace, name, node, cpu_milli, memory_bytes, gpu_milli, and
+    ``spec_row``, the row whose body said its requests (else its first row: a what-if replay
+    reads its scheduler name, gang and priority there); ``nodes``: name, cpu_milli,
+    memory_bytes, gpu_milli; each in the order of their names."""
 
     pods: pl.DataFrame
     nodes: pl.DataFrame
@@ -230,7 +245,7 @@ class InitialList:
         requests, outside creates and bindings): a trace made by synth, or of a Metadata-level
         log, lists no pod without the history (half a second at a million pods, which observe
         needs before its first table only then)."""
-        return cls(_listed_pods(trace, masks, history), listed_nodes(trace, masks))
+        return cls(listed_pods(trace, masks, history), listed_nodes(trace, masks))
 
     def __len__(self) -> int:
         return self.pods.height + self.nodes.height
@@ -279,9 +294,9 @@ def terminal_phases(masks: RowMasks, history: PodHistory, listed: np.ndarray) ->
                           ended=((end_row >= 0) & (rows > end_row)) | ended_before)
 
 
-def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
-                 history_of: Callable[[], PodHistory]) -> pl.DataFrame:
-    """``InitialList.pods``."""
+def listed_pods(trace: pl.DataFrame, masks: RowMasks,
+                history_of: Callable[[], PodHistory]) -> pl.DataFrame:
+    """``InitialList.pods`` (the what-if workload lists them too: ``Workload.listed_pod``)."""
     committed_pod = masks.ok & masks.named_pod
     names_node = committed_pod & mask(trace, pl.col("node").is_not_null())
     requests = committed_pod & mask(trace, pl.any_horizontal(
@@ -289,7 +304,8 @@ def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
     if not np.any((names_node & ~masks.binding | requests) & ~masks.ok_create):
         return pl.DataFrame(schema={"incarnation": pl.Int64, "namespace": pl.String,
                                     "name": pl.String, "node": pl.String,
-                                    **dict.fromkeys(RESOURCE_COLUMNS, pl.Int64)})
+                                    **dict.fromkeys(RESOURCE_COLUMNS, pl.Int64),
+                                    "spec_row": pl.Int64})
     history = history_of()
     unborn = history.first(masks.ok_create) < 0
     placed_later = history.first(masks.ok_placement) >= 0
@@ -307,7 +323,9 @@ def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
     return pl.concat([pl.DataFrame({"incarnation": listed}),
                       columns.select("namespace", "name")[at["name"]],
                       gathered(columns, ["node"], at["node"]),
-                      gathered(columns, list(RESOURCE_COLUMNS), at["requests"])],
+                      gathered(columns, list(RESOURCE_COLUMNS), at["requests"]),
+                      pl.DataFrame({"spec_row": np.where(at["requests"] >= 0, at["requests"],
+                                                         first_row)})],
                      how="horizontal").sort("namespace", "name", nulls_last=False)
 
 
