@@ -114,7 +114,7 @@ class PlainView:
         kind, pod, version = write.kind, write.pod, write.node_version
         if version and version > self._versions[write.node]:
             self._versions[write.node] = version
-        if kind in self._places:
+        if kind in self._places or (kind == WriteKind.POD_CREATE and write.node >= 0):
             assert pod is not None
             self._place(pod, write.node, now)
         elif kind in _LEAVES:

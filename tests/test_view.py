@@ -44,7 +44,8 @@ def test_every_read_applies_exactly_the_deliveries_due(data):
     order its applied times never decrease, and reads at times that never decrease: each read
     sees what applying every delivery due by then gives (``_due``, the earliest applied time
     left in any inbox, never hides one): per node its last allocatable and version applied,
-    less the pods whose binding is applied and whose delete is not."""
+    less the pods whose binding (or create on the node: a listed pod) is applied and whose
+    delete is not."""
     nodes, now = 3, [0]
     view = View(nodes, lambda: now[0])
     pods = [Pod(i, None, f"p{i}", (100 * (i + 1), i + 1, 0), 0, -1, None, None, 0)
@@ -59,7 +60,8 @@ def test_every_read_applies_exactly_the_deliveries_due(data):
             write = Write(rv, 0, WriteKind.NODE_SET, None, node, "t", 0, -1, 200,
                           (1000 * rv, 100 * rv, 0), node_version=rv)
         elif informer == "pods":
-            kind = data.draw(st.sampled_from([WriteKind.POD_BIND, WriteKind.POD_DELETE]))
+            kind = data.draw(st.sampled_from([WriteKind.POD_BIND, WriteKind.POD_DELETE,
+                                              WriteKind.POD_CREATE]))  # (created on its node)
             write = Write(rv, 0, kind, data.draw(st.sampled_from(pods)), node, "t", 0, -1, 200)
         else:
             write = Write(rv, 0, WriteKind.OTHER, None, -1, "t", 0, -1, 200)
@@ -87,7 +89,7 @@ def _applied_by(sent: list[tuple[int, Write]], now: int, nodes: int
             for resource in range(3):
                 free[resource][write.node] = write.alloc[resource]
             version[write.node] = max(version[write.node], write.node_version)
-        elif write.kind == WriteKind.POD_BIND:
+        elif write.kind in (WriteKind.POD_BIND, WriteKind.POD_CREATE):
             placed[write.pod] = write.node
         elif write.kind == WriteKind.POD_DELETE:
             placed.pop(write.pod, None)
@@ -189,6 +191,8 @@ def _write(data, rv: int, now: int, nodes: int, pods: list[Pod]) -> Write:
         st.sampled_from(pods))
     node = data.draw(st.integers(0, nodes - 1)) if kind in NODE_KINDS or kind in (
         WriteKind.POD_BIND, WriteKind.POD_ASSUME) else NO_NODE
+    if kind == WriteKind.POD_CREATE and data.draw(st.booleans()):  # listed on its node
+        node = data.draw(st.integers(0, nodes - 1))
     alloc = (tuple(data.draw(st.integers(0, 2000)) for _ in range(3))
              if kind == WriteKind.NODE_SET else None)
     version = data.draw(st.integers(0, rv)) if node != NO_NODE else 0

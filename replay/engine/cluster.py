@@ -26,7 +26,7 @@ class WriteKind(IntEnum):
     NODE_SET = 0  # a node is created or its allocatable changes
     NODE_DELETE = 1
     NODE_OTHER = 2  # a node write that does not change capacity (heartbeat, label, ...)
-    POD_CREATE = 3
+    POD_CREATE = 3  # its ``node``, if any: created on it (a pod listed on its node)
     POD_BIND = 4  # create pods/binding: spec.nodeName set
     POD_ASSUME = 5  # a scheduler's patch naming the node it assumed (Gödel's "assumed" state)
     POD_DISPATCH = 6  # the dispatcher's patch naming the scheduler (Gödel's "dispatched" state)
@@ -66,9 +66,9 @@ _POD_STATE = {WriteKind.POD_DISPATCH: "dispatched", WriteKind.POD_ASSUME: "assum
 NODE_KINDS = frozenset({WriteKind.NODE_SET, WriteKind.NODE_DELETE, WriteKind.NODE_OTHER})
 # The kinds ``Truth.apply`` tells apart, as module globals (quicker than an enum's members, and
 # it runs once per write)
-_NODE_SET, _NODE_DELETE, _BIND, _ASSUME, _DELETE = (
-    WriteKind.NODE_SET, WriteKind.NODE_DELETE, WriteKind.POD_BIND, WriteKind.POD_ASSUME,
-    WriteKind.POD_DELETE)
+_NODE_SET, _NODE_DELETE, _CREATE, _BIND, _ASSUME, _DELETE = (
+    WriteKind.NODE_SET, WriteKind.NODE_DELETE, WriteKind.POD_CREATE, WriteKind.POD_BIND,
+    WriteKind.POD_ASSUME, WriteKind.POD_DELETE)
 _RELEASES = frozenset({WriteKind.POD_REJECT, WriteKind.POD_FAIL})
 
 
@@ -229,7 +229,7 @@ class Truth:
             node = self.nodes[write.node]
             node.present = False
             self._bump(node, write)
-        elif kind == _BIND:
+        elif kind == _BIND or (kind == _CREATE and write.node >= 0):  # (created on its node)
             assert pod is not None
             pod.node, pod.bound, pod.bound_rv = write.node, write.commit, write.rv
             self._claim(pod, write)

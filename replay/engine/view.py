@@ -18,7 +18,8 @@ inboxes, and the view's state per pod and node, are arrays, handed over and appl
 loops (``viewkernel``): the views of a simulation share one ``Inboxes``, so that a write's
 deliveries to all of them are one call (``Inboxes.push``).
 
-A pod counts on a node from its applied binding until its applied delete, or its applied failure
+A pod counts on a node from its applied binding (or its applied create on it: a pod listed on its
+node, ``Simulation._list``) until its applied delete, or its applied failure
 (status.phase Failed: the scheduler's informer drops terminal pods); in a cache that counts
 assumed pods (a Gödel scheduler's: ``AssumedPodOfGodel`` in ``pkg/scheduler/cache``), also from
 its applied assume patch until its applied rejection.  The watcher's own assumptions count from

@@ -48,7 +48,8 @@ ALLOC, FREE, VERSION_ROW = 0, 3, 6
 DONE, GROW, FULL = 0, 1, 2
 # the kinds, as constants the kernels compile in
 _NODE_SET, _NODE_DELETE = int(WriteKind.NODE_SET), int(WriteKind.NODE_DELETE)
-_BIND, _ASSUME = int(WriteKind.POD_BIND), int(WriteKind.POD_ASSUME)
+_CREATE, _BIND, _ASSUME = (int(WriteKind.POD_CREATE), int(WriteKind.POD_BIND),
+                           int(WriteKind.POD_ASSUME))
 _REJECT, _FAIL, _DELETE = (int(WriteKind.POD_REJECT), int(WriteKind.POD_FAIL),
                            int(WriteKind.POD_DELETE))
 
@@ -110,7 +111,7 @@ def _apply(e: Ints, pods: Ints, capacity: Ints, present: Bools, counters: Ints,
     kind, pod, node, version = e[KIND], e[POD], e[NODE], e[VERSION]
     if version != 0 and version > capacity[VERSION_ROW, node]:
         capacity[VERSION_ROW, node] = version
-    if kind == _BIND or (kind == _ASSUME and counts_assumed):
+    if kind == _BIND or (kind == _ASSUME and counts_assumed) or (kind == _CREATE and node >= 0):
         n = _place(e, pods, capacity, counters, forgotten, n)
     elif kind == _DELETE or kind == _REJECT or kind == _FAIL:
         for row in (1, 0):  # its own assumption ends, then its placement
