@@ -7,7 +7,8 @@ to a trace one can read row by row.  ``rows_to_trace`` writes a list of rows as 
 - ``workloads()``: nodes whose allocatable changes, that go away and come back, heartbeats;
   pods requesting cpu, memory and gpu, arriving, deleted, created again under the same name, in
   gangs; recorded bindings (when asked) that fail with 409 or 500 before one succeeds, or pods
-  created on their node (mirror pods), and terminal status writes; writes to other resources.
+  created on their node (mirror pods), and terminal status writes; writes to other resources;
+  pods and a node made before the trace (``running_before()``).
 - ``observed_traces()``: the recorded traces the query references are compared on (a few pods,
   all within 60 ms, bound on the first try or after a 409, or created on their node; some run
   to their end; some made before the trace, ``running_before()``).
@@ -223,7 +224,7 @@ def workloads(draw, max_nodes: int = 3, max_pods: int = 6, recorded: bool = True
     if draw(st.integers(0, 3)) == 0:
         rows.append({"ms": draw(st.integers(0, 80)), "verb": "update", "resource": "configmaps",
                      "name": "settings", "code": 200, "component": "user"})
-    return rows
+    return rows + draw(running_before(nodes))
 
 
 @st.composite

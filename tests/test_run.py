@@ -860,6 +860,76 @@ def test_a_what_if_replay_lists_a_node_made_before_the_trace_as_observe_does(tmp
     assert not failed(check_run(runs[model]))
 
 
+@pytest.mark.parametrize("model", ["kube", "godel", "omega"])
+def test_a_what_if_replay_lists_the_pods_made_before_the_trace_as_observe_does(tmp_path, model):
+    """A log begun while ``old`` ran on n1 (1.5 of its 2 cpu) and ``wait`` was pending: its
+    status writes say so.  A what-if model lists both as observe does (the same event rows);
+    ``old`` holds n1 in the truth and every cache from the first write, without an attempt,
+    until its recorded delete at 3 s, and ``wait`` is the model's to schedule.  So no pod is
+    placed on n1 before 3 s; before, ``old`` was set aside, and the first went to n1.  A pod
+    listed on a node the trace names nowhere else is set aside, and said to be."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "patch", "nodes", "status", "n1", "n1", 200, 2000),
+        (0, "create", "nodes", None, "n2", "n2", 201, 2000),
+        (0.001, "patch", "pods", "status", "old", "n1", 200, 1500),
+        (0.002, "patch", "pods", "status", "wait", None, 200, 500),
+        (1, "create", "pods", None, "p", None, 201, 1000),
+        (1.001, "create", "pods", None, "q", None, 201, 1000),
+        (2, "patch", "pods", "status", "elsewhere", "n9", 200, 500),
+        (3, "delete", "pods", None, "old", "n1", 200, 1500)])
+    results = {m: run_replay(trace, load_config(model=m), out=tmp_path / m)
+               for m in ("observe", model)}
+    runs = {m: result.out for m, result in results.items()}
+    assert "1 pods listed at the trace's start ran on nodes that no node write or binding of " \
+        "the trace names, which a what-if model does not have: they are set aside" \
+        in results[model].notes
+    columns = ("rv", "commit_ts", "verb", "resource", "namespace", "name", "node", "cpu_milli",
+               "code", "component")
+    listed = {m: read_run(run)["events"].filter(origin="list").select(columns).rows()
+              for m, run in runs.items()}
+    assert listed[model] == [
+        (1, T0, "create", "nodes", None, "n1", "n1", 2000, 200, None),
+        (2, T0, "create", "pods", "ns", "old", "n1", 1500, 200, None),
+        (3, T0, "create", "pods", "ns", "wait", None, 500, 200, None)]
+    assert [row[1:] for row in listed["observe"]] == [
+        row[1:] for row in listed[model][:1] + [
+            (0, T0, "create", "pods", "ns", "elsewhere", "n9", 500, 200, None)]
+        + listed[model][1:]]
+    tables = read_run(runs[model])
+    old = tables["pods"].filter(pod="ns/old").row(0, named=True)
+    assert (old["node"], old["bound_ts"], old["bound_rv"], old["attempts"]) == ("n1", T0, 2, 0)
+    assert old["created_ts"] is None and old["deleted_ts"] == T0 + dt.timedelta(seconds=3)
+    on_node = tables["deliveries"].filter(rv=2)
+    assert on_node["source"].unique().to_list() == ["list"]
+    assert (on_node["applied_ts"] == on_node["commit_ts"]).all()
+    assert "kubelet/n1" in on_node["watcher"] and "kubelet/n2" not in on_node["watcher"]
+    bound = tables["attempts"].filter(outcome="bound")
+    assert sorted(bound["pod"]) == ["ns/p", "ns/q", "ns/wait"]
+    # (Gödel's schedulers race for n2, and one waits for n1)
+    on_n1 = tables["attempts"].filter(pl.col("pod").is_in(["ns/p", "ns/q"]), node="n1")
+    assert (on_n1["decided_ts"] > T0 + dt.timedelta(seconds=3)).all()
+    assert not failed(check_run(runs[model]))
+
+
+def test_a_kubelet_counts_the_pods_listed_on_its_node(tmp_path):
+    """Two kube-schedulers each place a 1-cpu pod on n1 at once, where ``old`` runs on 1 of its
+    2 cpu: the kubelet, which admitted ``old`` before the trace, admits the first and fails the
+    second (OutOfcpu).  Without ``old`` in its account it admitted both.  ``old`` is no
+    scheduler's: it takes no turn in the round-robin."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "create", "nodes", None, "n1", "n1", 201, 2000),
+        (0.001, "patch", "pods", "status", "old", "n1", 200, 1000),
+        (1, "create", "pods", None, "p", None, 201, 1000),
+        (1, "create", "pods", None, "q", None, 201, 1000)])
+    config = load_config(model="kube", overrides=["schedulers=2"])
+    tables = read_run(run_replay(trace, config, out=tmp_path / "run").out)
+    attempts = tables["attempts"].sort("attempt_id")
+    assert attempts.select("pod", "scheduler", "node", "outcome", "reason").rows()[:2] == [
+        ("ns/p", "kube-scheduler-0", "n1", "bound", None),
+        ("ns/q", "kube-scheduler-1", "n1", "conflict", "kubelet_admission")]
+    assert not failed(check_run(tmp_path / "run"))
+
+
 def test_a_watcher_of_a_node_the_trace_never_names_is_said(cli, tmp_path):
     config = tmp_path / "c.toml"
     config.write_text('[[watchers]]\nname = "k"\nresources = ["pods"]\nnode = "node-7"\n'

@@ -797,6 +797,8 @@ def exactly_once(run: RunTables) -> Finding:
 OVER = ("(free_cpu < 0 AND cpu_milli < 0) OR (free_memory < 0 AND memory_bytes < 0) "
         "OR (free_gpu < 0 AND gpu_milli < 0)")
 ANY_OVER = "least(free_cpu, free_memory, free_gpu) < 0"
+# A ``truth`` row of a listed object (events.origin 'list'): the trace's, placed before it began
+LISTED = "EXISTS (SELECT 1 FROM events WHERE events.rv = {0}.rv AND events.origin = 'list')"
 
 
 def truth_within_capacity(run: RunTables) -> Finding:
@@ -810,8 +812,9 @@ def truth_within_capacity(run: RunTables) -> Finding:
     at its request, ``commit_ms`` and the attempt's throttling before the commit (the
     attempt's whole throttling, its scheduler's writes' too: an earlier bound, which reports
     rather than fails where the two differ).  Reported: every other over-commitment (after a
-    shrink; of the ``kube`` model, whose API server accepts any binding; recorded in a trace; of
-    a plugin model).
+    shrink; of the ``kube`` model, whose API server accepts any binding; recorded in a trace,
+    or listed at its start: a pod a what-if model lists on its node ran there before the trace;
+    of a plugin model).
     """
     truth = run.truth()
     columns = ("rv, commit_ts, node, change, pod, -cpu_milli AS cpu_milli, "
@@ -832,10 +835,12 @@ def truth_within_capacity(run: RunTables) -> Finding:
     return _from_sql(
         run, "truth_within_capacity",
         f"SELECT {columns} FROM {truth} AS truth WHERE change = 'binding' AND ({OVER}) "
-        f"AND (last_shrink_rv IS NULL OR NOT {in_wake})",
+        f"AND (last_shrink_rv IS NULL OR NOT {in_wake}) AND NOT {LISTED.format('truth')}",
         reported=f"SELECT {columns} FROM {truth} AS truth WHERE {ANY_OVER} "
-                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake})",
-        order="rv", note="over-commitment after an allocatable decrease is reported")
+                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake} "
+                 f"OR {LISTED.format('truth')})",
+        order="rv", note="over-commitment after an allocatable decrease, or by the pods listed "
+                         "at the trace's start, is reported")
 
 
 def _checked_at(run: RunTables) -> str:
@@ -858,7 +863,9 @@ def kubelet_admission(run: RunTables) -> Finding:
     is the node's as the kubelet knows it: at the binding's commit or at admission, whichever is
     larger (the kubelet reports its own allocatable), and after a delete of its node object the
     one it had (it admits against its own node when the API server has none: ``getNodeAnyWay``,
-    ``pkg/kubelet/kubelet_getters.go``).  Failed for a model whose kubelets decide
+    ``pkg/kubelet/kubelet_getters.go``).  A pod listed on its node at the trace's start ran there
+    before it: the kubelet counts it, and its admission is not judged.  Failed for a model whose
+    kubelets decide
     admission (``ADMITTING``); reported for the other what-if models, whose kubelets admit every
     pod (``truth_within_capacity`` judges their placements).  Observe runs model no admission.
     """
@@ -964,7 +971,7 @@ def kubelet_admission(run: RunTables) -> Finding:
             SELECT view.*, admissions.applied_ts AS admitted_ts
             FROM kubelet_view AS view
             JOIN admissions USING (watcher, rv)
-            WHERE view.change = 'binding' AND ({OVER})
+            WHERE view.change = 'binding' AND ({OVER}) AND NOT {LISTED.format('view')}
         ), grown AS (
             -- how much more allocatable the node had at admission than at the binding
             SELECT over.watcher, over.rv,
@@ -1126,7 +1133,8 @@ def attempt_writes_match_outcome(run: RunTables) -> Finding:
 def every_pod_accounted(run: RunTables) -> Finding:
     """At the end of a what-if run every pod is bound, deleted, or pending with a last attempt
     that says why: ``unschedulable``, or a ``conflict`` whose retry (after at most
-    ``backoff_max_ms``) was not yet due when the run ended."""
+    ``backoff_max_ms``) was not yet due when the run ended.  (A pod listed pending at the
+    trace's start is the model's to schedule too.)"""
     if run.recorded:
         return _not_applicable("every_pod_accounted", "observe: the trace decides every pod")
     backoff_us = run.param_us("backoff_max_ms")
@@ -1141,7 +1149,9 @@ def every_pod_accounted(run: RunTables) -> Finding:
                    arg_max(attempts.committed_ts, attempts.attempt_id) AS committed_ts
             FROM pending
             LEFT JOIN attempts
-              ON attempts.pod = pending.pod AND attempts.enqueued_ts >= pending.created_ts
+              ON attempts.pod = pending.pod
+             -- (a pod listed pending at the trace's start has no created_ts: its name's first)
+             AND attempts.enqueued_ts >= coalesce(pending.created_ts, '-infinity'::TIMESTAMPTZ)
             GROUP BY ALL
         )
         SELECT pod, created_ts, last_attempt, outcome, reason, committed_ts

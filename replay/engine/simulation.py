@@ -432,13 +432,15 @@ class Simulation:
                 not waited and self._waiting_for_name.get(key)):
             self._waiting_for_name.setdefault(key, []).append((incarnation, row))
             return
-        self._named[key] = self._new_pod(incarnation)
+        self._named[key] = self._new_pod(incarnation, self.now)
         self._commit(WriteKind.POD_CREATE, self._named[key], "workload", row=row, by_model=False)
 
-    def _new_pod(self, incarnation: int) -> Pod:
+    def _new_pod(self, incarnation: int, created: int) -> Pod:
+        """Pod ``incarnation`` of the workload, made now (``created``: NEVER for a listed pod,
+        which the trace did not see created)."""
         w = self._workload
         pod = Pod(len(self._pods), w.namespace[incarnation], w.name[incarnation],
-                  w.request[incarnation], created=self.now, run_us=w.run_us.item(incarnation),
+                  w.request[incarnation], created=created, run_us=w.run_us.item(incarnation),
                   scheduler_name=w.scheduler_name[incarnation],
                   group=w.group[incarnation], priority=w.priority.item(incarnation))
         self._pods.append(pod)
@@ -450,28 +452,46 @@ class Simulation:
         if pod.deleted < 0:
             self._commit(WriteKind.POD_DELETE, pod, "workload", by_model=False)
 
-    def _list_nodes(self) -> None:
-        """The nodes the trace did not see created (``Workload.listed_node``), in every cache
-        at its first write and before it, as an informer's first list leaves them (observe's
-        ``InitialList``): a create of origin ``list`` each (rvs 1, 2, ...), delivered to every
-        watcher of it at its commit, every stage at once (source ``LIST``), and in their
-        watches' stores, so that a re-list lists it."""
-        w, now, code = self._workload, self._env.now, self._nodes_code
+    def _list(self) -> None:
+        """The objects the trace did not see created, in every cache at its first write and
+        before it, as an informer's first list leaves them (observe's ``InitialList``): the
+        listed nodes (``Workload.listed_node``), then the listed pods (``listed_pod``), each a
+        create of origin ``list`` (rvs 1, 2, ...) delivered to every watcher of it at its commit,
+        every stage at once (source ``LIST``), and in their watches' stores, so that a re-list
+        lists it.  A pod listed on its node is created bound there: it holds the node, each
+        cache counts it and its kubelet runs it, until it ended in the recording; a pod listed
+        pending is the model's to schedule, as any pod it is sent the create of."""
+        w, now = self._workload, self._env.now
         for node, alloc in zip(w.listed_node.tolist(), w.listed_alloc.tolist()):
-            fan = self._fans[code][node + 1]
-            if fan is None:
-                fan = self._fans[code][node + 1] = self._targets_of("nodes", node, code)
-            rv = self._pipeline.listed(now, fan.watches, code, node)
-            write = Write(rv, now, WriteKind.NODE_SET, None, node, "", 0, -1, LISTED_CODE,
-                          (alloc[0], alloc[1], alloc[2]))
-            self._truth.apply(write)
-            for listener in self._listeners:
-                listener(write)
-            self._log.event(write, Origin.LIST)
-            self._log.cached.append(now)
-            self._log.dispatched.append(now)
-            self._hand_over([(t, rv, write, now, now, now, now, Source.LIST, False)
-                             for t in fan.targets], rv, piped=False)
+            self._listed(Write(0, now, WriteKind.NODE_SET, None, node, "", 0, -1, LISTED_CODE,
+                               (alloc[0], alloc[1], alloc[2])), "nodes", self._nodes_code, node)
+        for incarnation, node in zip(w.listed_pod.tolist(), w.listed_pod_node.tolist()):
+            pod = self._new_pod(incarnation, NEVER)
+            self._named[pod.key] = pod
+            self._listed(Write(0, now, WriteKind.POD_CREATE, pod, node, "", 0, -1, LISTED_CODE),
+                         "pods", self._pods_code, self._queue_key(pod))
+            if node >= 0 and pod.run_us != NEVER:
+                self._env.call_at(now + pod.run_us, self._end_of_run, pod)
+
+    def _listed(self, write: Write, resource: str, code: int, key: int) -> None:
+        """Commit ``write``, of an object of ``resource`` (its ``code``) and client-queue
+        ``key`` in the first list (``_list``), and deliver it."""
+        now, node, pod = write.commit, write.node, write.pod
+        fans = self._fans[code]
+        fan = fans[node + 1]
+        if fan is None:
+            fan = fans[node + 1] = self._targets_of(resource, node, code)
+        write.rv = self._pipeline.listed(now, fan.watches, code, key)
+        self._truth.apply(write)
+        if pod is not None and pod.group is not None and node >= 0:  # a gang member placed
+            self._placed_members[pod.group] = self._placed_members.get(pod.group, 0) + 1
+        for listener in self._listeners:
+            listener(write)
+        self._log.event(write, Origin.LIST)
+        self._log.cached.append(now)
+        self._log.dispatched.append(now)
+        self._hand_over([(t, write.rv, write, now, now, now, now, Source.LIST, False)
+                         for t in fan.targets], write.rv, piped=False)
 
     # -- watch --------------------------------------------------------------------------------
     def _filters(self, watchers: list[WatcherSpec]) -> None:
@@ -677,7 +697,7 @@ class Simulation:
 
     def _tables(self) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
         w, log = self._workload, self._log
-        self._list_nodes()
+        self._list()
         if len(w.row):
             self._env.call_at(int(w.ts[0]), self._feed, 0)
         end = int(w.ts[-1]) if len(w.ts) else 0
@@ -756,11 +776,13 @@ class Simulation:
         for i, c in enumerate(("verb", "resource", "subresource")):
             yield c, kind.replace_strict({k.value: k.api_call[i] for k in WriteKind},
                                          return_dtype=pl.String)
-        # the listed nodes' creates: the first events (``_list_nodes``)
+        # the listed nodes' creates: the first events (``_list``)
         listed = np.arange(part.start, min(part.stop, len(self._workload.listed_node)))
         yield "namespace", pods["namespace"].gather(pod)
         yield "name", _listed_first(pods["name"].gather(pod), nodes.gather(node[:len(listed)]))
-        places = np.isin(kind.to_numpy(), [WriteKind.POD_BIND, WriteKind.POD_ASSUME, *NODE_KINDS])
+        # (a create's node: a pod listed on its node; the others' is NO_NODE)
+        places = np.isin(kind.to_numpy(), [WriteKind.POD_CREATE, WriteKind.POD_BIND,
+                                           WriteKind.POD_ASSUME, *NODE_KINDS])
         yield "node", nodes.gather(_index(np.where(places, node, -1)))
         creates = (kind == WriteKind.POD_CREATE).to_numpy()
         created = _index(np.where(creates, pod.fill_null(-1), -1))

@@ -9,11 +9,17 @@ when it ended: a Job's pod that ran to its end is deleted in the replay when it 
 cache drops a terminal pod).  A pod that the recording says never ran (a trace with a
 ``scheduled_ts`` column where this pod's is null) is deleted at its recorded time instead.  Set
 aside: the recorded placements (bindings) and every other pod write (status patches, scheduler and
-dispatcher patches), which belonged to them; failed writes, which changed nothing; and writes to
-pods created before the trace began (observe lists them as every cache held them, ``InitialList``;
-a what-if model starts from none of them).  Nodes made before the trace are listed, as observe
-lists them: in every cache from the trace's first write, with the allocatable their writes say
-(``listed_node``).
+dispatcher patches), which belonged to them; and failed writes, which changed nothing.
+
+The objects made before the trace began are listed, as observe lists them (``InitialList``): in
+every cache from the trace's first write.  A node with the allocatable its writes say
+(``listed_node``); a pod with the requests its writes' bodies say, on the node they say it ran
+on (``listed_pod``, ``listed_pod_node``): it holds that node until it ended in the recording
+(its first terminal status write, else its delete, at its recorded time).  A pod listed pending
+(its writes say no node, or the trace binds it) is the model's to schedule, as a pod created at
+the trace's first write; once bound it runs as long as it ran in the recording.  A pod whose
+writes say neither its node nor its requests (a Metadata-level log), or that ran to its end
+before the trace, is set aside: the replays know nothing of it.
 """
 
 from __future__ import annotations
@@ -26,9 +32,10 @@ import numpy as np
 import polars as pl
 
 from replay.engine.cluster import NEVER, NODE_KINDS, Request, WriteKind
-from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, PodHistory, RowMasks,
-                                   allocatable_unknown, created_before, created_placed,
-                                   listed_nodes, mask, phases_unknown, without_bodies)
+from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, InitialList,
+                                   PodHistory, RowMasks, allocatable_unknown, created_before,
+                                   created_placed, mask, phases_unknown, unborn_effect,
+                                   without_bodies)
 
 
 @dataclass
@@ -46,6 +53,10 @@ class Workload:
     # the allocatable their first writes say (``recorded.listed_nodes``), and that allocatable
     listed_node: np.ndarray  # node index
     listed_alloc: np.ndarray  # (listed, 3)
+    # The pods it did not see created and listed after them (``recorded.listed_pods``), in the
+    # order of their names, and the node each ran on (-1: listed pending)
+    listed_pod: np.ndarray  # pod (incarnation) index
+    listed_pod_node: np.ndarray  # node index, -1 if none
     # Per pod (incarnation)
     namespace: list[str | None]
     name: list[str]
@@ -75,15 +86,22 @@ class Workload:
         kind[is_node & mask(trace, pl.col("verb").is_in(["delete", "deletecollection"]))] = WriteKind.NODE_DELETE
         kind[ok & ~mask(trace, IS_POD) & ~is_node] = WriteKind.OTHER
 
+        committed = np.flatnonzero(ok)
+        start = int(ts[committed[0]]) if len(committed) else 0
         created = history.first(masks.ok_create)
         has_create = created >= 0
+        listed = InitialList.of(trace, masks, lambda: history)
+        listed_pod, listed_pod_node = _listed_pods(listed.pods, node_index)
+        replayed = has_create.copy()
+        replayed[listed_pod] = True
         deleted = history.last(masks.ok_delete)
-        started, never_ran = _starts(trace, masks, history, created, ts)
+        started, never_ran = _starts(trace, masks, history, created, ts,
+                                     np.where(has_create, ts[np.maximum(created, 0)], start))
         kind[created[has_create]] = WriteKind.POD_CREATE
         on_time = has_create & (deleted >= 0) & never_ran  # deleted at its recorded time
         kind[deleted[on_time]] = WriteKind.POD_DELETE
         ended = _ends(history, masks, deleted)
-        run_us = np.where(has_create & (ended >= 0) & ~never_ran,
+        run_us = np.where(replayed & (ended >= 0) & ~never_ran,
                           ts[np.maximum(ended, 0)] - started, NEVER)
 
         rows = np.flatnonzero(kind >= 0)
@@ -94,26 +112,26 @@ class Workload:
         alloc = (trace.select(pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0))
                  .to_numpy()[rows].astype(np.int64))
         pod_of_row = np.where(history.incarnation[rows] >= 0, history.incarnation[rows], -1)
-        create_rows = np.where(has_create, created, 0)
-        pods = trace[create_rows].select(
+        spec_rows = np.where(has_create, created, 0)  # (a pod's create, or its listing's row)
+        spec_rows[listed.pods["incarnation"].to_numpy()] = listed.pods["spec_row"].to_numpy()
+        pods = trace[spec_rows].select(
             "namespace", "name", "scheduler_name", "group",
             pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0),
             pl.col("priority").fill_null(0))
-        groups = pods.filter(pl.Series(has_create) & pl.col("group").is_not_null())["group"]
-        listed = listed_nodes(trace, masks)
-        committed = np.flatnonzero(ok)
+        groups = pods.filter(pl.Series(replayed) & pl.col("group").is_not_null())["group"]
         return cls(
-            node_names=names, start=int(ts[committed[0]]) if len(committed) else 0, row=rows,
+            node_names=names, start=start, row=rows,
             ts=ts[rows], kind=kind[rows], node=node_of_row, pod=pod_of_row, alloc=alloc,
-            listed_node=np.array([node_index[n] for n in listed["name"]], dtype=np.int64),
-            listed_alloc=listed.select(pl.col(RESOURCE_COLUMNS).fill_null(0)).to_numpy()
+            listed_node=np.array([node_index[n] for n in listed.nodes["name"]], dtype=np.int64),
+            listed_alloc=listed.nodes.select(pl.col(RESOURCE_COLUMNS).fill_null(0)).to_numpy()
             .astype(np.int64).reshape(-1, 3),
+            listed_pod=listed_pod, listed_pod_node=listed_pod_node,
             namespace=_shared(pods["namespace"].to_list()), name=pods["name"].to_list(),
             request=_shared(pods.select("cpu_milli", "memory_bytes", "gpu_milli").iter_rows()),
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
             group=_shared(pods["group"].to_list()), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
-            notes=_notes(trace, masks, history, has_create, names),
+            notes=_notes(trace, masks, history, has_create, listed, names),
         )
 
 
@@ -135,13 +153,28 @@ def node_names(trace: pl.DataFrame) -> list[str]:
     ]).unique().sort().to_list()
 
 
+def _listed_pods(pods: pl.DataFrame, node_index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The listed pods (``InitialList.pods``) the workload keeps, and the node each ran on (-1:
+    pending): all but those listed on a node that no node write or binding of the trace
+    names, which a what-if model does not have (``node_names``)."""
+    node = np.array([node_index.get(n, -2) if n is not None else -1 for n in pods["node"]],
+                    dtype=np.int64)
+    kept = node >= -1
+    return pods["incarnation"].to_numpy()[kept], node[kept]
+
+
 def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, has_create: np.ndarray,
-           nodes: list[str]) -> list[str]:
+           listed: InitialList, nodes: list[str]) -> list[str]:
     """What the workload sets aside or cannot know that bears on the numbers."""
-    return [*created_before(int(np.count_nonzero(~has_create)), history.incarnations,
-                            "they are set aside (a what-if model starts from none of them, "
-                            "whatever their writes' bodies say of them), so the model places "
-                            "the others on nodes that hold none of them"),
+    existed = int(np.count_nonzero(~has_create))
+    unknown = listed.pods.filter(~pl.col("node").is_in(nodes) & pl.col("node").is_not_null())
+    return [*created_before(existed, history.incarnations, unborn_effect(
+                existed, listed.pods.height, "they are set aside, so the model places the "
+                "others on nodes that hold none of them")),
+            *([f"{unknown.height:,} pods listed at the trace's start ran on nodes that no node "
+               "write or binding of the trace names, which a what-if model does not have: they "
+               "are set aside"]
+              if unknown.height else []),
             *without_bodies(trace, masks, bindings=False),
             *phases_unknown(trace, masks, "a pod runs until its recorded delete"),
             *allocatable_unknown(trace, masks, nodes, "a what-if model places no pod on them",
@@ -158,10 +191,12 @@ def _ends(history: PodHistory, masks: RowMasks, deleted: np.ndarray) -> np.ndarr
 
 
 def _starts(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, created: np.ndarray,
-            ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per pod: when it started running in the recording (µs), and whether it never did."""
+            ts: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per pod: when it started running in the recording (µs), and whether it never did.  Its
+    binding's commit, else its ``scheduled_ts``, else ``first``: its create's, or the trace's
+    start for a listed pod."""
     bound = history.first(masks.ok_binding)
-    start = np.where(bound >= 0, ts[np.maximum(bound, 0)], ts[np.maximum(created, 0)])
+    start = np.where(bound >= 0, ts[np.maximum(bound, 0)], first)
     never_ran = np.zeros(len(created), dtype=bool)
     if "scheduled_ts" in trace.columns:
         scheduled = trace["scheduled_ts"].dt.epoch("us").to_numpy()[np.maximum(created, 0)]

@@ -41,7 +41,7 @@ class KubeModel(WhatIfModel):
         self.attempt_of: dict[Pod, Attempt] = {}  # bound, not yet admitted by the kubelet
         self.admitted: dict[int, dict[Pod, Request]] = {}
         for kubelet, node in sim.kubelets():
-            sim.react(kubelet, {WriteKind.POD_BIND, WriteKind.POD_DELETE},
+            sim.react(kubelet, {WriteKind.POD_CREATE, WriteKind.POD_BIND, WriteKind.POD_DELETE},
                       (lambda n: lambda write: self._kubelet(n, write))(node))
 
     def bind(self, scheduler: Scheduler, attempts: list[Attempt]) -> None:
@@ -59,12 +59,17 @@ class KubeModel(WhatIfModel):
         self.attempt_of[attempt.pod] = attempt
 
     def _kubelet(self, node: int, write: Write) -> None:
-        """Admission: the pods this kubelet has admitted plus the new one must fit."""
+        """Admission: the pods this kubelet has admitted plus the new one must fit.  A pod
+        created on its node is one listed running there when the trace began: admitted
+        before it."""
         admitted = self.admitted.setdefault(node, {})
         pod = write.pod
         assert pod is not None
         if write.kind == WriteKind.POD_DELETE:
             admitted.pop(pod, None)
+            return
+        if write.kind == WriteKind.POD_CREATE:
+            admitted[pod] = pod.request
             return
         if pod.deleted >= 0:
             return

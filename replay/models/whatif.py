@@ -162,7 +162,8 @@ class Assigner:
         sim.on_commit(self.assign)
 
     def assign(self, write: Write) -> None:
-        if write.kind == WriteKind.POD_CREATE and write.pod is not None:
+        """A pod created pending is assigned; one listed on its node is no scheduler's."""
+        if write.kind == WriteKind.POD_CREATE and write.pod is not None and write.node < 0:
             self.sim.assign(write.pod, self.instance_of(write.pod))
 
     def instance_of(self, pod: Pod) -> int:
