@@ -671,25 +671,28 @@ def jobs_sample(path):
                 .sort("ts", maintain_order=True), path, source="test", source_args={})
 
 
-# A log begun while "old" ran on n0, which a later patch shrinks to less than "old" requests
-# (over-committed by the trace, not by a model), and "big" waited, which no node can ever hold
+# A log begun while "old" ran on n0, listed before n0's create (over-committed by the trace, not
+# by a model), and "big" waited, which no node can ever hold; a mirror pod larger than its node
 LISTED = [node(0, "n0", 2000, 8 * GIB), node(0, "n1", 1000, 8 * GIB),
           status(1, "old", "Running", node="n0", cpu=1500, memory=GIB),
-          status(2, "big", "Pending", cpu=4000, memory=GIB),
-          node(3, "n0", 1000, 8 * GIB, verb="patch", subresource="status"), pod(4, "p", 500)]
+          status(2, "big", "Pending", cpu=4000, memory=GIB), pod(4, "p", 500),
+          pod(5, "static", 1500, node_name="n1")]
 
 
 @pytest.mark.parametrize("model", ["godel", "kube"])
 def test_the_pods_a_what_if_replay_lists_keep_every_invariant(tmp_path, model):
-    """A pod listed on its node is the trace's placement, not the model's: its over-commitment
-    is reported (truth_within_capacity once failed a Gödel run on it) and its kubelet counts it
-    without judging its admission; a pod listed pending that fits nowhere is accounted for by
-    its unschedulable attempts (every_pod_accounted once missed them: it has no created_ts)."""
+    """A pod listed on its node, or a mirror pod, is the trace's placement, not the model's: its
+    over-commitment is reported (truth_within_capacity once failed a Gödel run on it) and its
+    kubelet counts it without judging its admission; a pod listed pending that fits nowhere is
+    accounted for by its unschedulable attempts (every_pod_accounted once missed them: it has
+    no created_ts)."""
     run = replay(tmp_path, model, "[model]\nschedulers = 2\n" if model == "kube" else "",
                  rows=LISTED)
     findings = check_run(run)
     assert failed(findings) == []
-    assert "truth_within_capacity" in ids(findings, Status.REPORTED)
+    over = next(f for f in findings if f.invariant == "truth_within_capacity")
+    assert over.status is Status.REPORTED
+    assert {"ns/old", "ns/static"} <= {row["pod"] for row in over.examples}
     pods = pl.read_parquet(run / "pods.parquet")
     assert pods.filter(pod="ns/big").select("created_ts", "bound_ts").rows() == [(None, None)]
     assert pl.read_parquet(run / "attempts.parquet").filter(pod="ns/big")["outcome"].unique() \

@@ -797,8 +797,10 @@ def exactly_once(run: RunTables) -> Finding:
 OVER = ("(free_cpu < 0 AND cpu_milli < 0) OR (free_memory < 0 AND memory_bytes < 0) "
         "OR (free_gpu < 0 AND gpu_milli < 0)")
 ANY_OVER = "least(free_cpu, free_memory, free_gpu) < 0"
-# A ``truth`` row of a listed object (events.origin 'list'): the trace's, placed before it began
-LISTED = "EXISTS (SELECT 1 FROM events WHERE events.rv = {0}.rv AND events.origin = 'list')"
+# A ``truth`` row of a pod created on its node: the trace's placement, not the model's (listed
+# on it at the trace's start, or a static pod's mirror pod, which its kubelet creates)
+CREATED_ON_NODE = """EXISTS (SELECT 1 FROM events WHERE events.rv = {0}.rv
+    AND events.resource = 'pods' AND events.verb = 'create' AND events.subresource IS NULL)"""
 
 
 def truth_within_capacity(run: RunTables) -> Finding:
@@ -812,9 +814,10 @@ def truth_within_capacity(run: RunTables) -> Finding:
     at its request, ``commit_ms`` and the attempt's throttling before the commit (the
     attempt's whole throttling, its scheduler's writes' too: an earlier bound, which reports
     rather than fails where the two differ).  Reported: every other over-commitment (after a
-    shrink; of the ``kube`` model, whose API server accepts any binding; recorded in a trace,
-    or listed at its start: a pod a what-if model lists on its node ran there before the trace;
-    of a plugin model).
+    shrink; of the ``kube`` model, whose API server accepts any binding; recorded in a trace;
+    by a pod created on its node, which is the trace's placement in a what-if run: a pod listed
+    on its node ran there before the trace, a static pod's mirror pod is its kubelet's; of a
+    plugin model).
     """
     truth = run.truth()
     columns = ("rv, commit_ts, node, change, pod, -cpu_milli AS cpu_milli, "
@@ -832,15 +835,15 @@ def truth_within_capacity(run: RunTables) -> Finding:
         return _from_sql(run, "truth_within_capacity", "SELECT * FROM truth WHERE false",
                          reported=f"SELECT {columns} FROM {truth} WHERE {ANY_OVER}",
                          order="rv", note=why)
+    the_traces = CREATED_ON_NODE.format("truth")
     return _from_sql(
         run, "truth_within_capacity",
         f"SELECT {columns} FROM {truth} AS truth WHERE change = 'binding' AND ({OVER}) "
-        f"AND (last_shrink_rv IS NULL OR NOT {in_wake}) AND NOT {LISTED.format('truth')}",
+        f"AND (last_shrink_rv IS NULL OR NOT {in_wake}) AND NOT {the_traces}",
         reported=f"SELECT {columns} FROM {truth} AS truth WHERE {ANY_OVER} "
-                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake} "
-                 f"OR {LISTED.format('truth')})",
-        order="rv", note="over-commitment after an allocatable decrease, or by the pods listed "
-                         "at the trace's start, is reported")
+                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake} OR {the_traces})",
+        order="rv", note="over-commitment after an allocatable decrease, or by a pod created "
+                         "on its node (listed, or a mirror pod), is reported")
 
 
 def _checked_at(run: RunTables) -> str:
@@ -863,8 +866,9 @@ def kubelet_admission(run: RunTables) -> Finding:
     is the node's as the kubelet knows it: at the binding's commit or at admission, whichever is
     larger (the kubelet reports its own allocatable), and after a delete of its node object the
     one it had (it admits against its own node when the API server has none: ``getNodeAnyWay``,
-    ``pkg/kubelet/kubelet_getters.go``).  A pod listed on its node at the trace's start ran there
-    before it: the kubelet counts it, and its admission is not judged.  Failed for a model whose
+    ``pkg/kubelet/kubelet_getters.go``).  A pod created on its node (listed there at the trace's
+    start, or a mirror pod) is the kubelet's own: it counts it, and its admission is not
+    judged.  Failed for a model whose
     kubelets decide
     admission (``ADMITTING``); reported for the other what-if models, whose kubelets admit every
     pod (``truth_within_capacity`` judges their placements).  Observe runs model no admission.
@@ -971,7 +975,7 @@ def kubelet_admission(run: RunTables) -> Finding:
             SELECT view.*, admissions.applied_ts AS admitted_ts
             FROM kubelet_view AS view
             JOIN admissions USING (watcher, rv)
-            WHERE view.change = 'binding' AND ({OVER}) AND NOT {LISTED.format('view')}
+            WHERE view.change = 'binding' AND ({OVER}) AND NOT {CREATED_ON_NODE.format('view')}
         ), grown AS (
             -- how much more allocatable the node had at admission than at the binding
             SELECT over.watcher, over.rv,

@@ -58,9 +58,9 @@ DELIVERY_PART = ROW_GROUP_ROWS
 REPLAY_GC_THRESHOLDS = (1_000_000, 50, 100)
 # The kinds the engine tests once or twice per write, and each kind's HTTP status when a model
 # writes it, as module globals (quicker than an enum's members and properties)
-_BIND, _DELETE, _NODE_DELETE, _OTHER, _FAIL = (WriteKind.POD_BIND, WriteKind.POD_DELETE,
-                                               WriteKind.NODE_DELETE, WriteKind.OTHER,
-                                               WriteKind.POD_FAIL)
+_CREATE, _BIND, _DELETE, _NODE_DELETE, _OTHER, _FAIL = (
+    WriteKind.POD_CREATE, WriteKind.POD_BIND, WriteKind.POD_DELETE, WriteKind.NODE_DELETE,
+    WriteKind.OTHER, WriteKind.POD_FAIL)
 _STATUS = {kind: 201 if kind.api_call[0] == "create" else 200 for kind in WriteKind}
 _MARKS = len(Source)  # a logged delivery's ``mark``: 1 + its source + _MARKS if coalesced
 Handler = Callable[[Write], None]
@@ -369,15 +369,16 @@ class Simulation:
         write = Write(rv, now, kind, pod, node, component, attempt.id if attempt else 0, row, code,
                       alloc)
         self._truth.apply(write)
+        places = kind == _BIND or (kind == _CREATE and node >= 0)  # (a mirror pod's create)
         if pod is not None and pod.group is not None and (
-                kind == _BIND or (kind == _DELETE and pod.node < 0)):
+                places or (kind == _DELETE and pod.node < 0)):
             self._placed_members[pod.group] = self._placed_members.get(pod.group, 0) + 1
         for listener in self._listeners:
             listener(write)
         self._log.event(write, Origin.MODEL if by_model else Origin.TRACE)
         if attempt is not None and attempt.committed < 0:
             attempt.committed = now
-        if kind == _BIND and pod is not None and pod.run_us != NEVER:
+        if places and pod is not None and pod.run_us != NEVER:
             self._env.call_at(now + pod.run_us, self._end_of_run, pod)
         self._send(write)
         if kind == _DELETE and pod is not None:
@@ -433,7 +434,8 @@ class Simulation:
             self._waiting_for_name.setdefault(key, []).append((incarnation, row))
             return
         self._named[key] = self._new_pod(incarnation, self.now)
-        self._commit(WriteKind.POD_CREATE, self._named[key], "workload", row=row, by_model=False)
+        self._commit(WriteKind.POD_CREATE, self._named[key], "workload",
+                     node=w.created_on.item(incarnation), row=row, by_model=False)
 
     def _new_pod(self, incarnation: int, created: int) -> Pod:
         """Pod ``incarnation`` of the workload, made now (``created``: NEVER for a listed pod,
@@ -465,7 +467,8 @@ class Simulation:
         for node, alloc in zip(w.listed_node.tolist(), w.listed_alloc.tolist()):
             self._listed(Write(0, now, WriteKind.NODE_SET, None, node, "", 0, -1, LISTED_CODE,
                                (alloc[0], alloc[1], alloc[2])), "nodes", self._nodes_code, node)
-        for incarnation, node in zip(w.listed_pod.tolist(), w.listed_pod_node.tolist()):
+        for incarnation in w.listed_pod.tolist():
+            node = w.created_on.item(incarnation)
             pod = self._new_pod(incarnation, NEVER)
             self._named[pod.key] = pod
             self._listed(Write(0, now, WriteKind.POD_CREATE, pod, node, "", 0, -1, LISTED_CODE),
@@ -729,9 +732,9 @@ class Simulation:
         """The events table in parts of ROW_GROUP_ROWS rows (the run directory's row groups:
         each part's columns, strings gathered from the pods and the trace, cost hundreds of
         bytes a row while it is made).  Writes replayed from the trace keep their recorded
-        columns, but for a pod create's node: the model places every pod it creates, so a
-        create that named its node in the trace (a mirror pod) names none here; the others are
-        described from what they are (their kind, pod and node)."""
+        columns, but for a pod create's node: the node it was created on here (a mirror pod's,
+        unless the model has no such node and schedules it); the others are described from
+        what they are (their kind, pod and node)."""
         log = self._log
         pods = {"namespace": pl.Series([p.namespace for p in self._pods], dtype=pl.String),
                 "name": pl.Series([p.name for p in self._pods], dtype=pl.String)}

@@ -53,11 +53,11 @@ class Workload:
     # the allocatable their first writes say (``recorded.listed_nodes``), and that allocatable
     listed_node: np.ndarray  # node index
     listed_alloc: np.ndarray  # (listed, 3)
-    # The pods it did not see created and listed after them (``recorded.listed_pods``), in the
-    # order of their names, and the node each ran on (-1: listed pending)
+    # The pods it did not see created, listed after them (``recorded.listed_pods``), in the
+    # order of their names
     listed_pod: np.ndarray  # pod (incarnation) index
-    listed_pod_node: np.ndarray  # node index, -1 if none
     # Per pod (incarnation)
+    created_on: np.ndarray  # the node it is created on (listed there, or a mirror pod's), or -1
     namespace: list[str | None]
     name: list[str]
     request: list[Request]  # equal requests are one tuple
@@ -91,7 +91,7 @@ class Workload:
         created = history.first(masks.ok_create)
         has_create = created >= 0
         listed = InitialList.of(trace, masks, lambda: history)
-        listed_pod, listed_pod_node = _listed_pods(listed.pods, node_index)
+        listed_pod, created_on = _created_on(trace, listed.pods, created, node_index)
         replayed = has_create.copy()
         replayed[listed_pod] = True
         deleted = history.last(masks.ok_delete)
@@ -125,7 +125,7 @@ class Workload:
             listed_node=np.array([node_index[n] for n in listed.nodes["name"]], dtype=np.int64),
             listed_alloc=listed.nodes.select(pl.col(RESOURCE_COLUMNS).fill_null(0)).to_numpy()
             .astype(np.int64).reshape(-1, 3),
-            listed_pod=listed_pod, listed_pod_node=listed_pod_node,
+            listed_pod=listed_pod, created_on=created_on,
             namespace=_shared(pods["namespace"].to_list()), name=pods["name"].to_list(),
             request=_shared(pods.select("cpu_milli", "memory_bytes", "gpu_milli").iter_rows()),
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
@@ -153,14 +153,23 @@ def node_names(trace: pl.DataFrame) -> list[str]:
     ]).unique().sort().to_list()
 
 
-def _listed_pods(pods: pl.DataFrame, node_index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-    """The listed pods (``InitialList.pods``) the workload keeps, and the node each ran on (-1:
-    pending): all but those listed on a node that no node write or binding of the trace
-    names, which a what-if model does not have (``node_names``)."""
-    node = np.array([node_index.get(n, -2) if n is not None else -1 for n in pods["node"]],
+def _created_on(trace: pl.DataFrame, listed: pl.DataFrame, created: np.ndarray,
+                node_index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The listed pods (``InitialList.pods``) the workload keeps, and per pod the node it is
+    created on: a listed pod's (-1: listed pending), or a pod whose create names its node (a
+    static pod's mirror pod, which its kubelet creates; -1: the model places the others).  A
+    node that no node write or binding of the trace names is in no cache of a what-if model
+    (``node_names``): a pod listed on one is set aside, one created on one is scheduled anew."""
+    created_on = np.full(len(created), -1, dtype=np.int64)
+    has_create = np.flatnonzero(created >= 0)
+    named = trace["node"].gather(created[has_create])
+    on_node = named.is_not_null().to_numpy()  # (few: a loop over a million creates is 0.2 s)
+    created_on[has_create[on_node]] = [node_index.get(n, -1) for n in named.filter(on_node)]
+    node = np.array([node_index.get(n, -2) if n is not None else -1 for n in listed["node"]],
                     dtype=np.int64)
     kept = node >= -1
-    return pods["incarnation"].to_numpy()[kept], node[kept]
+    created_on[listed["incarnation"].to_numpy()[kept]] = node[kept]
+    return listed["incarnation"].to_numpy()[kept], created_on
 
 
 def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, has_create: np.ndarray,
@@ -179,7 +188,9 @@ def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, has_create
             *phases_unknown(trace, masks, "a pod runs until its recorded delete"),
             *allocatable_unknown(trace, masks, nodes, "a what-if model places no pod on them",
                                  "a what-if model places no pod on them until then"),
-            *created_placed(trace, masks, "the model schedules these pods anew")]
+            *created_placed(trace, masks, "the model creates each on its node, as the trace "
+                            "does, unless no node write or binding of the trace names that node "
+                            "(then the model schedules it anew)")]
 
 
 def _ends(history: PodHistory, masks: RowMasks, deleted: np.ndarray) -> np.ndarray:

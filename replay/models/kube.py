@@ -60,8 +60,9 @@ class KubeModel(WhatIfModel):
 
     def _kubelet(self, node: int, write: Write) -> None:
         """Admission: the pods this kubelet has admitted plus the new one must fit.  A pod
-        created on its node is one listed running there when the trace began: admitted
-        before it."""
+        created on its node is admitted as it is: listed running there when the trace began
+        (admitted before it), or a static pod's mirror pod, which the kubelet itself created
+        for a pod it runs."""
         admitted = self.admitted.setdefault(node, {})
         pod = write.pod
         assert pod is not None

@@ -192,7 +192,8 @@ def phases_unknown(trace: pl.DataFrame, masks: RowMasks, effect: str) -> list[st
 def created_placed(trace: pl.DataFrame, masks: RowMasks, effect: str) -> list[str]:
     """The note of a what-if replay of a trace whose pod creates name their node already (a
     static pod's mirror pod, which its kubelet creates), with its ``effect``: observe places
-    such a pod at its create (``PLACES``), the what-if models schedule every pod."""
+    such a pod at its create (``PLACES``), and so do the what-if models where they have its
+    node."""
     placed = np.count_nonzero(masks.ok_create & mask(trace, pl.col("node").is_not_null()))
     if not placed:
         return []
