@@ -166,6 +166,7 @@ class Incarnation:
     pod: str
     requests: dict
     created: int | None = None
+    listed: bool = False  # in the first list (made before the trace)
     bind: tuple | None = None  # (rv, commit_us, node, attempt_id) of its first binding
     delete: tuple | None = None  # (rv, commit_us) of the last delete
     states: list = field(default_factory=list)  # (rv, commit_us, node, pod_state, attempt_id)
@@ -211,9 +212,10 @@ def rebuild_truth(events: pl.DataFrame) -> Truth:
             pod = e["name"] if e["namespace"] is None else f"{e['namespace']}/{e['name']}"
             if e["verb"] == "create" and e["subresource"] is None:
                 # a listed pod (origin 'list': made before the trace) was created at no time
-                # the run knows: it is never counted pending (pods.created_ts is null)
+                # the run knows (pods.created_ts is null): it waits from the run's start
                 current[pod] = Incarnation(pod, {r: e[c] or 0 for r, c in RESOURCES.items()},
-                                           None if e["origin"] == "list" else us(e["commit_ts"]))
+                                           None if e["origin"] == "list" else us(e["commit_ts"]),
+                                           listed=e["origin"] == "list")
                 truth.incarnations.append(current[pod])
                 if e["node"] is not None:  # created on its node (a mirror pod): placed there
                     current[pod].bind = (e["rv"], us(e["commit_ts"]), e["node"], e["attempt_id"])
@@ -294,10 +296,12 @@ class CapacityReference:
         self.truth = rebuild_truth(tables["events"])
         self.node_changes = self.truth.node_changes
         self.end = run_end(tables)
+        start = run_start(tables)
         self.pending = [  # (start, end, requests) of each pod waiting to be placed
-            (inc.created, min([t for t in (inc.bind and inc.bind[1], inc.delete and inc.delete[1])
-                               if t is not None] or [self.end]), inc.requests)
-            for inc in self.truth.incarnations if inc.created is not None]
+            (start if inc.listed else inc.created,
+             min([t for t in (inc.bind and inc.bind[1], inc.delete and inc.delete[1])
+                  if t is not None] or [self.end]), inc.requests)
+            for inc in self.truth.incarnations if inc.created is not None or inc.listed]
 
     def windows(self) -> pl.DataFrame:
         rows = []
@@ -554,6 +558,8 @@ def delay_cdf(tables) -> pl.DataFrame:
 
 
 def run_start(tables) -> int:
+    """The run's first timestamp (run_bounds.start_ts): its first commit, or an attempt's
+    earliest time before it."""
     a = tables["attempts"]
     times = [tables["events"]["commit_ts"].min()]
     times += [a[c].min() for c in ("enqueued_ts", "started_ts", "decided_ts", "committed_ts")]

@@ -29,9 +29,10 @@
 --                     request of the resource was above the view's free capacity there and within
 --                     the truth's.  A pod is pending from its create until its binding or its
 --                     delete commits (until the end of the run if neither does; a pod created on
---                     its node is never pending: pods.bound_ts); pods created before the trace
---                     are not counted (pods.created_ts is null: their requests are unknown, or
---                     a listed pod's wait began before the trace)
+--                     its node is never pending: pods.bound_ts); a pod created before the trace
+--                     (pods.created_ts is null) from the run's start: one listed pending waits
+--                     from the trace's first commit (one listed on its node is bound then, and
+--                     one the replay did not list has no requests)
 --   conflicts         phantom windows only: attempts of the watcher, as a scheduler, on the node,
 --                     decided during the window and ending in conflict
 --
@@ -388,14 +389,13 @@ WITH bounds AS MATERIALIZED (
     SELECT run, resource, request, start_ts,
            max(end_ts) OVER (PARTITION BY run, resource, request ORDER BY start_ts) AS reach_ts
     FROM (
-        SELECT run, created_ts AS start_ts,
+        SELECT run, coalesce(created_ts, bounds.start_ts) AS start_ts,
                coalesce(least(bound_ts, deleted_ts), bounds.end_ts) AS end_ts,
                unnest([{'resource': 'cpu', 'request': cpu_milli},
                        {'resource': 'memory', 'request': memory_bytes},
                        {'resource': 'gpu', 'request': gpu_milli}], recursive := true)
         FROM pods
         JOIN bounds USING (run)
-        WHERE created_ts IS NOT NULL
     )
     WHERE request > 0 AND end_ts > start_ts
 ), stale_segments AS (

@@ -39,12 +39,11 @@ def pending(con: duckdb.DuckDBPyConnection) -> Sizes | None:
         SELECT epoch_us(start_ts) AS start_us, epoch_us(end_ts) AS end_us,
                coalesce(cpu_milli, 0) AS cpu, coalesce(memory_bytes, 0) AS memory,
                coalesce(gpu_milli, 0) AS gpu
-        FROM (SELECT created_ts AS start_ts,
+        FROM (SELECT coalesce(created_ts, bounds.start_ts) AS start_ts,
                      coalesce(least(bound_ts, deleted_ts), bounds.end_ts) AS end_ts,
                      cpu_milli, memory_bytes, gpu_milli
               FROM pods
-              JOIN bounds USING (run)
-              WHERE created_ts IS NOT NULL)
+              JOIN bounds USING (run))
         WHERE end_ts > start_ts""").fetchnumpy()
     rows = _rows({name: np.asarray(column, dtype=np.int64) for name, column in pods.items()})
     con.register("pending", pa.table({
