@@ -51,6 +51,7 @@ def test_pending_is_the_sqls_on_ties_and_nulls(pods, end):
     assert pending_matches_the_sql(_connection(pods, end), SQL)
 
 
+@settings(max_examples=budget(20), deadline=None)  # (what it checks does not depend on the pods)
 @given(st.lists(pod, max_size=4), st.none() | st.integers(0, 8))
 def test_several_runs_or_none_are_left_to_the_sql(pods, end):
     for con in (_connection(pods, end, runs=2), _connection(pods, end, runs=0)):
