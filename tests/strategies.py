@@ -219,12 +219,12 @@ def workloads(draw, max_nodes: int = 3, max_pods: int = 6, recorded: bool = True
     rows = [row for name in nodes for row in draw(node_rows(name))]
     gangs = draw(st.sampled_from([(), ("g0",), ("g0", "g1")]))
     for i in range(draw(st.integers(1, max_pods))):
-        group = draw(st.sampled_from((None, *gangs)))
+        group = draw(st.sampled_from((None, *gangs))) if gangs else None
         rows += draw(pod_rows(f"p{i}", nodes, recorded, group))
     if draw(st.integers(0, 3)) == 0:
         rows.append({"ms": draw(st.integers(0, 80)), "verb": "update", "resource": "configmaps",
                      "name": "settings", "code": 200, "component": "user"})
-    return rows + draw(running_before(nodes))
+    return rows + draw(running_before(nodes, gangs))
 
 
 @st.composite
@@ -279,11 +279,11 @@ def observed_traces(draw) -> list[dict]:
 
 
 @st.composite
-def running_before(draw, nodes: list[str]) -> list[dict]:
+def running_before(draw, nodes: list[str], gangs: tuple[str, ...] = ()) -> list[dict]:
     """Pods and a node made before the trace began (a log of a running cluster): their writes
     say their node and requests (a RequestResponse log) or not (Metadata level); one may be
     pending, then bound; one may have ended before the trace (its delete finds it Succeeded)
-    or end during it."""
+    or end during it; one may be a member of one of ``gangs``."""
     rows = []
     if draw(st.integers(0, 3)) == 0:  # a node: its first write a status patch
         rows.append(node(draw(st.integers(0, 30)), "n-old", draw(st.sampled_from([1000, 2000])),
@@ -292,6 +292,8 @@ def running_before(draw, nodes: list[str]) -> list[dict]:
         name, at = f"old{i}", draw(st.integers(0, 50))
         said = draw(st.booleans())
         stored = {"cpu": draw(st.sampled_from([500, 1000])), "memory": GIB} if said else {}
+        group = draw(st.sampled_from((None, *gangs))) if gangs else None
+        stored |= {"group": group} if said and group is not None else {}
         pending = draw(st.integers(0, 3)) == 0
         where = {} if pending or not said else {"node": draw(st.sampled_from(nodes))}
         if draw(st.integers(0, 3)) == 0:  # ran to its end before the trace
