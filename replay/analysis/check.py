@@ -835,13 +835,14 @@ def truth_within_capacity(run: RunTables) -> Finding:
         return _from_sql(run, "truth_within_capacity", "SELECT * FROM truth WHERE false",
                          reported=f"SELECT {columns} FROM {truth} WHERE {ANY_OVER}",
                          order="rv", note=why)
-    the_traces = CREATED_ON_NODE.format("truth")
+    placed_by_trace = CREATED_ON_NODE.format("truth")
     return _from_sql(
         run, "truth_within_capacity",
         f"SELECT {columns} FROM {truth} AS truth WHERE change = 'binding' AND ({OVER}) "
-        f"AND (last_shrink_rv IS NULL OR NOT {in_wake}) AND NOT {the_traces}",
+        f"AND (last_shrink_rv IS NULL OR NOT {in_wake}) AND NOT {placed_by_trace}",
         reported=f"SELECT {columns} FROM {truth} AS truth WHERE {ANY_OVER} "
-                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake} OR {the_traces})",
+                 f"AND (change <> 'binding' OR NOT ({OVER}) OR {in_wake} "
+                 f"OR {placed_by_trace})",
         order="rv", note="over-commitment after an allocatable decrease, or by a pod created "
                          "on its node (listed, or a mirror pod), is reported")
 
@@ -868,10 +869,9 @@ def kubelet_admission(run: RunTables) -> Finding:
     one it had (it admits against its own node when the API server has none: ``getNodeAnyWay``,
     ``pkg/kubelet/kubelet_getters.go``).  A pod created on its node (listed there at the trace's
     start, or a mirror pod) is the kubelet's own: it counts it, and its admission is not
-    judged.  Failed for a model whose
-    kubelets decide
-    admission (``ADMITTING``); reported for the other what-if models, whose kubelets admit every
-    pod (``truth_within_capacity`` judges their placements).  Observe runs model no admission.
+    judged.  Failed for a model whose kubelets decide admission (``ADMITTING``); reported for
+    the other what-if models, whose kubelets admit every pod (``truth_within_capacity`` judges
+    their placements).  Observe runs model no admission.
     """
     if run.recorded:
         return _not_applicable("kubelet_admission",

@@ -26,7 +26,7 @@ class WriteKind(IntEnum):
     NODE_SET = 0  # a node is created or its allocatable changes
     NODE_DELETE = 1
     NODE_OTHER = 2  # a node write that does not change capacity (heartbeat, label, ...)
-    POD_CREATE = 3  # its ``node``, if any: created on it (a pod listed on its node)
+    POD_CREATE = 3  # its ``node``, if any: created on it (a pod listed on its node, a mirror pod)
     POD_BIND = 4  # create pods/binding: spec.nodeName set
     POD_ASSUME = 5  # a scheduler's patch naming the node it assumed (Gödel's "assumed" state)
     POD_DISPATCH = 6  # the dispatcher's patch naming the scheduler (Gödel's "dispatched" state)
