@@ -372,7 +372,7 @@ class Simulation:
         places = kind == _BIND or (kind == _CREATE and node >= 0)  # (a mirror pod's create)
         if pod is not None and pod.group is not None and (
                 places or (kind == _DELETE and pod.node < 0)):
-            self._placed_members[pod.group] = self._placed_members.get(pod.group, 0) + 1
+            self._member_placed(pod.group)
         for listener in self._listeners:
             listener(write)
         self._log.event(write, Origin.MODEL if by_model else Origin.TRACE)
@@ -386,6 +386,10 @@ class Simulation:
         elif kind == _FAIL and pod is not None:
             pod.ended = True
         return write
+
+    def _member_placed(self, group: str) -> None:
+        """A member of gang ``group`` is placed, or deleted unplaced (``gang_unplaced``)."""
+        self._placed_members[group] = self._placed_members.get(group, 0) + 1
 
     def _name_freed(self, pod: Pod) -> None:
         """``pod`` is deleted: its name is free for the next incarnation waiting for it, and the
@@ -486,8 +490,8 @@ class Simulation:
             fan = fans[node + 1] = self._targets_of(resource, node, code)
         write.rv = self._pipeline.listed(now, fan.watches, code, key)
         self._truth.apply(write)
-        if pod is not None and pod.group is not None and node >= 0:  # a gang member placed
-            self._placed_members[pod.group] = self._placed_members.get(pod.group, 0) + 1
+        if pod is not None and pod.group is not None and node >= 0:
+            self._member_placed(pod.group)
         for listener in self._listeners:
             listener(write)
         self._log.event(write, Origin.LIST)

@@ -14,7 +14,7 @@ dispatcher patches), which belonged to them; and failed writes, which changed no
 The objects made before the trace began are listed, as observe lists them (``InitialList``): in
 every cache from the trace's first write.  A node with the allocatable its writes say
 (``listed_node``); a pod with the requests its writes' bodies say, on the node they say it ran
-on (``listed_pod``, ``listed_pod_node``): it holds that node until it ended in the recording
+on (``listed_pod``, ``created_on``): it holds that node until it ended in the recording
 (its first terminal status write, else its delete, at its recorded time).  A pod listed pending
 (its writes say no node, or the trace binds it) is the model's to schedule, as a pod created at
 the trace's first write; once bound it runs as long as it ran in the recording.  A pod whose
@@ -50,10 +50,10 @@ class Workload:
     pod: np.ndarray  # pod (incarnation) index, -1 if none
     alloc: np.ndarray  # (rows, 3) allocatable of NODE_SET writes
     # The nodes the trace did not see created, listed in every cache at its first write with
-    # the allocatable their first writes say (``recorded.listed_nodes``), and that allocatable
+    # the allocatable their first writes say (``InitialList.nodes``), and that allocatable
     listed_node: np.ndarray  # node index
     listed_alloc: np.ndarray  # (listed, 3)
-    # The pods it did not see created, listed after them (``recorded.listed_pods``), in the
+    # The pods it did not see created, listed after them (``InitialList.pods``), in the
     # order of their names
     listed_pod: np.ndarray  # pod (incarnation) index
     # Per pod (incarnation)
@@ -131,7 +131,8 @@ class Workload:
             run_us=run_us, scheduler_name=_shared(pods["scheduler_name"].to_list()),
             group=_shared(pods["group"].to_list()), priority=pods["priority"].to_numpy(),
             group_size={g: n for g, n in groups.value_counts().iter_rows()},
-            notes=_notes(trace, masks, history, has_create, listed, names),
+            notes=_notes(trace, masks, history, has_create, listed.pods.height,
+                         listed.pods.height - len(listed_pod), names),
         )
 
 
@@ -168,22 +169,22 @@ def _created_on(trace: pl.DataFrame, listed: pl.DataFrame, created: np.ndarray,
     node = np.array([node_index.get(n, -2) if n is not None else -1 for n in listed["node"]],
                     dtype=np.int64)
     kept = node >= -1
-    created_on[listed["incarnation"].to_numpy()[kept]] = node[kept]
-    return listed["incarnation"].to_numpy()[kept], created_on
+    listed_pod = listed["incarnation"].to_numpy()[kept]
+    created_on[listed_pod] = node[kept]
+    return listed_pod, created_on
 
 
 def _notes(trace: pl.DataFrame, masks: RowMasks, history: PodHistory, has_create: np.ndarray,
-           listed: InitialList, nodes: list[str]) -> list[str]:
-    """What the workload sets aside or cannot know that bears on the numbers."""
+           listed: int, elsewhere: int, nodes: list[str]) -> list[str]:
+    """What the workload sets aside or cannot know that bears on the numbers (``listed``: the
+    pods the trace describes, of which ``elsewhere`` on nodes the model does not have)."""
     existed = int(np.count_nonzero(~has_create))
-    unknown = listed.pods.filter(~pl.col("node").is_in(nodes) & pl.col("node").is_not_null())
     return [*created_before(existed, history.incarnations, unborn_effect(
-                existed, listed.pods.height, "they are set aside, so the model places the "
-                "others on nodes that hold none of them")),
-            *([f"{unknown.height:,} pods listed at the trace's start ran on nodes that no node "
-               "write or binding of the trace names, which a what-if model does not have: they "
-               "are set aside"]
-              if unknown.height else []),
+                existed, listed, "they are set aside, so the model places the others on nodes "
+                "that hold none of them")),
+            *([f"{elsewhere:,} pods listed at the trace's start ran on nodes that no node write "
+               "or binding of the trace names, which a what-if model does not have: they are "
+               "set aside"] if elsewhere else []),
             *without_bodies(trace, masks, bindings=False),
             *phases_unknown(trace, masks, "a pod runs until its recorded delete"),
             *allocatable_unknown(trace, masks, nodes, "a what-if model places no pod on them",

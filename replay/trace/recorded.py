@@ -154,7 +154,7 @@ def allocatable_unknown(trace: pl.DataFrame, masks: RowMasks, nodes: list[str], 
     leave allocatable out, as they do when it has not changed), with its ``effect``; and of nodes
     created in the trace by a create that does not say it, a later write saying it, with its
     ``late_effect``.  (A node made before the trace is listed with the allocatable its later
-    writes say: ``listed_nodes``.)"""
+    writes say: ``InitialList.nodes``.)"""
     says = pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null())
     said = trace.filter(pl.Series(masks.ok & masks.node)).group_by("name").agg(
         any=says.any(), late=(pl.col("verb").first() == "create") & ~says.first())
@@ -246,7 +246,7 @@ class InitialList:
         requests, outside creates and bindings): a trace made by synth, or of a Metadata-level
         log, lists no pod without the history (half a second at a million pods, which observe
         needs before its first table only then)."""
-        return cls(listed_pods(trace, masks, history), listed_nodes(trace, masks))
+        return cls(_listed_pods(trace, masks, history), _listed_nodes(trace, masks))
 
     def __len__(self) -> int:
         return self.pods.height + self.nodes.height
@@ -295,9 +295,9 @@ def terminal_phases(masks: RowMasks, history: PodHistory, listed: np.ndarray) ->
                           ended=((end_row >= 0) & (rows > end_row)) | ended_before)
 
 
-def listed_pods(trace: pl.DataFrame, masks: RowMasks,
-                history_of: Callable[[], PodHistory]) -> pl.DataFrame:
-    """``InitialList.pods`` (the what-if workload lists them too: ``Workload.listed_pod``)."""
+def _listed_pods(trace: pl.DataFrame, masks: RowMasks,
+                 history_of: Callable[[], PodHistory]) -> pl.DataFrame:
+    """``InitialList.pods``."""
     committed_pod = masks.ok & masks.named_pod
     names_node = committed_pod & mask(trace, pl.col("node").is_not_null())
     requests = committed_pod & mask(trace, pl.any_horizontal(
@@ -338,10 +338,9 @@ def gathered(columns: pl.DataFrame, names: list[str], rows: np.ndarray) -> pl.Da
         pl.col(names).gather(np.maximum(rows, 0))))
 
 
-def listed_nodes(trace: pl.DataFrame, masks: RowMasks) -> pl.DataFrame:
+def _listed_nodes(trace: pl.DataFrame, masks: RowMasks) -> pl.DataFrame:
     """``InitialList.nodes``: the nodes whose first committed write is not their create, with
-    the first value of each resource written before their first create or delete (the what-if
-    workload lists them too: ``Workload.listed_node``)."""
+    the first value of each resource written before their first create or delete."""
     writes = trace.select("verb", "name", *RESOURCE_COLUMNS).filter(
         pl.Series(masks.ok & masks.node))
     starts_life = pl.col("verb").is_in(["create", "delete"])
