@@ -32,6 +32,9 @@ class PlainView:
         # (85 ns a read-modify-write, 160 through numpy's scalars or a 1-d index)
         self._rows = (memoryview(self._free[0]), memoryview(self._free[1]),
                       memoryview(self._free[2]))
+        # how many of the pods counted on a node request no cpu, no memory (``_add``'s rows)
+        self._zero_requests = np.zeros((2, node_count), dtype=np.int64)
+        self._zero_rows = (memoryview(self._zero_requests[0]), memoryview(self._zero_requests[1]))
         self._present = np.zeros(node_count, dtype=bool)
         self._version = np.zeros(node_count, dtype=np.int64)
         self._versions = self._version.data  # (as ``_rows``: read and written per apply)
@@ -45,7 +48,8 @@ class PlainView:
         self._applied_early: set[int] = set()  # ... but for these rvs, already applied
         self._clock = clock
         self._snapshot = Snapshot(_read_only(self._alloc), _read_only(self._free),
-                                  _read_only(self._present), _read_only(self._version))
+                                  _read_only(self._present), _read_only(self._version),
+                                  _read_only(self._zero_requests))
         self._give_backs = 0
         self.on_forget: Callable[[Pod, int], None] | None = None  # (pod, now) when forgotten
 

@@ -33,11 +33,13 @@ def test_nodes_to_find_follows_godel():
     assert godel_nodes_to_find(1500, 100, 1) == 1500
 
 
-def snapshot(alloc, free, present=None):
+def snapshot(alloc, free, present=None, zero_requests=None):
     alloc, free = np.asarray(alloc, dtype=np.int64), np.asarray(free, dtype=np.int64)
     n = alloc.shape[1]
+    zero = (np.zeros((2, n), dtype=np.int64) if zero_requests is None
+            else np.asarray(zero_requests, dtype=np.int64))
     return Snapshot(alloc, free, np.ones(n, bool) if present is None else np.asarray(present),
-                    np.zeros(n, dtype=np.int64))
+                    np.zeros(n, dtype=np.int64), zero)
 
 
 def test_integer_scores_worked_example():
@@ -52,20 +54,44 @@ def test_integer_scores_worked_example():
     assert GodelNodeSelector("most-allocated", 0, rng).scores(view, nodes, request).tolist() == [62]
 
 
+def test_fit_scores_count_a_request_not_set_as_upstreams_default():
+    """kube-scheduler's ``NonZeroRequested``: NodeResourcesFit counts a pod without a cpu or
+    memory request as 100 millicores and 200 MiB, on the node and for the pod placed (Gödel's
+    resource plugins too); BalancedAllocation counts requests as they are.  Node 0 holds ten
+    pods without requests, node 1 one pod of 500 millicores and 1 GiB; 4 cores and 8 GiB each.
+    A pod of 1 core and 1 GiB: LeastAllocated gives node 0 (4000 - 2000) x 100 / 4000 = 50 for
+    cpu and (8 - 1 - 10 x 200 / 1024) GiB / 8 GiB = 63 for memory, 56 in all; node 1 62 and 75,
+    68.  Without the defaults node 0 would have scored (75 + 87) / 2 = 81 and won.  A pod
+    without requests counts 100 millicores and 200 MiB itself: on node 1, 85 and 85."""
+    view = snapshot([[4000] * 2, [8 * GIB] * 2, [0] * 2], [[4000, 3500], [8 * GIB, 7 * GIB], [0] * 2],
+                    zero_requests=[[10, 0], [10, 0]])
+    nodes, rng = np.array([0, 1]), np.random.default_rng(0)
+    least = NodeSelector("least-allocated", 0, rng)
+    balanced = [93, 93]  # std |1/4 - 1/8| / 2 and |3/8 - 2/8| / 2 = 1/16: (1 - 1/16) x 100
+    assert (least.scores(view, nodes, (1000, GIB, 0)) - balanced).tolist() == [56, 68]
+    assert least.choose(view, (1000, GIB, 0))[0] == 1
+    godel = GodelNodeSelector("least-allocated", 0, rng)
+    assert godel.scores(view, nodes, (1000, GIB, 0)).tolist() == [56, 68]
+    assert godel.scores(view, nodes[1:], (0, 0, 0)).tolist() == [(85 + 85) // 2]
+
+
 def reference_score(view, node, request, policy, balanced):
-    """The plugins' scores of one node, one resource at a time, in plain Python."""
+    """The plugins' scores of one node, one resource at a time, in plain Python: Fit's with
+    a request of 0 (not set) counted as 100 millicores or 200 MiB, BalancedAllocation's not."""
     total = 0
     fractions = []
-    for r in (0, 1):
+    for r, default in ((0, 100), (1, 200 * 2**20)):
         capacity = int(view.alloc[r, node])
         requested = capacity - int(view.free[r, node]) + request[r]
+        nonzero = (capacity - int(view.free[r, node]) + default * int(view.zero_requests[r, node])
+                   + (request[r] or default))
         if capacity == 0:
             total += 0
             continue
         if policy == "least-allocated":
-            total += 0 if requested > capacity else (capacity - requested) * 100 // capacity
+            total += 0 if nonzero > capacity else (capacity - nonzero) * 100 // capacity
         else:
-            total += min(requested, capacity) * 100 // capacity
+            total += min(nonzero, capacity) * 100 // capacity
         fractions.append(min(requested / capacity, 1.0))
     fit = total // 2
     std = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
@@ -96,8 +122,9 @@ def test_choose_matches_the_reference(data, nodes, percentage, policy, godel):
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32)))
     alloc = rng.integers(0, 5, size=(3, nodes)) * 1000
     free = (alloc * rng.random((3, nodes))).astype(np.int64)
-    view = Snapshot(alloc, free, rng.random(nodes) > 0.1, np.zeros(nodes, dtype=np.int64))
-    request = tuple(int(x) for x in rng.integers(0, 3000, size=3))
+    zero = rng.integers(0, 3, size=(2, nodes)) * rng.integers(0, 2)  # (none in half the cases)
+    view = Snapshot(alloc, free, rng.random(nodes) > 0.1, np.zeros(nodes, dtype=np.int64), zero)
+    request = tuple(int(x) * int(rng.random() > 0.2) for x in rng.integers(0, 3000, size=3))
     members = data.draw(st.integers(1, 8))
     seed = data.draw(st.integers(0, 1000))
     stream = np.random.default_rng(seed)  # the selector's stream, drawn again here

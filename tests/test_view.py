@@ -35,6 +35,15 @@ def test_own_placements_change_the_snapshot_and_fits():
     view.forget(pod)
     assert free[:, 0].tolist() == [4000, 8 * GIB, 1000]
     assert free[:, 1].tolist() == [0, 0, 0]
+    best_effort = Pod(1, None, "p1", (0, 0, 0), 0, -1, None, None, 0)  # (no request set)
+    zero = view.snapshot().zero_requests
+    view.assume(best_effort, 0)
+    with view.holding() as hold:
+        hold(0, (0, GIB, 0))
+        assert zero[:, 0].tolist() == [2, 1]
+    assert zero[:, 0].tolist() == [1, 1] and zero[:, 1].tolist() == [0, 0]
+    view.forget(best_effort)
+    assert zero[:, 0].tolist() == [0, 0]
 
 
 @settings(max_examples=budget(150), deadline=None)
@@ -45,10 +54,10 @@ def test_every_read_applies_exactly_the_deliveries_due(data):
     sees what applying every delivery due by then gives (``_due``, the earliest applied time
     left in any inbox, never hides one): per node its last allocatable and version applied,
     less the pods whose binding (or create on the node: a listed pod) is applied and whose
-    delete is not."""
+    delete is not, and how many of those request no cpu, no memory."""
     nodes, now = 3, [0]
     view = View(nodes, lambda: now[0])
-    pods = [Pod(i, None, f"p{i}", (100 * (i + 1), i + 1, 0), 0, -1, None, None, 0)
+    pods = [Pod(i, None, f"p{i}", (100 * i, i % 2, 0), 0, -1, None, None, 0)
             for i in range(4)]
     last = {"nodes": 0, "pods": 0, "other": 0}  # each informer's last applied time
     sent: list[tuple[int, Write]] = []
@@ -70,16 +79,18 @@ def test_every_read_applies_exactly_the_deliveries_due(data):
         if data.draw(st.booleans()):
             now[0] += data.draw(st.integers(0, 6))
             snapshot = view.snapshot()
-            assert (snapshot.free.tolist(), snapshot.version.tolist()) == _applied_by(
-                sent, now[0], nodes)
+            assert (snapshot.free.tolist(), snapshot.version.tolist(),
+                    snapshot.zero_requests.tolist()) == _applied_by(sent, now[0], nodes)
 
 
 def _applied_by(sent: list[tuple[int, Write]], now: int, nodes: int
-                ) -> tuple[list[list[int]], list[int]]:
-    """The free capacity and version per node once the deliveries due by ``now`` are applied,
-    in the order sent (a binding counts from its application until its pod's delete is
-    applied; a node's version is the highest applied)."""
+                ) -> tuple[list[list[int]], list[int], list[list[int]]]:
+    """The free capacity, version and pods without a cpu or memory request per node once the
+    deliveries due by ``now`` are applied, in the order sent (a binding counts from its
+    application until its pod's delete is applied; a node's version is the highest
+    applied)."""
     free = [[0] * nodes for _ in range(3)]
+    zero = [[0] * nodes for _ in range(2)]
     version = [0] * nodes
     placed: dict[Pod, int] = {}
     for applied, write in sent:
@@ -96,7 +107,9 @@ def _applied_by(sent: list[tuple[int, Write]], now: int, nodes: int
     for pod, node in placed.items():
         for resource in range(3):
             free[resource][node] -= pod.request[resource]
-    return free, version
+        for resource in range(2):
+            zero[resource][node] += pod.request[resource] == 0
+    return free, version, zero
 
 
 class _TinyInboxes(Inboxes):
@@ -127,8 +140,8 @@ def test_a_view_is_its_plain_definition(data, tiny):
     forgotten: list[list] = [[], []]  # the assumptions ended, by the views and by the plain
     for k, view in enumerate([*views, *plains]):
         view.on_forget = lambda pod, at, _k=k: forgotten[_k // 2].append((_k % 2, pod.index, at))
-    pods = [Pod(i, None, f"p{i}", (100 * (i + 1), i + 1, 50 * (i % 2)), 0, -1, None, None, 0)
-            for i in range(5)]
+    pods = [Pod(i, None, f"p{i}", (100 * (i % 3), i % 2 * (i + 1), 50 * (i % 2)), 0, -1, None,
+                None, 0) for i in range(5)]  # (some without a cpu or a memory request)
     last = [[0, 0, 0], [0, 0, 0]]  # per view and informer: the last applied time handed over
     held: list[list[Write]] = [[], []]
     rv = 0
@@ -202,7 +215,7 @@ def _write(data, rv: int, now: int, nodes: int, pods: list[Pod]) -> Write:
 def _read(view, pods: list[Pod], kinds) -> tuple:
     snapshot = view.snapshot()
     return (snapshot.alloc.tolist(), snapshot.free.tolist(), snapshot.present.tolist(),
-            snapshot.version.tolist(), view.give_backs, view.oldest_unapplied(),
+            snapshot.version.tolist(), snapshot.zero_requests.tolist(), view.give_backs, view.oldest_unapplied(),
             view.next_due(kinds), [view.has_placed(p) for p in pods],
             [view.assumes(p) for p in pods])
 

@@ -28,6 +28,7 @@ from replay.trace.validate import read_trace
 
 from conftest import SAMPLE_TRACE, budget
 from strategies import synth_specs
+from test_run import small_trace
 
 WHAT_IF = ("oracle", "kube", "godel", "omega", "peer")
 TABLES = ("events", "deliveries", "attempts", "pods", "watchers", "capacity_windows")
@@ -90,6 +91,24 @@ def test_trace_without_bindings_defaults_to_kube(cli, tmp_path):
     assert result.code == 0, result.err
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["model"]["name"] == "kube"
+
+
+@pytest.mark.parametrize("model", ["kube", "godel"])
+def test_pods_without_requests_weigh_in_the_schedulers_scores(tmp_path, model):
+    """Ten pods without a cpu request run on n1 and one of 300 millicores on n2 (static pods,
+    created on their nodes); then a pod of 500 millicores comes.  kube-scheduler's and Gödel's
+    LeastAllocated counts a pod without a request as 100 millicores (``NonZeroRequested``): n1
+    holds 1,000 of them and scores (4000 - 1500) x 100 / 4000 = 62, n2 scores 80: the pod goes
+    to n2.  Counted as nothing, n1 would have scored 87 and taken it."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "create", "nodes", None, "n1", "n1", 201, 4000),
+        (0, "create", "nodes", None, "n2", "n2", 201, 4000),
+        *[(1, "create", "pods", None, f"best-effort-{i}", "n1", 201, 0) for i in range(10)],
+        (1, "create", "pods", None, "agent", "n2", 201, 300),
+        (2, "create", "pods", None, "web", None, 201, 500)])
+    run = replay(trace, tmp_path / "run", model, "policy=least-allocated")
+    bound = run["attempts"].filter(pl.col("outcome") == "bound")
+    assert bound.select("pod", "node").rows() == [("ns/web", "n2")]
 
 
 @settings(max_examples=budget(6), deadline=None,

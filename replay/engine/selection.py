@@ -116,8 +116,8 @@ class NodeSelector:
             self._top = np.zeros(len(order), dtype=np.int64)
         cpu, memory, gpu = request
         tied, evaluated = self._kernels.walk_and_score(
-            snapshot.alloc, snapshot.free, snapshot.present, order, start, wanted, cpu, memory,
-            gpu, self._policy, self.balanced_weight, self._top)
+            snapshot.alloc, snapshot.free, snapshot.zero_requests, snapshot.present, order, start,
+            wanted, cpu, memory, gpu, self._policy, self.balanced_weight, self._top)
         if tied == 0:
             return NO_NODE, evaluated
         pick = 0 if tied == 1 else int(self.rng.integers(tied))
@@ -130,10 +130,14 @@ class NodeSelector:
         clamped to the capacity), integer division, 0 where the capacity is 0, averaged over cpu
         and memory; plus NodeResourcesBalancedAllocation's ``(1 - std) x 100`` truncated, std
         being half the difference of the two used fractions (each at most 1; with one resource
-        of capacity 0, std is 0).  Requested counts the pod being placed."""
+        of capacity 0, std is 0).  Requested counts the pod being placed.  Fit counts a request
+        of 0 (one not set, as a trace cannot tell them apart) as 100 millicores or 200 MiB, the
+        pod's own and those of the pods on the node (``NonZeroRequested``), as both
+        kube-scheduler and Gödel do; BalancedAllocation counts requests as they are."""
         scores: Ints = self._kernels.score_nodes(
-            snapshot.alloc, snapshot.free, np.asarray(nodes, dtype=np.int64), request[0],
-            request[1], self._policy, self.balanced_weight)
+            snapshot.alloc, snapshot.free, snapshot.zero_requests,
+            np.asarray(nodes, dtype=np.int64), request[0], request[1], self._policy,
+            self.balanced_weight)
         return scores
 
     def _random_first_fit(self, snapshot: Snapshot, total: int,

@@ -24,9 +24,14 @@ Ints = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]
 LEAST_ALLOCATED, MOST_ALLOCATED = 0, 1
 _MAX_NODE_SCORE = 100  # framework.MaxNodeScore
+# What NodeResourcesFit's score counts for a pod that sets no cpu or no memory request, on the
+# node and for the pod being placed (``DefaultMilliCPURequest``, ``DefaultMemoryRequest``,
+# ``pkg/scheduler/util/pod_resources.go``): "so that such pods will not all be scheduled to the
+# node with the smallest in-use request"
+DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST = 100, 200 * 1024 * 1024
 
 
-def _walk_and_score(alloc: Ints, free: Ints, present: Bools, order: Ints, start: int,
+def _walk_and_score(alloc: Ints, free: Ints, zero: Ints, present: Bools, order: Ints, start: int,
                     wanted: int, cpu: int, memory: int, gpu: int, policy: int,
                     balanced_weight: int, top: Ints) -> tuple[int, int]:
     """Walk ``order`` from position ``start``, wrapping around, until ``wanted`` nodes fit the
@@ -46,7 +51,7 @@ def _walk_and_score(alloc: Ints, free: Ints, present: Bools, order: Ints, start:
     best, tied = -1, 0
     for i in range(count):
         node = feasible[i]
-        score = _score(alloc, free, node, cpu, memory, policy, balanced_weight)
+        score = _score(alloc, free, zero, node, cpu, memory, policy, balanced_weight)
         if score > best:
             best, tied = score, 0
         if score == best:
@@ -55,39 +60,47 @@ def _walk_and_score(alloc: Ints, free: Ints, present: Bools, order: Ints, start:
     return tied, evaluated
 
 
-def _score_node(alloc: Ints, free: Ints, node: int, cpu: int, memory: int, policy: int,
-                balanced_weight: int) -> int:
+def _score_node(alloc: Ints, free: Ints, zero: Ints, node: int, cpu: int, memory: int,
+                policy: int, balanced_weight: int) -> int:
     """NodeResourcesFit's score (LeastAllocated or MostAllocated, cpu and memory averaged) plus
-    ``balanced_weight`` x NodeResourcesBalancedAllocation's, for one node."""
-    cpu_fit, cpu_used = _fit(alloc[0, node], free[0, node], cpu, policy)
-    memory_fit, memory_used = _fit(alloc[1, node], free[1, node], memory, policy)
+    ``balanced_weight`` x NodeResourcesBalancedAllocation's, for one node.  Fit counts a request
+    that is not set (0 here: ``zero`` pods on the node, and the pod if it requests none) as the
+    default request (``NonZeroRequested``); BalancedAllocation counts requests as they are
+    (``useRequested``, ``balanced_allocation.go``)."""
+    cpu_capacity, memory_capacity = alloc[0, node], alloc[1, node]
+    cpu_requested = cpu_capacity - free[0, node]
+    memory_requested = memory_capacity - free[1, node]
+    cpu_fit = _fit(cpu_capacity, cpu_requested + DEFAULT_MILLI_CPU_REQUEST * zero[0, node]
+                   + (cpu if cpu else DEFAULT_MILLI_CPU_REQUEST), policy)
+    memory_fit = _fit(memory_capacity, memory_requested + DEFAULT_MEMORY_REQUEST * zero[1, node]
+                      + (memory if memory else DEFAULT_MEMORY_REQUEST), policy)
     score: int = (cpu_fit + memory_fit) // 2
     if balanced_weight:
-        both = alloc[0, node] != 0 and alloc[1, node] != 0
-        std = abs(cpu_used - memory_used) / 2 if both else 0.0
+        if cpu_capacity != 0 and memory_capacity != 0:
+            std = abs(min((cpu_requested + cpu) / cpu_capacity, 1.0)
+                      - min((memory_requested + memory) / memory_capacity, 1.0)) / 2
+        else:
+            std = 0.0
         score += balanced_weight * int((1.0 - std) * _MAX_NODE_SCORE)
     return score
 
 
-def _fit_resource(capacity: int, free: int, request: int, policy: int) -> tuple[int, float]:
-    """One resource's NodeResourcesFit score and used fraction (at most 1) with the request
-    placed; (0, 0) where the capacity is 0."""
+def _fit_resource(capacity: int, requested: int, policy: int) -> int:
+    """One resource's NodeResourcesFit score, ``requested`` counting the pod placed; 0 where the
+    capacity is 0."""
     if capacity == 0:
-        return 0, 0.0
-    requested = capacity - free + request
+        return 0
     if policy == LEAST_ALLOCATED:
-        fit = 0 if requested > capacity else (capacity - requested) * _MAX_NODE_SCORE // capacity
-    else:  # MostAllocated clamps requested to the capacity instead
-        fit = min(requested, capacity) * _MAX_NODE_SCORE // capacity
-    return fit, min(requested / capacity, 1.0)
+        return 0 if requested > capacity else (capacity - requested) * _MAX_NODE_SCORE // capacity
+    return min(requested, capacity) * _MAX_NODE_SCORE // capacity  # (MostAllocated clamps)
 
 
-def _score_nodes(alloc: Ints, free: Ints, nodes: Ints, cpu: int, memory: int, policy: int,
-                 balanced_weight: int) -> Ints:
+def _score_nodes(alloc: Ints, free: Ints, zero: Ints, nodes: Ints, cpu: int, memory: int,
+                 policy: int, balanced_weight: int) -> Ints:
     """The scores of ``nodes`` (``_score_node`` of each)."""
     scores = np.empty(len(nodes), dtype=np.int64)
     for i in range(len(nodes)):
-        scores[i] = _score(alloc, free, nodes[i], cpu, memory, policy, balanced_weight)
+        scores[i] = _score(alloc, free, zero, nodes[i], cpu, memory, policy, balanced_weight)
     return scores
 
 
@@ -103,9 +116,9 @@ def _first_fit(free: Ints, present: Bools, order: Ints, cpu: int, memory: int,
 
 
 _compile: Callable[[Any], Any] = njit(cache=True, nogil=True)
-_fit: Callable[[int, int, int, int], tuple[int, float]] = _compile(_fit_resource)
-_score: Callable[[Ints, Ints, int, int, int, int, int], int] = _compile(_score_node)
-walk_and_score: Callable[[Ints, Ints, Bools, Ints, int, int, int, int, int, int, int, Ints],
+_fit: Callable[[int, int, int], int] = _compile(_fit_resource)
+_score: Callable[[Ints, Ints, Ints, int, int, int, int, int], int] = _compile(_score_node)
+walk_and_score: Callable[[Ints, Ints, Ints, Bools, Ints, int, int, int, int, int, int, int, Ints],
                          tuple[int, int]] = _compile(_walk_and_score)
-score_nodes: Callable[[Ints, Ints, Ints, int, int, int, int], Ints] = _compile(_score_nodes)
+score_nodes: Callable[[Ints, Ints, Ints, Ints, int, int, int, int], Ints] = _compile(_score_nodes)
 first_fit: Callable[[Ints, Bools, Ints, int, int, int], int] = _compile(_first_fit)

@@ -39,9 +39,9 @@ import numpy as np
 import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
-from replay.engine.viewkernel import (ALLOC, BASE, DONE, END, FIELDS, FIRST, FREE, GIVE_BACKS,
-                                      GROW, LIMIT, NOTHING_DUE, SLOTS, VERSION_ROW, apply_due,
-                                      next_due, oldest, push)
+from replay.engine.viewkernel import (ALLOC, BASE, CAPACITY_ROWS, DONE, END, FIELDS, FIRST, FREE,
+                                      GIVE_BACKS, GROW, LIMIT, NOTHING_DUE, SLOTS, VERSION_ROW,
+                                      ZERO_REQUESTS, apply_due, next_due, oldest, push)
 
 Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
@@ -58,6 +58,9 @@ class Snapshot(NamedTuple):
     free: Ints  # (3, nodes): allocatable less the requests counted on the node
     present: npt.NDArray[np.bool_]  # the node exists in this view
     version: Ints  # the node's change count as this view last applied it
+    # (2, nodes): how many of the pods counted on the node request no cpu, no memory (which
+    # kube-scheduler's and Gödel's resource scores count as a default request: ``selectkernel``)
+    zero_requests: Ints
 
 
 class Inboxes:
@@ -140,12 +143,15 @@ class View:
         self._inboxes = inboxes if inboxes is not None else Inboxes()
         self._index = self._inboxes.add_view()
         self._me = np.array([self._index], dtype=np.int64)
-        # per node: allocatable, free, version (``viewkernel``'s rows); the free capacity's rows
-        # as memoryviews, for this watcher's own changes: an element read or written as a Python
-        # int (85 ns a read-modify-write, 160 through numpy's scalars or a 1-d index)
-        self._capacity = np.zeros((VERSION_ROW + 1, node_count), dtype=np.int64)
+        # per node: allocatable, free, version, the pods without a cpu or memory request
+        # (``viewkernel``'s rows); the free capacity's rows and the last two as memoryviews, for
+        # this watcher's own changes: an element read or written as a Python int (85 ns a
+        # read-modify-write, 160 through numpy's scalars or a 1-d index)
+        self._capacity = np.zeros((CAPACITY_ROWS, node_count), dtype=np.int64)
         self._alloc, self._free = self._capacity[ALLOC:ALLOC + 3], self._capacity[FREE:FREE + 3]
         self._rows = tuple(memoryview(self._capacity[FREE + r]) for r in range(3))
+        self._zero_requests = self._capacity[ZERO_REQUESTS:ZERO_REQUESTS + 2]
+        self._zero_rows = tuple(memoryview(self._capacity[ZERO_REQUESTS + r]) for r in range(2))
         self._present = np.zeros(node_count, dtype=bool)
         self._version = self._capacity[VERSION_ROW]
         self._pods = np.zeros((2, 0), dtype=np.int64)  # per pod: placed by the watch, assumed
@@ -157,7 +163,8 @@ class View:
         self._expected: dict[int, int] = {}  # rv -> commit of writes sent, not yet handed over
         self._clock = clock
         self._snapshot = Snapshot(_read_only(self._alloc), _read_only(self._free),
-                                  _read_only(self._present), _read_only(self._version))
+                                  _read_only(self._present), _read_only(self._version),
+                                  _read_only(self._zero_requests))
         self.on_forget: Callable[[Pod, int], None] | None = None  # (pod, now) when forgotten
 
     # -- the informer ---------------------------------------------------------------------------
@@ -243,6 +250,10 @@ class View:
         memory[node] += sign * request[1]
         if request[2]:
             gpu[node] += sign * request[2]
+        if not request[0]:
+            self._zero_rows[0][node] -= sign
+        if not request[1]:
+            self._zero_rows[1][node] -= sign
 
     # -- reading ----------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:

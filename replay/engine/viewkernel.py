@@ -40,9 +40,10 @@ NOTHING_DUE = 2**63 - 1  # the due time of a view with no entry waiting
 FIRST, END, BASE, LIMIT = range(4)  # a slot's ``ends``
 # A view's counters (``apply_due`` adds to them): the applied changes that gave capacity back
 GIVE_BACKS = 0
-# A view's capacity per node: allocatable (3 rows), free (3 rows), version (the Snapshot's arrays
-# are views of these rows)
-ALLOC, FREE, VERSION_ROW = 0, 3, 6
+# A view's capacity per node: allocatable (3 rows), free (3 rows), version, and how many of the
+# pods counted there request no cpu, no memory (2 rows: ``Snapshot.zero_requests``) (the
+# Snapshot's arrays are views of these rows)
+ALLOC, FREE, VERSION_ROW, ZERO_REQUESTS, CAPACITY_ROWS = 0, 3, 6, 7, 9
 # ``apply_due``'s answers besides the assumptions it forgot: done; a pod beyond the view's pod
 # arrays (grow them and call again); the buffer of forgotten assumptions full (call again)
 DONE, GROW, FULL = 0, 1, 2
@@ -158,9 +159,13 @@ def _place(e: Ints, pods: Ints, capacity: Ints, counters: Ints, forgotten: Ints,
 
 @njit(cache=True, nogil=True)
 def _take(capacity: Ints, counters: Ints, node: int, e: Ints, sign: int) -> None:
-    """The entry's pod's request taken from (-1) or given back to (1) the node's free capacity."""
+    """The entry's pod's request taken from (-1) or given back to (1) the node's free capacity
+    (and the pod counted there, or not, among those that request no cpu or no memory)."""
     for r in range(3):
         capacity[FREE + r, node] += sign * e[CPU + r]
+    for r in range(2):
+        if e[CPU + r] == 0:
+            capacity[ZERO_REQUESTS + r, node] -= sign
     if sign > 0:
         counters[GIVE_BACKS] += 1
 
