@@ -62,7 +62,8 @@ def test_fit_scores_count_a_request_not_set_as_upstreams_default():
     A pod of 1 core and 1 GiB: LeastAllocated gives node 0 (4000 - 2000) x 100 / 4000 = 50 for
     cpu and (8 - 1 - 10 x 200 / 1024) GiB / 8 GiB = 63 for memory, 56 in all; node 1 62 and 75,
     68.  Without the defaults node 0 would have scored (75 + 87) / 2 = 81 and won.  A pod
-    without requests counts 100 millicores and 200 MiB itself: on node 1, 85 and 85."""
+    without requests counts 100 millicores and 200 MiB itself: on node 1, 85 and 85; and
+    BalancedAllocation skips it (since Kubernetes 1.33: it sent every such pod to one node)."""
     view = snapshot([[4000] * 2, [8 * GIB] * 2, [0] * 2], [[4000, 3500], [8 * GIB, 7 * GIB], [0] * 2],
                     zero_requests=[[10, 0], [10, 0]])
     nodes, rng = np.array([0, 1]), np.random.default_rng(0)
@@ -73,6 +74,8 @@ def test_fit_scores_count_a_request_not_set_as_upstreams_default():
     godel = GodelNodeSelector("least-allocated", 0, rng)
     assert godel.scores(view, nodes, (1000, GIB, 0)).tolist() == [56, 68]
     assert godel.scores(view, nodes[1:], (0, 0, 0)).tolist() == [(85 + 85) // 2]
+    # kube-scheduler's BalancedAllocation skips a pod without requests (``isBestEffortPod``)
+    assert least.scores(view, nodes[1:], (0, 0, 0)).tolist() == [85]
 
 
 def reference_score(view, node, request, policy, balanced):
@@ -95,7 +98,8 @@ def reference_score(view, node, request, policy, balanced):
         fractions.append(min(requested / capacity, 1.0))
     fit = total // 2
     std = abs(fractions[0] - fractions[1]) / 2 if len(fractions) == 2 else 0.0
-    return fit + (int((1 - std) * 100) if balanced else 0)
+    best_effort = request[0] == 0 and request[1] == 0  # (BalancedAllocation skips the pod)
+    return fit + (int((1 - std) * 100) if balanced and not best_effort else 0)
 
 
 def reference_walk(view, order, start, wanted, request):

@@ -66,7 +66,8 @@ def _score_node(alloc: Ints, free: Ints, zero: Ints, node: int, cpu: int, memory
     ``balanced_weight`` x NodeResourcesBalancedAllocation's, for one node.  Fit counts a request
     that is not set (0 here: ``zero`` pods on the node, and the pod if it requests none) as the
     default request (``NonZeroRequested``); BalancedAllocation counts requests as they are
-    (``useRequested``, ``balanced_allocation.go``)."""
+    (``useRequested``, ``balanced_allocation.go``), and skips a pod that requests neither cpu
+    nor memory (``isBestEffortPod``: it scored every such pod onto the same node)."""
     cpu_capacity, memory_capacity = alloc[0, node], alloc[1, node]
     cpu_requested = cpu_capacity - free[0, node]
     memory_requested = memory_capacity - free[1, node]
@@ -75,7 +76,7 @@ def _score_node(alloc: Ints, free: Ints, zero: Ints, node: int, cpu: int, memory
     memory_fit = _fit(memory_capacity, memory_requested + DEFAULT_MEMORY_REQUEST * zero[1, node]
                       + (memory if memory else DEFAULT_MEMORY_REQUEST), policy)
     score: int = (cpu_fit + memory_fit) // 2
-    if balanced_weight:
+    if balanced_weight and (cpu != 0 or memory != 0):
         if cpu_capacity != 0 and memory_capacity != 0:
             std = abs(min((cpu_requested + cpu) / cpu_capacity, 1.0)
                       - min((memory_requested + memory) / memory_capacity, 1.0)) / 2
