@@ -111,6 +111,22 @@ def test_pods_without_requests_weigh_in_the_schedulers_scores(tmp_path, model):
     assert bound.select("pod", "node").rows() == [("ns/web", "n2")]
 
 
+def test_least_allocated_spreads_pods_without_requests_evenly(tmp_path):
+    """Forty pods without requests, one every 10 ms, onto five like nodes, by one
+    kube-scheduler: each counts as 100 millicores in LeastAllocated's score, so each goes to a
+    node that holds the fewest of them (the scheduler's own assumptions count at once), and no
+    node ends with more than one more than another.  Counted as nothing, every node would have
+    scored alike and the draw among them would have piled them up unevenly."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        *[(0, "create", "nodes", None, f"n{i}", f"n{i}", 201, 4000) for i in range(5)],
+        *[(1 + i / 100, "create", "pods", None, f"best-effort-{i}", None, 201, 0)
+          for i in range(40)]])
+    run = replay(trace, tmp_path / "run", "kube", "schedulers=1", "policy=least-allocated")
+    bound = run["attempts"].filter(pl.col("outcome") == "bound")
+    per_node = bound.group_by("node").len()["len"]
+    assert bound.height == 40 and per_node.len() == 5 and per_node.max() - per_node.min() <= 1
+
+
 @settings(max_examples=budget(6), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(spec=synth_specs(), model=st.sampled_from(["oracle", "kube", "godel"]))
