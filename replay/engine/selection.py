@@ -133,7 +133,8 @@ class NodeSelector:
         of capacity 0, std is 0).  Requested counts the pod being placed.  Fit counts a request
         of 0 (one not set, as a trace cannot tell them apart) as 100 millicores or 200 MiB, the
         pod's own and those of the pods on the node (``NonZeroRequested``), as both
-        kube-scheduler and Gödel do; BalancedAllocation counts requests as they are."""
+        kube-scheduler and Gödel do; BalancedAllocation counts requests as they are, and
+        kube-scheduler's skips a pod that requests neither cpu nor memory (it scores 0)."""
         scores: Ints = self._kernels.score_nodes(
             snapshot.alloc, snapshot.free, snapshot.zero_requests,
             np.asarray(nodes, dtype=np.int64), request[0], request[1], self._policy,
