@@ -71,10 +71,10 @@ def _score_node(alloc: Ints, free: Ints, zero: Ints, node: int, cpu: int, memory
     cpu_capacity, memory_capacity = alloc[0, node], alloc[1, node]
     cpu_requested = cpu_capacity - free[0, node]
     memory_requested = memory_capacity - free[1, node]
-    cpu_fit = _fit(cpu_capacity, cpu_requested + DEFAULT_MILLI_CPU_REQUEST * zero[0, node]
-                   + (cpu if cpu else DEFAULT_MILLI_CPU_REQUEST), policy)
-    memory_fit = _fit(memory_capacity, memory_requested + DEFAULT_MEMORY_REQUEST * zero[1, node]
-                      + (memory if memory else DEFAULT_MEMORY_REQUEST), policy)
+    cpu_fit = _fit(cpu_capacity, cpu_requested, zero[0, node], cpu, DEFAULT_MILLI_CPU_REQUEST,
+                   policy)
+    memory_fit = _fit(memory_capacity, memory_requested, zero[1, node], memory,
+                      DEFAULT_MEMORY_REQUEST, policy)
     score: int = (cpu_fit + memory_fit) // 2
     if balanced_weight and (cpu != 0 or memory != 0):
         if cpu_capacity != 0 and memory_capacity != 0:
@@ -86,11 +86,15 @@ def _score_node(alloc: Ints, free: Ints, zero: Ints, node: int, cpu: int, memory
     return score
 
 
-def _fit_resource(capacity: int, requested: int, policy: int) -> int:
-    """One resource's NodeResourcesFit score, ``requested`` counting the pod placed; 0 where the
+def _fit_resource(capacity: int, requested: int, without_request: int, request: int,
+                  default: int, policy: int) -> int:
+    """One resource's NodeResourcesFit score with ``request`` placed on a node where
+    ``requested`` is counted, ``without_request`` of its pods requesting none: each of those,
+    and the pod if its request is 0, counts ``default`` (``NonZeroRequested``); 0 where the
     capacity is 0."""
     if capacity == 0:
         return 0
+    requested += default * without_request + (request if request else default)
     if policy == LEAST_ALLOCATED:
         return 0 if requested > capacity else (capacity - requested) * _MAX_NODE_SCORE // capacity
     return min(requested, capacity) * _MAX_NODE_SCORE // capacity  # (MostAllocated clamps)
@@ -117,7 +121,7 @@ def _first_fit(free: Ints, present: Bools, order: Ints, cpu: int, memory: int,
 
 
 _compile: Callable[[Any], Any] = njit(cache=True, nogil=True)
-_fit: Callable[[int, int, int], int] = _compile(_fit_resource)
+_fit: Callable[[int, int, int, int, int, int], int] = _compile(_fit_resource)
 _score: Callable[[Ints, Ints, Ints, int, int, int, int, int], int] = _compile(_score_node)
 walk_and_score: Callable[[Ints, Ints, Ints, Bools, Ints, int, int, int, int, int, int, int, Ints],
                          tuple[int, int]] = _compile(_walk_and_score)
