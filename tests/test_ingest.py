@@ -57,7 +57,8 @@ def test_bindings_nodes_and_metadata_level(cli, tmp_path):
     binding = {"kind": "Binding", "apiVersion": "v1", "metadata": {"name": "web-1"},
                "target": {"kind": "Node", "name": "node-7"}}
     node = {"metadata": {"name": "node-7"},
-            "status": {"allocatable": {"cpu": "31850m", "memory": "127Gi", "nvidia.com/gpu": "8"}}}
+            "status": {"allocatable": {"cpu": "31850m", "memory": "127Gi", "nvidia.com/gpu": "8",
+                                       "pods": "110"}}}
     log = write_log(tmp_path / "a.log", [
         event(subresource="binding", user="system:kube-scheduler", level="Request",
               request=binding, audit_id="b", second=1, code=409),
@@ -73,8 +74,10 @@ def test_bindings_nodes_and_metadata_level(cli, tmp_path):
     b, n, m, p = rows(out)
     assert (b["node"], b["code"], b["component"], b["cpu_milli"]) == ("node-7", 409, "kube-scheduler", None)
     assert (n["node"], n["cpu_milli"], n["memory_bytes"], n["gpu_milli"]) == ("node-7", 31850, 127 * 2**30, 8000)
+    assert n["max_pods"] == 110 and b["max_pods"] is None
     assert (m["node"], m["component"]) == (None, "godel-binder")  # Metadata level: no target
     assert (p["cpu_milli"], p["memory_bytes"], p["gpu_milli"]) == (30000, None, None)  # a patch
+    assert p["max_pods"] is None  # (it keeps the 110 its create said)
     assert "lack the body" in result.err or "lacking the body they need (Metadata-level log): 1" in result.err
 
 

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from replay.trace import ideal
+from replay.trace.schema import NO_POD_LIMIT
 from replay.trace.synth import Shape, SynthSpec, _Workload, synthesize
 from replay.trace.validate import read_trace, validate
 
@@ -45,6 +46,7 @@ specs = st.builds(
     lifetime_sigma=st.floats(0, 3),
     max_lifetime_factor=st.floats(1, 50),
     heartbeat_interval=st.sampled_from([0.0, 0.5, 7.0]),
+    max_pods=st.sampled_from([None, 1, 2, 5]),
     bind=st.sampled_from([None, *ideal.POLICIES]),
     bind_delay_ms=st.floats(0, 10),
     seed=st.integers(0, 2**32),
@@ -69,6 +71,9 @@ def test_synthesized_traces_are_well_formed(tmp_path, spec):
     assert counts.get("delete/pods/", 0) == (spec.pods if spec.bind is None else bound)
     assert result.rows == trace.height
     assert trace["ts"].is_sorted()
+    node_creates = (pl.col("resource") == "nodes") & (pl.col("verb") == "create")
+    assert trace.filter(node_creates)["max_pods"].to_list() == [spec.max_pods] * spec.nodes
+    assert trace.filter(~node_creates)["max_pods"].null_count() == trace.height - spec.nodes
 
     pods = trace.filter(pl.col("resource") == "pods")
     life = pods.pivot(on="verb", index="name", values="ts", aggregate_function="first")
@@ -90,12 +95,14 @@ def test_synthesized_traces_are_well_formed(tmp_path, spec):
 
 
 def assert_no_overcommit(trace: pl.DataFrame) -> None:
-    """Replay bindings and deletes in trace order: no node's requests ever exceed its allocatable."""
+    """Replay bindings and deletes in trace order: no node's requests ever exceed its
+    allocatable, nor its pods its ``max_pods``."""
     requests = trace.filter((pl.col("verb") == "create") & (pl.col("resource") == "pods")
                             & pl.col("subresource").is_null()).select("name", "cpu_milli",
                                                                       "memory_bytes", "gpu_milli")
     alloc = trace.filter(pl.col("resource") == "nodes", pl.col("verb") == "create").select(
-        "node", cpu_alloc="cpu_milli", memory_alloc="memory_bytes", gpu_alloc="gpu_milli")
+        "node", cpu_alloc="cpu_milli", memory_alloc="memory_bytes", gpu_alloc="gpu_milli",
+        pods_alloc=pl.col("max_pods").fill_null(NO_POD_LIMIT))
     placed = trace.filter(pl.col("subresource") == "binding").select("name", "node")
     moves = (trace.filter(pl.col("resource") == "pods",
                           (pl.col("subresource") == "binding") | (pl.col("verb") == "delete"))
@@ -103,10 +110,12 @@ def assert_no_overcommit(trace: pl.DataFrame) -> None:
              .join(placed, on="name").join(requests, on="name").sort("row"))
     used = moves.with_columns(
         [(pl.col(r) * pl.col("sign")).cum_sum().over("node").alias(f"used_{r}")
-         for r in ("cpu_milli", "memory_bytes", "gpu_milli")]).join(alloc, on="node")
+         for r in ("cpu_milli", "memory_bytes", "gpu_milli")],
+        used_pods=pl.col("sign").cum_sum().over("node")).join(alloc, on="node")
     assert used.filter((pl.col("used_cpu_milli") > pl.col("cpu_alloc"))
                        | (pl.col("used_memory_bytes") > pl.col("memory_alloc"))
-                       | (pl.col("used_gpu_milli") > pl.col("gpu_alloc"))).height == 0
+                       | (pl.col("used_gpu_milli") > pl.col("gpu_alloc"))
+                       | (pl.col("used_pods") > pl.col("pods_alloc"))).height == 0
 
 
 def test_sample_trace_never_overcommits():
@@ -162,12 +171,14 @@ def reference_place(policy, alloc, requests, pod_shape, ready, lifetime, delay):
 
 
 triple = st.tuples(st.integers(0, 8), st.integers(0, 8), st.integers(0, 2))
+pod_limit = st.sampled_from([0, 1, 2, 3, NO_POD_LIMIT])  # a node's allocatable pods
 
 
 @settings(max_examples=budget(300), deadline=None)
 @given(policy=st.sampled_from(ideal.POLICIES),
-       alloc=st.lists(triple, min_size=1, max_size=6),
-       requests=st.lists(triple, min_size=1, max_size=4),
+       alloc=st.lists(st.tuples(st.integers(0, 8), st.integers(0, 8), st.integers(0, 2),
+                                pod_limit), min_size=1, max_size=6),
+       requests=st.lists(triple.map(lambda request: (*request, 1)), min_size=1, max_size=4),
        pods=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 4), st.integers(1, 25)),
                      max_size=40),
        delay=st.integers(0, 3))

@@ -44,6 +44,10 @@ def add_parser(commands) -> None:
                              "for a mix (default: " + " ".join(map(str, DEFAULTS.pod_shapes)) + ")")
     parser.add_argument("--heartbeat-interval", type=float, default=0.0, metavar="S",
                         help="seconds between kubelet `patch nodes/status` heartbeats; 0 = off")
+    parser.add_argument("--max-pods", type=int, metavar="N",
+                        help="every node's allocatable pods, the kubelet's --max-pods (110 by "
+                             "default in Kubernetes): how many pods the schedulers let run on it "
+                             "at once (default: no limit, the column left out)")
     parser.add_argument("--bind", choices=ideal.POLICIES, metavar="POLICY",
                         help=f"also write the bindings of one ideal scheduler ({', '.join(ideal.POLICIES)})")
     parser.add_argument("--bind-delay-ms", type=float, default=DEFAULTS.bind_delay_ms,
@@ -65,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             max_lifetime_factor=args.max_lifetime_factor,
             node_shapes=tuple(args.node_shape or DEFAULTS.node_shapes),
             pod_shapes=tuple(args.pod_shape or DEFAULTS.pod_shapes),
-            heartbeat_interval=args.heartbeat_interval, bind=args.bind,
+            heartbeat_interval=args.heartbeat_interval, max_pods=args.max_pods, bind=args.bind,
             bind_delay_ms=args.bind_delay_ms, start=args.start, seed=args.seed)
     except ValueError as err:
         raise ReplayError(str(err)) from None

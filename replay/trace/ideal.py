@@ -37,7 +37,8 @@ class Placement:
 
 
 class _Capacity:
-    """Free cpu, memory and gpu per node; a policy subclass finds the node a pod shape gets."""
+    """Free cpu, memory, gpu and pods per node; a policy subclass finds the node a pod shape
+    gets."""
 
     def __init__(self, alloc: np.ndarray, shapes: np.ndarray):
         self.alloc = [tuple(int(v) for v in row) for row in alloc]
@@ -46,19 +47,22 @@ class _Capacity:
 
     def fits(self, node: int, shape: int) -> bool:
         free, need = self.free[node], self.shapes[shape]
-        return free[0] >= need[0] and free[1] >= need[1] and free[2] >= need[2]
+        return (free[0] >= need[0] and free[1] >= need[1] and free[2] >= need[2]
+                and free[3] >= need[3])
 
     def take(self, node: int, shape: int) -> None:
         free, need = self.free[node], self.shapes[shape]
         free[0] -= need[0]
         free[1] -= need[1]
         free[2] -= need[2]
+        free[3] -= need[3]
 
     def give_back(self, node: int, shape: int) -> None:
         free, need = self.free[node], self.shapes[shape]
         free[0] += need[0]
         free[1] += need[1]
         free[2] += need[2]
+        free[3] += need[3]
 
     def best(self, shape: int) -> int:
         """The node the policy picks for a pod of ``shape``, or -1 if none fits."""
@@ -171,9 +175,10 @@ def place(policy: str, node_alloc: np.ndarray, shape_requests: np.ndarray, pod_s
           ready_us: np.ndarray, lifetime_us: np.ndarray, commit_delay_us: int) -> Placement:
     """Place pods that become ready at ``ready_us`` (sorted) and stay ``lifetime_us`` once bound.
 
-    ``node_alloc`` is (nodes, 3) and ``shape_requests`` (shapes, 3): cpu_milli, memory_bytes,
-    gpu_milli.  A pod decided at time t is bound at t + ``commit_delay_us`` and leaves at its
-    binding plus its lifetime; capacity is taken at decision time and given back when it leaves.
+    ``node_alloc`` is (nodes, 4) and ``shape_requests`` (shapes, 4): cpu_milli, memory_bytes,
+    gpu_milli, and pods (a node's allocatable ``pods``; 1 for every pod shape).  A pod decided
+    at time t is bound at t + ``commit_delay_us`` and leaves at its binding plus its lifetime;
+    capacity is taken at decision time and given back when it leaves.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; choose from {', '.join(POLICIES)}")

@@ -68,12 +68,20 @@ COLUMNS: tuple[Column, ...] = (
     Column("phase", pa.string(), True,
            "A pod's `status.phase` as its status write sets it, or as its delete found it: "
            "Pending, Running, Succeeded, Failed or Unknown.", optional=True),
+    Column("max_pods", pa.int64(), True,
+           "A node's allocatable `pods` (`status.allocatable.pods`: the kubelet's `--max-pods`, "
+           "110 by default), how many pods the schedulers and the kubelet let run on it at once; "
+           "null for other objects and where a node write does not say it (the node keeps the "
+           "limit its earlier writes said; none said: no limit).", optional=True),
 )
 PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 BY_NAME = {c.name: c for c in COLUMNS}
 RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
+# the pods a node runs at once when no write of the trace said its ``max_pods`` (a larger one
+# counts as this: no limit either)
+NO_POD_LIMIT = 2**31 - 1
 
 REQUIRED = tuple(c for c in COLUMNS if not c.optional)
 # the schema of a trace with the columns every trace has (an optional one is written only by a

@@ -47,6 +47,7 @@ from replay.rng import stream
 from replay.times import epoch_us
 from replay.trace import ideal
 from replay.trace.io import ROW_GROUP_ROWS, conform, trace_writer
+from replay.trace.schema import NO_POD_LIMIT
 
 SOURCE = "synth"
 API_LATENCY_US = 1_000  # every synthesized write commits 1 ms after the API server receives it
@@ -125,6 +126,7 @@ class SynthSpec:
     node_shapes: tuple[Shape, ...] = DEFAULT_NODE_SHAPES
     pod_shapes: tuple[Shape, ...] = DEFAULT_POD_SHAPES
     heartbeat_interval: float = 0.0
+    max_pods: int | None = None  # every node's allocatable ``pods``; None: the column left out
     bind: str | None = None
     bind_delay_ms: float = 2.0
     namespace: str = "default"
@@ -140,6 +142,8 @@ class SynthSpec:
             (self.lifetime_sigma >= 0, "--lifetime-sigma must be >= 0"),
             (self.max_lifetime_factor >= 1, "--max-lifetime-factor must be >= 1"),
             (self.heartbeat_interval >= 0, "--heartbeat-interval must be >= 0 s (0 = off)"),
+            (self.max_pods is None or 1 <= self.max_pods <= NO_POD_LIMIT,
+             f"--max-pods must be 1 to {NO_POD_LIMIT:,}"),
             (self.bind is None or self.bind in ideal.POLICIES,
              f"--bind must be one of {', '.join(ideal.POLICIES)}"),
             (self.bind_delay_ms >= 0, "--bind-delay-ms must be >= 0"),
@@ -159,6 +163,7 @@ class SynthSpec:
                    "--max-lifetime-factor": self.max_lifetime_factor,
                    "--heartbeat-interval": self.heartbeat_interval,
                    "--bind-delay-ms": self.bind_delay_ms, "--nodes": self.nodes,
+                   "--max-pods": self.max_pods or 1,
                    "--pods": self.pods, "--seed": self.seed}
         for option, value in numbers.items():
             if not is_finite_number(value):
@@ -205,6 +210,8 @@ class SynthSpec:
         out["node_shapes"] = [str(s) for s in self.node_shapes]
         out["pod_shapes"] = [str(s) for s in self.pod_shapes]
         out["start"] = self.start.isoformat()
+        if self.max_pods is None:  # (the traces written before it say nothing of it)
+            del out["max_pods"]
         return out
 
 
@@ -227,14 +234,20 @@ def synthesize(spec: SynthSpec, out: str | os.PathLike) -> SynthResult:
     workload = _Workload.draw(spec)
     placement = None
     if spec.bind:
-        requests = np.array([[s.cpu_milli, s.memory_bytes, s.gpu_milli] for s in spec.pod_shapes])
-        placement = ideal.place(spec.bind, workload.node_alloc, requests, workload.pod_shape,
+        requests = np.array([[s.cpu_milli, s.memory_bytes, s.gpu_milli, 1]
+                             for s in spec.pod_shapes])
+        limit = NO_POD_LIMIT if spec.max_pods is None else spec.max_pods
+        alloc = np.column_stack([workload.node_alloc,
+                                 np.full(len(workload.node_alloc), limit, np.int64)])
+        placement = ideal.place(spec.bind, alloc, requests, workload.pod_shape,
                                 workload.created_us + round(spec.bind_delay_ms * 1000),
                                 workload.lifetime_us, API_LATENCY_US)
     pieces = _rows(spec, workload, placement)
     table = pa.concat_tables([piece for piece, _ in pieces])
     kind = np.concatenate([np.full(piece.num_rows, k, np.int8) for piece, k in pieces])
     seq = np.concatenate([np.arange(piece.num_rows) for piece, _ in pieces])
+    if spec.max_pods is not None:
+        table = table.append_column("max_pods", _on_node_creates(kind, spec.max_pods))
     order = np.lexsort((seq, kind, table["ts"].to_numpy()))
     del kind, seq
     with trace_writer(out, source=SOURCE, source_args=spec.describe()) as writer:
@@ -317,6 +330,13 @@ def _rows(spec: SynthSpec, w: _Workload, placement: ideal.Placement | None) -> l
         last = max((int(t.max()) for t in (created, deleted) if len(t)), default=start_us)
         pieces.append((_heartbeats(spec, w, node_names, start_us, last), HEARTBEAT))
     return pieces
+
+
+def _on_node_creates(kind: np.ndarray, max_pods: int) -> pa.Array:
+    """``max_pods`` at the node creates' rows, null at the others (a heartbeat says no
+    allocatable)."""
+    creates = kind == NODE_CREATE
+    return pa.array(np.where(creates, max_pods, 0), pa.int64(), mask=~creates)
 
 
 def _names(prefix: str, count: int) -> pa.Array:

@@ -95,11 +95,13 @@ class Body(msgspec.Struct, gc=False):
 
 
 class Amounts(NamedTuple):
-    """cpu_milli, memory_bytes, gpu_milli; None where the body did not say."""
+    """cpu_milli, memory_bytes, gpu_milli, and a node's allocatable pods (``max_pods``); None
+    where the body did not say (and ``pods`` for a pod's requests)."""
 
     cpu: int | None
     memory: int | None
     gpu: int | None
+    pods: int | None = None
 
 
 class PodColumns(NamedTuple):
@@ -221,7 +223,9 @@ def _allocatable(raw: msgspec.Raw, key: str, partial: bool) -> Amounts:
     has_gpu = any(name in given for name in GPU_RESOURCES)
     return _in_range(Amounts(_milli(cpu) if "cpu" in given or not partial else None,
                              _units(memory) if "memory" in given or not partial else None,
-                             _milli(gpu) if has_gpu or not partial else None),
+                             _milli(gpu) if has_gpu or not partial else None,
+                             _units(_quantity(given, "pods", f"{key}.status.allocatable"))
+                             if "pods" in given else None),
                      f"{key}.status.allocatable")
 
 

@@ -52,7 +52,7 @@ from replay.trace.audit.uri import BUILT_IN_GROUPS, Target, parse_request_uri, q
 ROW_COLUMNS = ("seq", "ts", "received_ts", "verb", "resource", "subresource", "namespace", "name",
                "uid", "node", "cpu_milli", "memory_bytes", "gpu_milli", "code", "user",
                "user_agent", "audit_id", "scheduler_name", "group", "priority", "component",
-               "phase")
+               "phase", "max_pods")
 ROW_TYPES = {"seq": pa.int64(), **{c.name: c.type for c in schema.COLUMNS}}
 TARGET = ("resource", "namespace", "name", "subresource")  # ``Target``'s fields
 FULL_OBJECT_VERBS = ("create", "update")  # their request body is the whole object
@@ -83,9 +83,9 @@ class Extract(NamedTuple):
 
 NOTHING = Extract()
 BODY_COLUMNS = {"cpu_milli": pa.int64(), "memory_bytes": pa.int64(), "gpu_milli": pa.int64(),
-                "node": pa.string(), "scheduler_name": pa.string(), "group": pa.string(),
-                "priority": pa.int32(), "uid": pa.string(), "name": pa.string(),
-                "phase": pa.string()}  # an ``Extract``
+                "max_pods": pa.int64(), "node": pa.string(), "scheduler_name": pa.string(),
+                "group": pa.string(), "priority": pa.int32(), "uid": pa.string(),
+                "name": pa.string(), "phase": pa.string()}  # an ``Extract``
 
 
 @dataclass
@@ -312,8 +312,8 @@ def _completed(columns: dict[str, pa.Array], body: dict[str, pa.Array], broken: 
     none = pa.scalar(None, pa.string())
     name = columns["name"]
     columns.update(
-        {key: body[key] for key in ("cpu_milli", "memory_bytes", "gpu_milli", "scheduler_name",
-                                    "group", "priority", "phase")},
+        {key: body[key] for key in ("cpu_milli", "memory_bytes", "gpu_milli", "max_pods",
+                                    "scheduler_name", "group", "priority", "phase")},
         node=pc.coalesce(_none_if_empty(body["node"]), pc.if_else(
             pc.equal(columns["resource"], "nodes"), name, none)),
         uid=pc.coalesce(columns["uid"], body["uid"]),
