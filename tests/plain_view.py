@@ -9,7 +9,7 @@ from collections.abc import Callable, Collection
 
 import numpy as np
 
-from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
+from replay.engine.cluster import NODE_KINDS, Allocatable, Pod, Request, Write, WriteKind
 from replay.engine.view import Snapshot, View, _read_only
 
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
@@ -26,12 +26,12 @@ class PlainView:
         """``clock()``: the simulation's time now; ``counts_assumed``: the cache counts pods
         assumed by Gödel schedulers (assume patches) as it counts bound ones."""
         self.counts_assumed = counts_assumed
-        self._alloc = np.zeros((3, node_count), dtype=np.int64)
-        self._free = np.zeros((3, node_count), dtype=np.int64)
+        # cpu, memory, gpu and pods (``Allocatable``)
+        self._alloc = np.zeros((4, node_count), dtype=np.int64)
+        self._free = np.zeros((4, node_count), dtype=np.int64)
         # the free capacity's rows as memoryviews: an element read or written as a Python int
         # (85 ns a read-modify-write, 160 through numpy's scalars or a 1-d index)
-        self._rows = (memoryview(self._free[0]), memoryview(self._free[1]),
-                      memoryview(self._free[2]))
+        self._rows = tuple(memoryview(row) for row in self._free)
         # how many of the pods counted on a node request no cpu, no memory (``_add``'s rows)
         self._zero_requests = np.zeros((2, node_count), dtype=np.int64)
         self._zero_rows = (memoryview(self._zero_requests[0]), memoryview(self._zero_requests[1]))
@@ -148,8 +148,8 @@ class PlainView:
             self._take(node, pod.request, -1)
         self._placed[pod] = node
 
-    def _set_node(self, node: int, alloc: Request | None) -> None:
-        new = np.zeros(3, dtype=np.int64) if alloc is None else np.asarray(alloc, dtype=np.int64)
+    def _set_node(self, node: int, alloc: Allocatable | None) -> None:
+        new = np.zeros(4, dtype=np.int64) if alloc is None else np.asarray(alloc, dtype=np.int64)
         grew = bool((new > self._alloc[:, node]).any())
         self._free[:, node] += new - self._alloc[:, node]
         self._alloc[:, node] = new

@@ -4,7 +4,8 @@ Every value is drawn from a few readable choices (node names n0, n1...; pods p0,
 millisecond times; requests of whole quarter-cores, GiB and half-GPUs), so that a failure shrinks
 to a trace one can read row by row.  ``rows_to_trace`` writes a list of rows as a trace file.
 
-- ``workloads()``: nodes whose allocatable changes, that go away and come back, heartbeats;
+- ``workloads()``: nodes whose allocatable changes (their pods too: a limit of 1, 2 or 110
+  pods, or none said), that go away and come back, heartbeats;
   pods requesting cpu, memory and gpu, arriving, deleted, created again under the same name, in
   gangs; recorded bindings (when asked) that fail with 409 or 500 before one succeeds, or pods
   created on their node (mirror pods), and terminal status writes; writes to other resources;
@@ -42,9 +43,11 @@ SCHEDULERS = ("kube-scheduler", "second-scheduler")
 
 # --- trace rows ----------------------------------------------------------------------------------
 
-def node(ms, name, cpu, memory=8 * GIB, gpu=None, verb="create", subresource=None):
+def node(ms, name, cpu, memory=8 * GIB, gpu=None, max_pods=None, verb="create",
+         subresource=None):
     return {"ms": ms, "verb": verb, "resource": "nodes", "subresource": subresource, "name": name,
-            "node": name, "cpu": cpu, "memory": memory, "gpu": gpu, "component": "kubelet"}
+            "node": name, "cpu": cpu, "memory": memory, "gpu": gpu, "max_pods": max_pods,
+            "component": "kubelet"}
 
 
 def pod(ms, name, cpu, memory=0, gpu=None, group=None, node_name=None):
@@ -89,11 +92,11 @@ def trace_frame(rows: list[dict]) -> pl.DataFrame:
          "node": r.get("node"), "cpu_milli": r.get("cpu"), "memory_bytes": r.get("memory"),
          "gpu_milli": r.get("gpu"), "code": r.get("code", 201),
          "component": r.get("component", "workload"), "group": r.get("group"),
-         "phase": r.get("phase")}
+         "phase": r.get("phase"), "max_pods": r.get("max_pods")}
         for r in sorted(rows, key=lambda r: r["ms"])],
         schema_overrides={"cpu_milli": pl.Int64, "memory_bytes": pl.Int64, "gpu_milli": pl.Int64,
                           "subresource": pl.String, "node": pl.String, "namespace": pl.String,
-                          "group": pl.String, "phase": pl.String})
+                          "group": pl.String, "phase": pl.String, "max_pods": pl.Int64})
 
 
 # --- a pipeline under load ---------------------------------------------------------------------
@@ -142,13 +145,14 @@ def under_load(capacity: int, client_queue: str, second_queue: str | None = None
 # --- workloads ------------------------------------------------------------------------------------
 
 NODE_CPU, NODE_MEMORY, NODE_GPU = (1000, 2000, 4000), (2 * GIB, 8 * GIB), (None, 0, 1000)
+NODE_PODS = (None, 1, 2, 110)  # its allocatable pods (None: the write does not say)
 POD_CPU, POD_MEMORY, POD_GPU = (0, 250, 1000, 3000), (0, GIB, 4 * GIB), (None, 0, 500, 1000)
 
 
 @st.composite
 def allocatable(draw) -> tuple:
     return (draw(st.sampled_from(NODE_CPU)), draw(st.sampled_from(NODE_MEMORY)),
-            draw(st.sampled_from(NODE_GPU)))
+            draw(st.sampled_from(NODE_GPU)), draw(st.sampled_from(NODE_PODS)))
 
 
 @st.composite
@@ -323,6 +327,7 @@ def synth_specs() -> st.SearchStrategy[SynthSpec]:
         node_shapes=st.just((Shape(4000, 8 * GIB, 0, 1.0), Shape(8000, 16 * GIB, 1000, 1.0))),
         pod_shapes=st.just((Shape(500, GIB, 0, 2.0), Shape(2000, 4 * GIB, 0, 1.0),
                             Shape(1000, GIB, 1000, 0.5))),
+        max_pods=st.sampled_from([None, 1, 3]),
         seed=st.integers(0, 1000),
     )
 

@@ -290,17 +290,18 @@ def test_the_truth_holds_claims_and_numbers_machines_by_claims():
         truth.apply(write)
         return write.node_version, list(truth.nodes[0].used)
 
-    assert apply(WriteKind.NODE_SET, alloc=(4000, 8 * GIB, 0)) == (1, [0, 0, 0])
-    assert apply(WriteKind.POD_ASSUME, pod=p) == (2, [1000, GIB, 0]) and p.claim == 0
-    assert apply(WriteKind.POD_BIND, pod=p) == (0, [1000, GIB, 0]) and p.node == 0
-    assert apply(WriteKind.POD_FAIL, pod=p) == (0, [0, 0, 0]) and p.claim == -1
-    assert apply(WriteKind.POD_DELETE, pod=p) == (0, [0, 0, 0])
+    assert apply(WriteKind.NODE_SET, alloc=(4000, 8 * GIB, 0, 110)) == (1, [0, 0, 0, 0])
+    assert apply(WriteKind.POD_ASSUME, pod=p) == (2, [1000, GIB, 0, 1]) and p.claim == 0
+    assert apply(WriteKind.POD_BIND, pod=p) == (0, [1000, GIB, 0, 1]) and p.node == 0
+    assert apply(WriteKind.POD_FAIL, pod=p) == (0, [0, 0, 0, 0]) and p.claim == -1
+    assert apply(WriteKind.POD_DELETE, pod=p) == (0, [0, 0, 0, 0])
     q = Pod(1, "ns", "q", (500, 0, 0), created=0, run_us=-1, scheduler_name=None, group=None,
             priority=0)
-    assert apply(WriteKind.POD_ASSUME, pod=q) == (3, [500, 0, 0])
-    assert apply(WriteKind.POD_REJECT, pod=q) == (0, [0, 0, 0])
-    assert apply(WriteKind.NODE_SET, alloc=(4000, 8 * GIB, 0)) == (0, [0, 0, 0])  # unchanged
-    assert apply(WriteKind.NODE_SET, alloc=(2000, 8 * GIB, 0))[0] == 4
+    assert apply(WriteKind.POD_ASSUME, pod=q) == (3, [500, 0, 0, 1])
+    assert apply(WriteKind.POD_REJECT, pod=q) == (0, [0, 0, 0, 0])
+    assert apply(WriteKind.NODE_SET, alloc=(4000, 8 * GIB, 0, 110)) == (0, [0, 0, 0, 0])  # same
+    assert apply(WriteKind.NODE_SET, alloc=(2000, 8 * GIB, 0, 110))[0] == 4
+    assert apply(WriteKind.NODE_SET, alloc=(2000, 8 * GIB, 0, 60))[0] == 5  # (pods too)
 
 
 def test_the_engine_forgets_the_names_and_objects_of_deleted_pods(tmp_path):

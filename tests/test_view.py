@@ -22,19 +22,23 @@ GIB = 1 << 30
 def test_own_placements_change_the_snapshot_and_fits():
     view = View(2, lambda: 0)
     view._deliver(0, Write(1, 0, WriteKind.NODE_SET, None, 0, "t", 0, -1, 201,
-                           (4000, 8 * GIB, 1000)))
+                           (4000, 8 * GIB, 1000, 3)))
     pod = Pod(0, None, "p0", (1500, 2 * GIB, 500), 0, -1, None, None, 0)
     free = view.snapshot().free
     view.assume(pod, 0)
-    assert free[:, 0].tolist() == [2500, 6 * GIB, 500]
+    assert free[:, 0].tolist() == [2500, 6 * GIB, 500, 2]
     assert view.fits(0, (2500, 6 * GIB, 500)) and not view.fits(0, (2501, 0, 0))
     with view.holding() as hold:
         hold(0, (1000, GIB, 0))
-        assert free[:, 0].tolist() == [1500, 5 * GIB, 500]
-    assert free[:, 0].tolist() == [2500, 6 * GIB, 500]
+        assert free[:, 0].tolist() == [1500, 5 * GIB, 500, 1]
+        assert view.fits(0, (0, 0, 0))
+        hold(0, (0, 0, 0))
+        assert free[:, 0].tolist() == [1500, 5 * GIB, 500, 0]
+        assert not view.fits(0, (0, 0, 0))  # no room for another pod ("Too many pods")
+    assert free[:, 0].tolist() == [2500, 6 * GIB, 500, 2]
     view.forget(pod)
-    assert free[:, 0].tolist() == [4000, 8 * GIB, 1000]
-    assert free[:, 1].tolist() == [0, 0, 0]
+    assert free[:, 0].tolist() == [4000, 8 * GIB, 1000, 3]
+    assert free[:, 1].tolist() == [0, 0, 0, 0]
     best_effort = Pod(1, None, "p1", (0, 0, 0), 0, -1, None, None, 0)  # (no request set)
     zero = view.snapshot().zero_requests
     view.assume(best_effort, 0)
@@ -54,7 +58,7 @@ def test_every_read_applies_exactly_the_deliveries_due(data):
     sees what applying every delivery due by then gives (``_due``, the earliest applied time
     left in any inbox, never hides one): per node its last allocatable and version applied,
     less the pods whose binding (or create on the node: a listed pod) is applied and whose
-    delete is not, and how many of those request no cpu, no memory."""
+    delete is not (and one pod for each), and how many of those request no cpu, no memory."""
     nodes, now = 3, [0]
     view = View(nodes, lambda: now[0])
     pods = [Pod(i, None, f"p{i}", (100 * i, i % 2, 0), 0, -1, None, None, 0)
@@ -67,7 +71,7 @@ def test_every_read_applies_exactly_the_deliveries_due(data):
         node = data.draw(st.integers(0, nodes - 1))
         if informer == "nodes":
             write = Write(rv, 0, WriteKind.NODE_SET, None, node, "t", 0, -1, 200,
-                          (1000 * rv, 100 * rv, 0), node_version=rv)
+                          (1000 * rv, 100 * rv, 0, rv % 3), node_version=rv)
         elif informer == "pods":
             kind = data.draw(st.sampled_from([WriteKind.POD_BIND, WriteKind.POD_DELETE,
                                               WriteKind.POD_CREATE]))  # (created on its node)
@@ -85,11 +89,12 @@ def test_every_read_applies_exactly_the_deliveries_due(data):
 
 def _applied_by(sent: list[tuple[int, Write]], now: int, nodes: int
                 ) -> tuple[list[list[int]], list[int], list[list[int]]]:
-    """The free capacity, version and pods without a cpu or memory request per node once the
+    """The free capacity (and room for pods), version and pods without a cpu or memory request
+    per node once the
     deliveries due by ``now`` are applied, in the order sent (a binding counts from its
     application until its pod's delete is applied; a node's version is the highest
     applied)."""
-    free = [[0] * nodes for _ in range(3)]
+    free = [[0] * nodes for _ in range(4)]
     zero = [[0] * nodes for _ in range(2)]
     version = [0] * nodes
     placed: dict[Pod, int] = {}
@@ -97,7 +102,7 @@ def _applied_by(sent: list[tuple[int, Write]], now: int, nodes: int
         if applied > now:
             continue
         if write.kind == WriteKind.NODE_SET:
-            for resource in range(3):
+            for resource in range(4):
                 free[resource][write.node] = write.alloc[resource]
             version[write.node] = max(version[write.node], write.node_version)
         elif write.kind in (WriteKind.POD_BIND, WriteKind.POD_CREATE):
@@ -107,6 +112,7 @@ def _applied_by(sent: list[tuple[int, Write]], now: int, nodes: int
     for pod, node in placed.items():
         for resource in range(3):
             free[resource][node] -= pod.request[resource]
+        free[3][node] -= 1
         for resource in range(2):
             zero[resource][node] += pod.request[resource] == 0
     return free, version, zero
@@ -206,7 +212,7 @@ def _write(data, rv: int, now: int, nodes: int, pods: list[Pod]) -> Write:
         WriteKind.POD_BIND, WriteKind.POD_ASSUME) else NO_NODE
     if kind == WriteKind.POD_CREATE and data.draw(st.booleans()):  # listed on its node
         node = data.draw(st.integers(0, nodes - 1))
-    alloc = (tuple(data.draw(st.integers(0, 2000)) for _ in range(3))
+    alloc = ((*(data.draw(st.integers(0, 2000)) for _ in range(3)), data.draw(st.integers(0, 3)))
              if kind == WriteKind.NODE_SET else None)
     version = data.draw(st.integers(0, rv)) if node != NO_NODE else 0
     return Write(rv, now, kind, pod, node, "t", 0, -1, 200, alloc, version)

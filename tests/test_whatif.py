@@ -27,7 +27,7 @@ from replay.trace.synth import SynthSpec, synthesize
 from replay.trace.validate import read_trace
 
 from conftest import SAMPLE_TRACE, budget
-from strategies import synth_specs
+from strategies import node, pod, rows_to_trace, synth_specs
 from test_run import small_trace
 
 WHAT_IF = ("oracle", "kube", "godel", "omega", "peer")
@@ -125,6 +125,41 @@ def test_least_allocated_spreads_pods_without_requests_evenly(tmp_path):
     bound = run["attempts"].filter(pl.col("outcome") == "bound")
     per_node = bound.group_by("node").len()["len"]
     assert bound.height == 40 and per_node.len() == 5 and per_node.max() - per_node.min() <= 1
+
+
+@pytest.mark.parametrize("model", ["kube", "godel", "omega", "oracle", "peer"])
+def test_a_node_runs_no_more_pods_at_once_than_its_max_pods(tmp_path, model):
+    """n1 has four times n2's cpu but room for three pods (``max_pods``, its allocatable
+    ``pods``; a later status patch that says its cpu and not its pods keeps the limit), n2 no
+    limit; eight pods without requests come: the scores prefer n1, and every model fills it to
+    three and puts the other five on n2 (NodeResourcesFit's "Too many pods"; the kubelet's
+    OutOfpods, the binder's and Omega's commit checks where a placement raced another).
+    Without the limit n1, scored emptier, would take most of them."""
+    trace = rows_to_trace(tmp_path / "t.parquet", [
+        node(0, "n1", 4000, max_pods=3), node(0, "n2", 1000),
+        node(500, "n1", 4000, verb="patch", subresource="status"),
+        *[pod(1000 + 10 * i, f"p{i}", 0) for i in range(8)]])
+    run = replay(trace, tmp_path / "run", model)
+    pods = run["pods"]
+    assert pods["node"].null_count() == 0 and pods.height == 8
+    assert pods.group_by("node").len().sort("node").rows() == [("n1", 3), ("n2", 5)]
+    keeps_every_invariant(run)
+
+
+def test_a_kubelet_rejects_a_pod_beyond_its_nodes_max_pods(tmp_path):
+    """Two kube-schedulers each place one of two pods at once on n1, which has room for one
+    pod (and the more cpu), each not yet seeing the other's binding: the API server takes both
+    bindings, and n1's kubelet admits the first and fails the second (``OutOfpods``), which is
+    created again and placed on n2."""
+    trace = rows_to_trace(tmp_path / "t.parquet", [
+        node(0, "n1", 4000, max_pods=1), node(0, "n2", 1000),
+        pod(1000, "p0", 100), pod(1000, "p1", 100)])
+    run = replay(trace, tmp_path / "run", "kube", "schedulers=2")
+    attempts = run["attempts"]
+    assert attempts.filter(pl.col("reason") == "kubelet_admission").height == 1
+    live = run["pods"].filter(pl.col("deleted_ts").is_null())
+    assert sorted(live["node"].to_list()) == ["n1", "n2"]
+    keeps_every_invariant(run)
 
 
 @settings(max_examples=budget(6), deadline=None,

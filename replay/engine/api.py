@@ -18,7 +18,7 @@ What-if models (discrete events, one write at a time):
   ``Worker``: a one-at-a-time work loop; ``Gathering``: gangs gathered until complete;
   ``Client``: a component's rate-limited API client;
 - records and enums: ``Pod``, ``Attempt``, ``Write``, ``WriteKind``, ``Outcome``, ``Reason``,
-  ``Request``, ``NEVER``, ``NO_NODE``.
+  ``Request``, ``Allocatable``, ``NEVER``, ``NO_NODE``.
 
 Vectorised models (the whole trace at once, like ``observe``): ``Pipeline`` (its ``streams``,
 ``scan``), ``Scan`` (a scan written a part at a time, with its terminations and re-lists),
@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from replay.engine.assumed import Assumptions
 from replay.engine.client import Client
-from replay.engine.cluster import (NEVER, NO_NODE, Attempt, Outcome, Pod, Reason, Request, Write,
-                                   WriteKind)
+from replay.engine.cluster import (NEVER, NO_NODE, Allocatable, Attempt, Outcome, Pod, Reason,
+                                   Request, Write, WriteKind)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Timer
 from replay.engine.gangs import Gathering
@@ -54,7 +54,7 @@ from replay.engine.workload import node_names
 __all__ = [
     "GIVES_BACK", "LISTED_CODE", "NEVER", "NO_NODE", "OUTCOMES", "POLICIES", "SOURCES",
     "STAGE_COLUMNS",
-    "Assumptions", "Attempt", "Client", "Gathering", "GodelNodeSelector", "Indices",
+    "Allocatable", "Assumptions", "Attempt", "Client", "Gathering", "GodelNodeSelector", "Indices",
     "NodeSelector", "OnAssumed", "Outcome", "Pipeline", "Pod", "Reason", "Request", "RunConfig",
     "RunTables", "Scan", "Scheduler", "SelectorFactory", "Simulation", "Snapshot", "Source",
     "Streams",

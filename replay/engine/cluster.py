@@ -18,6 +18,9 @@ NEVER = -1  # a time (µs) or resource version that has not happened: null in th
 NO_NODE = -1  # a node index that names no node
 
 Request = tuple[int, int, int]  # cpu_milli, memory_bytes, gpu_milli
+# A node's allocatable: cpu_milli, memory_bytes, gpu_milli, and how many pods it runs at once
+# (``status.allocatable.pods``: each pod counts one against it, whatever its requests)
+Allocatable = tuple[int, int, int, int]
 
 
 class WriteKind(IntEnum):
@@ -98,18 +101,19 @@ class Reason(str, Enum):
 class Node:
     index: int
     name: str
-    alloc: list[int] = field(default_factory=lambda: [0, 0, 0])  # cpu_milli, memory, gpu_milli
-    used: list[int] = field(default_factory=lambda: [0, 0, 0])  # by pods bound in the truth
+    alloc: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # ``Allocatable``
+    used: list[int] = field(default_factory=lambda: [0, 0, 0, 0])  # by the pods it holds
     present: bool = False
     # Omega's sequence number: bumped by every claim on the node (a placement committed there,
     # ``ClaimDelta.apply``), not by a pod leaving it; and by a change of its allocatable or its
     # removal, which the simulator's machines never have
     changes: int = 0
 
-    def fits(self, request: Request) -> bool:
+    def fits(self, need: Allocatable) -> bool:
+        """Whether the node has room for ``need`` more (requests summed, and pods)."""
         a, u = self.alloc, self.used
-        return (self.present and u[0] + request[0] <= a[0] and u[1] + request[1] <= a[1]
-                and u[2] + request[2] <= a[2])
+        return (self.present and u[0] + need[0] <= a[0] and u[1] + need[1] <= a[1]
+                and u[2] + need[2] <= a[2] and u[3] + need[3] <= a[3])
 
 
 def object_key(namespace: str | None, name: str) -> str:
@@ -174,7 +178,7 @@ class Write:
     attempt: int  # the attempt that wrote it (0: none)
     row: int  # its trace row, -1 if a model wrote it
     code: int
-    alloc: Request | None = None  # a NODE_SET's new allocatable
+    alloc: Allocatable | None = None  # a NODE_SET's new allocatable
     # the node's sequence number once this write applied, for a write that bumped it (a claim,
     # an allocatable change); 0 for the others
     node_version: int = 0
@@ -269,11 +273,14 @@ class Truth:
         """Whether the truth has room for all these (pod, node) placements at once."""
         need: dict[int, list[int]] = {}
         for pod, node in placements:
-            _add(need.setdefault(node, [0, 0, 0]), pod.request, 1)
-        return all(self.nodes[node].fits((t[0], t[1], t[2])) for node, t in need.items())
+            _add(need.setdefault(node, [0, 0, 0, 0]), pod.request, 1)
+        return all(self.nodes[node].fits((t[0], t[1], t[2], t[3])) for node, t in need.items())
 
 
-def _add(total: list[int], amount: Request, sign: int) -> None:
-    total[0] += sign * amount[0]
-    total[1] += sign * amount[1]
-    total[2] += sign * amount[2]
+def _add(total: list[int], request: Request, sign: int) -> None:
+    """A pod's ``request`` added to (1) or taken from (-1) ``total`` (an ``Allocatable``'s
+    order: the pod counts one in the last place)."""
+    total[0] += sign * request[0]
+    total[1] += sign * request[1]
+    total[2] += sign * request[2]
+    total[3] += sign

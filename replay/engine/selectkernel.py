@@ -44,8 +44,7 @@ def _walk_and_score(alloc: Ints, free: Ints, zero: Ints, present: Bools, order: 
     while evaluated < total and count < wanted:
         node = order[(start + evaluated) % total]
         evaluated += 1
-        if (present[node] and free[0, node] >= cpu and free[1, node] >= memory
-                and free[2, node] >= gpu):
+        if _fits(free, present, node, cpu, memory, gpu):
             feasible[count] = node
             count += 1
     best, tied = -1, 0
@@ -58,6 +57,14 @@ def _walk_and_score(alloc: Ints, free: Ints, zero: Ints, present: Bools, order: 
             top[tied] = node
             tied += 1
     return tied, evaluated
+
+
+def _fits_node(free: Ints, present: Bools, node: int, cpu: int, memory: int, gpu: int) -> bool:
+    """NodeResourcesFit's filter: the node has room for the request and for one more pod
+    (``fitsRequest``: "Too many pods" when ``len(nodeInfo.Pods)+1 > allowedPodNumber``; a
+    ``free`` of three rows, without the pods', sets no limit)."""
+    return bool(present[node] and free[0, node] >= cpu and free[1, node] >= memory
+                and free[2, node] >= gpu and (free.shape[0] < 4 or free[3, node] > 0))
 
 
 def _score_node(alloc: Ints, free: Ints, zero: Ints, node: int, cpu: int, memory: int,
@@ -114,14 +121,14 @@ def _first_fit(free: Ints, present: Bools, order: Ints, cpu: int, memory: int,
     """The position in ``order`` of the first node that fits the request, -1 if none."""
     for i in range(len(order)):
         node = order[i]
-        if (present[node] and free[0, node] >= cpu and free[1, node] >= memory
-                and free[2, node] >= gpu):
+        if _fits(free, present, node, cpu, memory, gpu):
             return i
     return -1
 
 
 _compile: Callable[[Any], Any] = njit(cache=True, nogil=True)
 _fit: Callable[[int, int, int, int, int, int], int] = _compile(_fit_resource)
+_fits: Callable[[Ints, Bools, int, int, int, int], bool] = _compile(_fits_node)
 _score: Callable[[Ints, Ints, Ints, int, int, int, int, int], int] = _compile(_score_node)
 walk_and_score: Callable[[Ints, Ints, Ints, Bools, Ints, int, int, int, int, int, int, int, Ints],
                          tuple[int, int]] = _compile(_walk_and_score)

@@ -30,8 +30,8 @@ import pyarrow as pa
 
 from replay import memory
 from replay.engine.client import Client
-from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Attempt, Outcome, Pod, Reason,
-                                   Request, Truth, Write, WriteKind, object_key)
+from replay.engine.cluster import (NEVER, NO_NODE, NODE_KINDS, Allocatable, Attempt, Outcome, Pod,
+                                   Reason, Truth, Write, WriteKind, object_key)
 from replay.engine.config import RunConfig, WatcherSpec
 from replay.engine.core import Deadlines, Environment, Item, Timer
 from replay.engine.pipeline import LISTED_CODE, SOURCES, Delivery, Pipeline, Source, Watches
@@ -257,10 +257,10 @@ class Simulation:
     def node_count(self) -> int:
         return len(self._truth.nodes)
 
-    def allocatable(self, node: int) -> Request:
-        """The node's allocatable (cpu_milli, memory_bytes, gpu_milli) in the truth now."""
+    def allocatable(self, node: int) -> Allocatable:
+        """The node's allocatable (cpu_milli, memory_bytes, gpu_milli, pods) in the truth now."""
         a = self._truth.nodes[node].alloc
-        return a[0], a[1], a[2]
+        return a[0], a[1], a[2], a[3]
 
     def node_version(self, node: int) -> int | None:
         """The node's change count in the truth (Omega's sequence number); None if the node
@@ -362,7 +362,7 @@ class Simulation:
     # -- the engine: committing, feeding the workload -------------------------------------------
     def _commit(self, kind: WriteKind, pod: Pod | None, component: str, node: int = NO_NODE,
                 attempt: Attempt | None = None, row: int = -1, code: int = 0,
-                alloc: Request | None = None, by_model: bool = True) -> Write:
+                alloc: Allocatable | None = None, by_model: bool = True) -> Write:
         now = self._env.now
         rv = self._log.rv + 1
         code = code or _STATUS[kind]
@@ -417,10 +417,10 @@ class Simulation:
                 for waiting in self._waiting_for_name.values():
                     waiting[:] = [(k, r) for k, r in waiting if k != w.pod.item(i)]
         else:
-            alloc: Request | None = None
+            alloc: Allocatable | None = None
             if kind == WriteKind.NODE_SET:
-                cpu, memory_bytes, gpu = w.alloc[i].tolist()
-                alloc = (cpu, memory_bytes, gpu)
+                cpu, memory_bytes, gpu, pods = w.alloc[i].tolist()
+                alloc = (cpu, memory_bytes, gpu, pods)
             self._commit(WriteKind(kind), None, "workload", node=w.node.item(i), row=row,
                          alloc=alloc, by_model=False)
         if i + 1 < len(w.row):
@@ -469,8 +469,9 @@ class Simulation:
         pending is the model's to schedule, as any pod it is sent the create of."""
         w, now = self._workload, self._env.now
         for node, alloc in zip(w.listed_node.tolist(), w.listed_alloc.tolist()):
+            cpu, memory, gpu, pods = alloc
             self._listed(Write(0, now, WriteKind.NODE_SET, None, node, "", 0, -1, LISTED_CODE,
-                               (alloc[0], alloc[1], alloc[2])), "nodes", self._nodes_code, node)
+                               (cpu, memory, gpu, pods)), "nodes", self._nodes_code, node)
         for incarnation in w.listed_pod.tolist():
             node = w.created_on.item(incarnation)
             pod = self._new_pod(incarnation, NEVER)

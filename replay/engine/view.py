@@ -40,13 +40,14 @@ import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
 from replay.engine.viewkernel import (ALLOC, BASE, CAPACITY_ROWS, DONE, END, FIELDS, FIRST, FREE,
-                                      GIVE_BACKS, GROW, LIMIT, NOTHING_DUE, SLOTS, VERSION_ROW,
-                                      ZERO_REQUESTS, apply_due, next_due, oldest, push)
+                                      GIVE_BACKS, GROW, LIMIT, NOTHING_DUE, RESOURCES, SLOTS,
+                                      VERSION_ROW, ZERO_REQUESTS, apply_due, next_due, oldest,
+                                      push)
 
 Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
           for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
-_NO_REQUEST = (0, 0, 0)
+_NOTHING = (0, 0, 0, 0)  # what a write that is neither a pod's nor a NODE_SET's carries
 _FIRST = np.zeros(1, dtype=np.int64)  # (``push``'s positions for one delivery)
 
 
@@ -54,8 +55,9 @@ class Snapshot(NamedTuple):
     """A view's capacity per node (read-only arrays, indexed by node): what a scheduler filters
     and scores on (the scheduler's ``Snapshot`` of its cache)."""
 
-    alloc: Ints  # (3, nodes): cpu_milli, memory_bytes, gpu_milli allocatable
-    free: Ints  # (3, nodes): allocatable less the requests counted on the node
+    alloc: Ints  # (4, nodes): cpu_milli, memory_bytes, gpu_milli, pods allocatable
+    # (4, nodes): allocatable less the requests counted on the node, and less one pod for each
+    free: Ints
     present: npt.NDArray[np.bool_]  # the node exists in this view
     version: Ints  # the node's change count as this view last applied it
     # (2, nodes): how many of the pods counted on the node request no cpu, no memory (which
@@ -89,15 +91,15 @@ class Inboxes:
 
     def push(self, views: Ints, positions: Ints, applied: Ints, write: Write) -> None:
         """Hand ``write`` to each of ``views``, applied at ``applied[positions[k]]`` in view k."""
-        pod, request = write.pod, write.alloc or _NO_REQUEST  # (a NODE_SET's allocatable)
-        if pod is not None:
-            index, request = pod.index, pod.request
-        else:
-            index = -1
+        pod = write.pod
+        if pod is not None:  # its request, and the one pod it is
+            index, (cpu, memory, gpu), pods = pod.index, pod.request, 1
+        else:  # a NODE_SET's allocatable
+            index, (cpu, memory, gpu, pods) = -1, write.alloc or _NOTHING
         informer = _INBOX[write.kind]
         while (full := push(self.entries, self.ends, self.due, views, positions, applied,
                             informer, write.rv, write.commit, write.kind, index, write.node,
-                            write.node_version, request[0], request[1], request[2])) >= 0:
+                            write.node_version, cpu, memory, gpu, pods)) >= 0:
             self._make_room(full)
 
     def push_one(self, view: Ints, applied: int, write: Write) -> None:
@@ -148,8 +150,9 @@ class View:
         # this watcher's own changes: an element read or written as a Python int (85 ns a
         # read-modify-write, 160 through numpy's scalars or a 1-d index)
         self._capacity = np.zeros((CAPACITY_ROWS, node_count), dtype=np.int64)
-        self._alloc, self._free = self._capacity[ALLOC:ALLOC + 3], self._capacity[FREE:FREE + 3]
-        self._rows = tuple(memoryview(self._capacity[FREE + r]) for r in range(3))
+        self._alloc = self._capacity[ALLOC:ALLOC + RESOURCES]
+        self._free = self._capacity[FREE:FREE + RESOURCES]
+        self._rows = tuple(memoryview(self._capacity[FREE + r]) for r in range(RESOURCES))
         self._zero_requests = self._capacity[ZERO_REQUESTS:ZERO_REQUESTS + 2]
         self._zero_rows = tuple(memoryview(self._capacity[ZERO_REQUESTS + r]) for r in range(2))
         self._present = np.zeros(node_count, dtype=bool)
@@ -245,11 +248,12 @@ class View:
             self._counts[GIVE_BACKS] += 1
 
     def _add(self, node: int, request: Request, sign: int) -> None:
-        cpu, memory, gpu = self._rows
+        cpu, memory, gpu, pods = self._rows
         cpu[node] += sign * request[0]
         memory[node] += sign * request[1]
         if request[2]:
             gpu[node] += sign * request[2]
+        pods[node] += sign
         if not request[0]:
             self._zero_rows[0][node] -= sign
         if not request[1]:
@@ -264,9 +268,9 @@ class View:
 
     def fits(self, node: int, request: Request) -> bool:
         self._catch_up()
-        cpu, memory, gpu = self._rows
+        cpu, memory, gpu, pods = self._rows
         return bool(self._present[node] and cpu[node] >= request[0]
-                    and memory[node] >= request[1] and gpu[node] >= request[2])
+                    and memory[node] >= request[1] and gpu[node] >= request[2] and pods[node] > 0)
 
     def has_placed(self, pod: Pod) -> bool:
         """Whether this view counts ``pod`` from the watch: it has applied its binding (or, in a

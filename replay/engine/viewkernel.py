@@ -33,17 +33,19 @@ Bools = npt.NDArray[np.bool_]
 
 SLOTS = 3  # informers a view: nodes, pods, other resources
 # An entry: when it applies, and the write's rv, commit, kind, pod (index, -1: none), node,
-# node version, and its pod's request (a NODE_SET's allocatable)
-APPLIED, RV, COMMIT, KIND, POD, NODE, VERSION, CPU, MEMORY, GPU = range(10)
-FIELDS = 10
+# node version, and its pod's request and the one pod it counts (a NODE_SET's allocatable,
+# ``Allocatable``)
+APPLIED, RV, COMMIT, KIND, POD, NODE, VERSION, CPU, MEMORY, GPU, PODS = range(11)
+FIELDS = 11
+RESOURCES = 4  # cpu, memory, gpu, pods: an allocatable's
 NOTHING_DUE = 2**63 - 1  # the due time of a view with no entry waiting
 FIRST, END, BASE, LIMIT = range(4)  # a slot's ``ends``
 # A view's counters (``apply_due`` adds to them): the applied changes that gave capacity back
 GIVE_BACKS = 0
-# A view's capacity per node: allocatable (3 rows), free (3 rows), version, and how many of the
-# pods counted there request no cpu, no memory (2 rows: ``Snapshot.zero_requests``) (the
-# Snapshot's arrays are views of these rows)
-ALLOC, FREE, VERSION_ROW, ZERO_REQUESTS, CAPACITY_ROWS = 0, 3, 6, 7, 9
+# A view's capacity per node: allocatable (4 rows), free (4 rows: the last, the pods it has room
+# for), version, and how many of the pods counted there request no cpu, no memory (2 rows:
+# ``Snapshot.zero_requests``) (the Snapshot's arrays are views of these rows)
+ALLOC, FREE, VERSION_ROW, ZERO_REQUESTS, CAPACITY_ROWS = 0, 4, 8, 9, 11
 # ``apply_due``'s answers besides the assumptions it forgot: done; a pod beyond the view's pod
 # arrays (grow them and call again); the buffer of forgotten assumptions full (call again)
 DONE, GROW, FULL = 0, 1, 2
@@ -57,7 +59,7 @@ _REJECT, _FAIL, _DELETE = (int(WriteKind.POD_REJECT), int(WriteKind.POD_FAIL),
 
 def _push(entries: Ints, ends: Ints, due: Ints, views: Ints, positions: Ints, applied: Ints,
           informer: int, rv: int, commit: int, kind: int, pod: int, node: int, version: int,
-          cpu: int, memory: int, gpu: int) -> int:
+          cpu: int, memory: int, gpu: int, pods: int) -> int:
     """Hand write ``rv`` to ``views``' inboxes of ``informer``, view k's delivery applied at
     ``applied[positions[k]]``: -1, or the slot that has no room (nothing changed: make room and
     call again)."""
@@ -68,7 +70,8 @@ def _push(entries: Ints, ends: Ints, due: Ints, views: Ints, positions: Ints, ap
         slot, at = views[k] * SLOTS + informer, applied[positions[k]]
         e = entries[ends[slot, END]]
         e[APPLIED], e[RV], e[COMMIT], e[KIND], e[POD] = at, rv, commit, kind, pod
-        e[NODE], e[VERSION], e[CPU], e[MEMORY], e[GPU] = node, version, cpu, memory, gpu
+        e[NODE], e[VERSION] = node, version
+        e[CPU], e[MEMORY], e[GPU], e[PODS] = cpu, memory, gpu, pods
         ends[slot, END] += 1
         if at < due[views[k]]:
             due[views[k]] = at
@@ -125,7 +128,7 @@ def _apply(e: Ints, pods: Ints, capacity: Ints, present: Bools, counters: Ints,
                     n += 1
     elif kind == _NODE_SET or kind == _NODE_DELETE:
         grew = False
-        for r in range(3):
+        for r in range(RESOURCES):
             new = e[CPU + r] if kind == _NODE_SET else 0
             grew |= new > capacity[ALLOC + r, node]
             capacity[FREE + r, node] += new - capacity[ALLOC + r, node]
@@ -159,9 +162,10 @@ def _place(e: Ints, pods: Ints, capacity: Ints, counters: Ints, forgotten: Ints,
 
 @njit(cache=True, nogil=True)
 def _take(capacity: Ints, counters: Ints, node: int, e: Ints, sign: int) -> None:
-    """The entry's pod's request taken from (-1) or given back to (1) the node's free capacity
-    (and the pod counted there, or not, among those that request no cpu or no memory)."""
-    for r in range(3):
+    """The entry's pod's request, and its one pod, taken from (-1) or given back to (1) the
+    node's free capacity (and the pod counted there, or not, among those that request no cpu or
+    no memory)."""
+    for r in range(RESOURCES):
         capacity[FREE + r, node] += sign * e[CPU + r]
     for r in range(2):
         if e[CPU + r] == 0:
@@ -194,7 +198,7 @@ def _next_due(entries: Ints, ends: Ints, view: int, wanted: Bools) -> int:
 
 _I, _I2 = "int64[::1]", "int64[:, ::1]"
 push: Callable[..., int] = compiled_entry(  # type: ignore[assignment]
-    _push, f"int64({_I2}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 10) + ")")
+    _push, f"int64({_I2}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 11) + ")")
 apply_due: Callable[..., tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
     _apply_due, f"UniTuple(int64, 2)({_I2}, {_I2}, {_I}, int64, int64, {_I2}, {_I2}, "
                 f"boolean[::1], {_I}, boolean, {_I2})")

@@ -36,6 +36,7 @@ from replay.trace.recorded import (IS_BINDING, IS_POD, RESOURCE_COLUMNS, Initial
                                    PodHistory, RowMasks, allocatable_unknown, created_before,
                                    created_placed, mask, phases_unknown, unborn_effect,
                                    without_bodies)
+from replay.trace.schema import NO_POD_LIMIT
 
 
 @dataclass
@@ -48,11 +49,11 @@ class Workload:
     kind: np.ndarray
     node: np.ndarray  # node index, -1 if none
     pod: np.ndarray  # pod (incarnation) index, -1 if none
-    alloc: np.ndarray  # (rows, 3) allocatable of NODE_SET writes
+    alloc: np.ndarray  # (rows, 4) allocatable of NODE_SET writes (``Allocatable``)
     # The nodes the trace did not see created, listed in every cache at its first write with
     # the allocatable their first writes say (``InitialList.nodes``), and that allocatable
     listed_node: np.ndarray  # node index
-    listed_alloc: np.ndarray  # (listed, 3)
+    listed_alloc: np.ndarray  # (listed, 4)
     # The pods it did not see created, listed after them (``InitialList.pods``), in the
     # order of their names
     listed_pod: np.ndarray  # pod (incarnation) index
@@ -109,7 +110,8 @@ class Workload:
         node_of_row = np.array([node_index.get(n, -1) if k in NODE_KINDS
                                 else -1 for n, k in zip(row_names, kind[rows].tolist())],
                                dtype=np.int64)
-        alloc = (trace.select(pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0))
+        alloc = (trace.select(pl.col("cpu_milli", "memory_bytes", "gpu_milli").fill_null(0),
+                              _pod_limits(trace, is_node))
                  .to_numpy()[rows].astype(np.int64))
         pod_of_row = np.where(history.incarnation[rows] >= 0, history.incarnation[rows], -1)
         spec_rows = np.where(has_create, created, 0)  # (a pod's create, or its listing's row)
@@ -123,8 +125,10 @@ class Workload:
             node_names=names, start=start, row=rows,
             ts=ts[rows], kind=kind[rows], node=node_of_row, pod=pod_of_row, alloc=alloc,
             listed_node=np.array([node_index[n] for n in listed.nodes["name"]], dtype=np.int64),
-            listed_alloc=listed.nodes.select(pl.col(RESOURCE_COLUMNS).fill_null(0)).to_numpy()
-            .astype(np.int64).reshape(-1, 3),
+            listed_alloc=listed.nodes.select(
+                pl.col(RESOURCE_COLUMNS).fill_null(0),
+                _pod_limit(pl.col("max_pods") if "max_pods" in listed.nodes.columns else None))
+            .to_numpy().astype(np.int64).reshape(-1, 4),
             listed_pod=listed_pod, created_on=created_on,
             namespace=_shared(pods["namespace"].to_list()), name=pods["name"].to_list(),
             request=_shared(pods.select("cpu_milli", "memory_bytes", "gpu_milli").iter_rows()),
@@ -134,6 +138,25 @@ class Workload:
             notes=_notes(trace, masks, history, has_create, listed.pods.height,
                          listed.pods.height - len(listed_pod), names),
         )
+
+
+def _pod_limits(trace: pl.DataFrame, is_node: np.ndarray) -> pl.Expr:
+    """Per row, the pods its node runs at once as the trace said last (``max_pods``), at a
+    node's rows: a node write that does not say it (a patch of another resource) keeps what
+    the node's writes said before."""
+    if "max_pods" not in trace.columns or trace["max_pods"].null_count() == trace.height:
+        return _pod_limit(None)
+    nodes = pl.Series(is_node)
+    said = trace.select(pl.when(nodes).then(pl.col("max_pods")).alias("said"),
+                        pl.when(nodes).then(pl.col("name")).alias("node"))
+    return _pod_limit(pl.lit(said.select(pl.col("said").forward_fill().over("node"))["said"]))
+
+
+def _pod_limit(said: pl.Expr | None) -> pl.Expr:
+    """``said`` as a limit of pods: none said, or one beyond ``NO_POD_LIMIT``, is no limit."""
+    if said is None:
+        return pl.lit(NO_POD_LIMIT, pl.Int64).alias("max_pods")
+    return said.fill_null(NO_POD_LIMIT).clip(upper_bound=NO_POD_LIMIT).alias("max_pods")
 
 
 Shared = TypeVar("Shared", bound=Hashable)

@@ -59,10 +59,10 @@ class KubeModel(WhatIfModel):
         self.attempt_of[attempt.pod] = attempt
 
     def _kubelet(self, node: int, write: Write) -> None:
-        """Admission: the pods this kubelet has admitted plus the new one must fit.  A pod
-        created on its node is admitted as it is: listed running there when the trace began
-        (admitted before it), or a static pod's mirror pod, which the kubelet itself created
-        for a pod it runs."""
+        """Admission: the pods this kubelet has admitted plus the new one must fit, in their
+        requests and in their number (the node's allocatable ``pods``).  A pod created on its
+        node is admitted as it is: listed running there when the trace began (admitted before
+        it), or a static pod's mirror pod, which the kubelet itself created for a pod it runs."""
         admitted = self.admitted.setdefault(node, {})
         pod = write.pod
         assert pod is not None
@@ -76,7 +76,8 @@ class KubeModel(WhatIfModel):
             return
         alloc = self.sim.allocatable(node)
         used = [sum(r[i] for r in admitted.values()) for i in range(3)]
-        if all(used[i] + pod.request[i] <= alloc[i] for i in range(3)):
+        if (all(used[i] + pod.request[i] <= alloc[i] for i in range(3))
+                and len(admitted) < alloc[3]):  # (else OutOfpods)
             admitted[pod] = pod.request
             self.attempt_of.pop(pod, None)  # admitted: its attempt is settled for good
             return

@@ -234,7 +234,8 @@ class InitialList:
     ``pods``: incarnation, namespace, name, node, cpu_milli, memory_bytes, gpu_milli, and
     ``spec_row``, the row whose body said its requests (else its first row: a what-if replay
     reads its scheduler name, gang and priority there); ``nodes``: name, cpu_milli,
-    memory_bytes, gpu_milli; each in the order of their names."""
+    memory_bytes, gpu_milli, and max_pods where the trace has it; each in the order of their
+    names."""
 
     pods: pl.DataFrame
     nodes: pl.DataFrame
@@ -341,12 +342,13 @@ def gathered(columns: pl.DataFrame, names: list[str], rows: np.ndarray) -> pl.Da
 def _listed_nodes(trace: pl.DataFrame, masks: RowMasks) -> pl.DataFrame:
     """``InitialList.nodes``: the nodes whose first committed write is not their create, with
     the first value of each resource written before their first create or delete."""
-    writes = trace.select("verb", "name", *RESOURCE_COLUMNS).filter(
+    limits = [c for c in ("max_pods",) if c in trace.columns]  # (observe does not read it)
+    writes = trace.select("verb", "name", *RESOURCE_COLUMNS, *limits).filter(
         pl.Series(masks.ok & masks.node))
     starts_life = pl.col("verb").is_in(["create", "delete"])
     return (writes.filter((starts_life.cum_sum().over("name") == 0)
                           & ~(pl.col("verb").first().over("name") == "create"))
-            .group_by("name").agg(pl.col(RESOURCE_COLUMNS).drop_nulls().first())
+            .group_by("name").agg(pl.col(*RESOURCE_COLUMNS, *limits).drop_nulls().first())
             .filter(pl.any_horizontal(pl.col(RESOURCE_COLUMNS).is_not_null()))
             .sort("name"))
 
