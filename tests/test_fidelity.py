@@ -304,6 +304,21 @@ def test_the_truth_holds_claims_and_numbers_machines_by_claims():
     assert apply(WriteKind.NODE_SET, alloc=(2000, 8 * GIB, 0, 60))[0] == 5  # (pods too)
 
 
+def test_the_truth_has_room_for_no_more_pods_than_a_nodes_allocatable_pods():
+    """Omega's and the oracle's commit check (``Truth.fits``) counts pods as NodeResourcesFit
+    does: a node of two pods holding one has room for one more, whatever their requests, and not
+    for two at once, nor for a third once the second is bound."""
+    truth = Truth(["a"])
+    pods = [Pod(i, "ns", f"p{i}", (0, 0, 0), created=0, run_us=-1, scheduler_name=None,
+                group=None, priority=0) for i in range(3)]
+    truth.apply(Write(1, 0, WriteKind.NODE_SET, None, 0, "t", 0, -1, 201,
+                      alloc=(4000, 8 * GIB, 0, 2)))
+    truth.apply(Write(2, 0, WriteKind.POD_BIND, pods[0], 0, "t", 0, -1, 201))
+    assert truth.fits([(pods[1], 0)]) and not truth.fits([(pods[1], 0), (pods[2], 0)])
+    truth.apply(Write(3, 0, WriteKind.POD_BIND, pods[1], 0, "t", 0, -1, 201))
+    assert not truth.fits([(pods[2], 0)])
+
+
 def test_the_engine_forgets_the_names_and_objects_of_deleted_pods(tmp_path):
     """A large replay creates and deletes millions of pods: once a pod is deleted, the engine's
     lookup by name and the watch caches' objects hold nothing of it (they grew by hundreds of

@@ -4,6 +4,7 @@ uniform draw among the top-scored nodes (selectHost)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,7 +110,8 @@ def reference_walk(view, order, start, wanted, request):
     for k in range(len(order)):
         node = order[(start + k) % len(order)]
         evaluated += 1
-        if view.present[node] and all(view.free[r, node] >= request[r] for r in range(3)):
+        if (view.present[node] and all(view.free[r, node] >= request[r] for r in range(3))
+                and view.free[3, node] > 0):  # room for one more pod
             feasible.append(node)
             if len(feasible) == wanted:
                 break
@@ -124,8 +126,8 @@ def test_choose_matches_the_reference(data, nodes, percentage, policy, godel):
     many; the node chosen is the reference's: drawn from the scheduler's stream (after Gödel's
     draw of its start) among the top-scored feasible nodes in walk order."""
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32)))
-    alloc = rng.integers(0, 5, size=(3, nodes)) * 1000
-    free = (alloc * rng.random((3, nodes))).astype(np.int64)
+    alloc = rng.integers(0, 5, size=(4, nodes)) * 1000  # (the last row: pods)
+    free = (alloc * rng.random((4, nodes))).astype(np.int64)
     zero = rng.integers(0, 3, size=(2, nodes)) * rng.integers(0, 2)  # (none in half the cases)
     view = Snapshot(alloc, free, rng.random(nodes) > 0.1, np.zeros(nodes, dtype=np.int64), zero)
     request = tuple(int(x) * int(rng.random() > 0.2) for x in rng.integers(0, 3000, size=3))
@@ -208,3 +210,18 @@ def test_random_first_fit_finds_the_one_node_that_fits():
         node, evaluated = selector.choose(view, (500, GIB // 2, 0))
         assert node == 321 and 1 <= evaluated <= 500
     assert selector.choose(view, (2000, 0, 0)) == (-1, 500)
+
+
+@pytest.mark.parametrize("policy", ["least-allocated", "most-allocated", "random-first-fit"])
+def test_a_node_without_room_for_another_pod_is_filtered_out(policy):
+    """Node 0 has the most room for the request but its allocatable pods are all taken (free
+    pods 0: NodeResourcesFit's "Too many pods"): every policy places the pod on node 1, and
+    finds no node once node 1's last pod slot is taken too.  A snapshot without the pods' row
+    (three rows, as a model may build one) sets no limit."""
+    alloc = [[8000, 2000], [8 * GIB, 2 * GIB], [0, 0], [110, 110]]
+    free = [[8000, 2000], [8 * GIB, 2 * GIB], [0, 0], [0, 1]]
+    selector = NodeSelector(policy, 0, np.random.default_rng(0))
+    assert selector.choose(snapshot(alloc, free), (500, GIB, 0))[0] == 1
+    free[3][1] = 0
+    assert selector.choose(snapshot(alloc, free), (500, GIB, 0))[0] == -1
+    assert selector.choose(snapshot(alloc[:3], free[:3]), (500, GIB, 0))[0] >= 0
