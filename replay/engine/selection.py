@@ -2,8 +2,8 @@
 
 Three steps, as kube-scheduler and Gödel take them (docs/fidelity.md cites every file):
 
-1. **Walk**: filter nodes (cpu, memory, gpu fit, node present) until enough feasible ones are
-   found.  kube-scheduler (``pkg/scheduler/schedule_one.go``: ``findNodesThatFitPod``,
+1. **Walk**: filter nodes (cpu, memory, gpu fit, room for one more pod, node present) until
+   enough feasible ones are found.  kube-scheduler (``pkg/scheduler/schedule_one.go``: ``findNodesThatFitPod``,
    ``numFeasibleNodesToFind``) starts where its previous walk stopped (``nextStartNodeIndex``,
    advanced by the number of nodes processed) and wants ``percentageOfNodesToScore`` of them,
    adaptive by default (50% - nodes/125, at least 5%, at least 100 nodes).  A Gödel scheduler
