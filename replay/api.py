@@ -55,6 +55,7 @@ class RunResult:
     delay_by_role: pl.DataFrame  # role, deliveries, p50_ms, p99_ms of end-to-end delay
     conflicts: int
     attempts: int
+    unschedulable: int  # attempts that found no room in their view
     seconds: dict[str, float]  # wall time of "replay" (reading, replaying, writing) and "derive"
     extra: dict = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # what bears on the numbers (``Model.notes``)
@@ -122,8 +123,10 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
         rows = write_run(out, tables, manifest, force=force, derive=derive_tables)
         seconds["derive"] += time.perf_counter()
         bar.update()
+    outcomes = summary["outcomes"]
     return RunResult(out, model_class.name, rows, len(watchers), summary["delay"],
-                     summary["conflicts"], rows["attempts"], seconds, notes=notes)
+                     outcomes.get("conflict", 0), rows["attempts"],
+                     outcomes.get("unschedulable", 0), seconds, notes=notes)
 
 
 def check_watchers(watchers: list[WatcherSpec], trace: pl.DataFrame, trace_path: str,
@@ -204,7 +207,7 @@ def _columns(model_class: type[Model]) -> list[str] | None:
 def _summarised(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
                 into: dict) -> Iterator[tuple[str, pa.Table | pl.DataFrame]]:
     """``tables`` as they pass; once the last has passed, while the last ones are still being
-    written, ``into`` gets the run's end-to-end delay by role and its number of conflicts.  Of
+    written, ``into`` gets the run's end-to-end delay by role and its attempts' outcomes.  Of
     the deliveries only each one's delay is kept, by role, as each part passes (8 bytes a
     delivery rather than the whole table until the end: a gigabyte at a million pods)."""
     delays: dict[str, list[np.ndarray]] = {}
@@ -216,7 +219,7 @@ def _summarised(tables: Iterable[tuple[str, pa.Table | pl.DataFrame]],
         elif name == "attempts":
             attempts.append(table)
     into["delay"] = _delay_by_role(delays)
-    into["conflicts"] = _conflicts(attempts)
+    into["outcomes"] = _outcomes(attempts)
 
 
 def _manifest(trace_path, config: RunConfig, model_class, settings: dict, watchers: int) -> dict:
@@ -259,13 +262,15 @@ def _delay_by_role(delays: dict[str, list[np.ndarray]]) -> pl.DataFrame:
                         orient="row")
 
 
-def _conflicts(attempts: list[pa.Table | pl.DataFrame]) -> int:
-    conflicts = 0
+def _outcomes(attempts: list[pa.Table | pl.DataFrame]) -> dict[str, int]:
+    """How many attempts ended in each outcome (``bound``, ``conflict``, ...)."""
+    counts: dict[str, int] = {}
     for part in attempts:
         outcome = conform_table("attempts", part).column("outcome")
-        at = _where(outcome).get("conflict", False)
-        conflicts += len(outcome) if at is None else int(np.sum(at))
-    return conflicts
+        for value, at in _where(outcome).items():
+            counts[value] = counts.get(value, 0) + (len(outcome) if at is None
+                                                    else int(np.sum(at)))
+    return counts
 
 
 def _where(column: pa.ChunkedArray) -> dict[str, np.ndarray | None]:

@@ -257,6 +257,18 @@ def test_no_bindings_and_no_what_if_model_names_the_models(cli, tmp_path, monkey
     assert not (tmp_path / "run").exists()
 
 
+def test_the_summary_counts_the_attempts_by_outcome(cli, tmp_path):
+    """A pod of 2 cores finds no room on a node of 1 at its first attempt; the node's growth
+    to 4 cores brings a retry, which binds it: two attempts, one unschedulable."""
+    trace = small_trace(tmp_path / "t.parquet", [
+        (0, "create", "nodes", None, "n1", "n1", 201, 1000),
+        (1, "create", "pods", None, "p", None, 201, 2000),
+        (2, "update", "nodes", None, "n1", "n1", 200, 4000)])
+    result = cli("run", trace, "--model", "kube", "--out", tmp_path / "run")
+    assert result.code == 0, result.err
+    assert "scheduling attempts 2, conflicts 0, unschedulable 1" in result.out, result.out
+
+
 def test_bad_config_is_one_line(cli, tmp_path):
     config = tmp_path / "c.toml"
     config.write_text("[stages.network]\nlatency = { dist = \"lognormal\", median_ms = 2, p99_ms = 1 }\n")

@@ -59,7 +59,8 @@ def print_summary(result: RunResult) -> None:
     for role, deliveries, p50, p99 in result.delay_by_role.iter_rows():
         print(f"  end-to-end watch delay, {role}: p50 {p50:.3f} ms, p99 {p99:.3f} ms "
               f"({deliveries:,} deliveries)")
-    print(f"  scheduling attempts {result.attempts:,}, conflicts {result.conflicts:,}")
+    print(f"  scheduling attempts {result.attempts:,}, conflicts {result.conflicts:,}, "
+          f"unschedulable {result.unschedulable:,}")
     print(f"  capacity windows {result.rows['capacity_windows']:,} "
           f"(derived in {result.seconds['derive']:.1f} s, after {result.seconds['replay']:.1f} s "
           f"of replay)")
