@@ -146,6 +146,19 @@ def test_a_node_runs_no_more_pods_at_once_than_its_max_pods(tmp_path, model):
     keeps_every_invariant(run)
 
 
+@pytest.mark.parametrize("model", ["kube", "godel"])
+def test_a_node_listed_at_the_start_keeps_the_pod_limit_its_first_write_says(tmp_path, model):
+    """n1, made before the trace (its first write, at 500 ms, a status patch that says its
+    allocatable and a limit of one pod), is listed with that limit at the trace's first commit:
+    of three pods that come before that write and prefer n1 (it has the more cpu), one runs
+    there and two on n2."""
+    trace = rows_to_trace(tmp_path / "t.parquet", [
+        node(0, "n2", 1000), *[pod(10 + 10 * i, f"p{i}", 100) for i in range(3)],
+        node(500, "n1", 4000, max_pods=1, verb="patch", subresource="status")])
+    run = replay(trace, tmp_path / "run", model)
+    assert run["pods"].group_by("node").len().sort("node").rows() == [("n1", 1), ("n2", 2)]
+
+
 def test_a_kubelet_rejects_a_pod_beyond_its_nodes_max_pods(tmp_path):
     """Two kube-schedulers each place one of two pods at once on n1, which has room for one
     pod (and the more cpu), each not yet seeing the other's binding: the API server takes both
