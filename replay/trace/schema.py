@@ -79,6 +79,7 @@ PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 COLUMN_NAMES = tuple(c.name for c in COLUMNS)
 BY_NAME = {c.name: c for c in COLUMNS}
 RESOURCE_COLUMNS = ("cpu_milli", "memory_bytes", "gpu_milli")
+COUNT_COLUMNS = (*RESOURCE_COLUMNS, "max_pods")  # integers that cannot be negative
 # the pods a node runs at once when no write of the trace said its ``max_pods`` (a larger one
 # counts as this: no limit either)
 NO_POD_LIMIT = 2**31 - 1

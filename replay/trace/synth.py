@@ -163,7 +163,6 @@ class SynthSpec:
                    "--max-lifetime-factor": self.max_lifetime_factor,
                    "--heartbeat-interval": self.heartbeat_interval,
                    "--bind-delay-ms": self.bind_delay_ms, "--nodes": self.nodes,
-                   "--max-pods": self.max_pods or 1,
                    "--pods": self.pods, "--seed": self.seed}
         for option, value in numbers.items():
             if not is_finite_number(value):

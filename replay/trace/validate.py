@@ -102,7 +102,7 @@ def value_problems(frame: pl.LazyFrame | pl.DataFrame, columns: list[str], *,
             checks.append((f"{name} out of range",
                            ~pl.col(name).is_between(FIRST_TIME, TRACE_END, closed="left"),
                            f"{name} outside the times replay handles ({TRACE_TIMES})"))
-    for name in (*schema.RESOURCE_COLUMNS, "max_pods"):
+    for name in schema.COUNT_COLUMNS:
         if name in columns:
             checks.append((f"negative {name}", pl.col(name) < 0, f"negative {name}"))
     if "verb" in columns:
@@ -151,7 +151,7 @@ def _clean(frame: pl.DataFrame, columns: list[str], ordered: bool) -> bool:
             return False
     resources = present & set(schema.RESOURCE_COLUMNS)  # integers, nullable
     if any((cast("int | None", frame[c].min()) or 0) < 0
-           for c in resources | (present & {"max_pods"})):
+           for c in present & set(schema.COUNT_COLUMNS)):
         return False
     if any((cast("int | None", frame[c].max()) or 0) * frame.height > INT64_MAX
            for c in resources):  # then resource_sum_problems must look
