@@ -22,10 +22,21 @@ def test_stable_sort_is_numpys(keys, dtype):
 
 
 def test_stable_sort_of_hashes_that_share_their_high_bits():
-    """Keys whose high bits alone cannot order them take the fallback."""
+    """Keys that need all 64 bits, many alike in their high bytes and some in all of them."""
     keys = np.array([5, 3, 2**63 + 9, 2**63 + 1, 4, 2**63 + 9], dtype=np.uint64)
     keys = np.tile(keys, 50)
     assert stable_sort(keys)[0].tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+@given(st.lists(st.tuples(st.integers(0, 255), st.integers(0, 3)), min_size=2, max_size=300),
+       st.integers(8, 55))
+def test_stable_sort_of_keys_some_of_whose_bytes_are_all_alike(parts, gap):
+    """The radix sort skips a byte that every key shares: here the bytes between a key's low
+    byte and its high bits, and, where the draw makes them so, the low byte or the high bits."""
+    keys = np.array([low + (high << gap) for low, high in parts], dtype=np.int64)
+    order, ordered = stable_sort(keys)
+    assert order.tolist() == np.argsort(keys, kind="stable").tolist()
+    assert ordered.tolist() == sorted(keys.tolist())
 
 
 @given(st.lists(st.integers(0, 2**20), max_size=300))
