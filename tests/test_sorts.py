@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -37,6 +38,16 @@ def test_stable_sort_of_keys_some_of_whose_bytes_are_all_alike(parts, gap):
     order, ordered = stable_sort(keys)
     assert order.tolist() == np.argsort(keys, kind="stable").tolist()
     assert ordered.tolist() == sorted(keys.tolist())
+
+
+@pytest.mark.parametrize("span", [2**16 - 1, 2**16, 2**17, 2**24, 2**32])
+def test_the_sorts_of_keys_about_16_bits_wide(span):
+    """Keys within 16 bits of each other take numpy's 16-bit radix sort, wider ones the kernel:
+    keys just past the line must not lose their high bits."""
+    keys = np.random.default_rng(span).integers(0, span, 1000)
+    keys[:2] = 0, span - 1
+    assert stable_sort(keys)[0].tolist() == np.argsort(keys, kind="stable").tolist()
+    assert stable_order(keys, span).tolist() == np.argsort(keys, kind="stable").tolist()
 
 
 @given(st.lists(st.integers(0, 2**20), max_size=300))

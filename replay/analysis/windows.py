@@ -356,7 +356,7 @@ def _in_lag_order(key: np.ndarray, pair: np.ndarray, pairs: int
     order: a counting sort of the pairs' numbers, in linear time.  Checked, and the whole key
     sorted where the rows were not in rv order.  On the 1M-pod runs' 10.1M lags (observe,
     what-if) 0.26 and 0.36 s, against 1.07-1.68 and 1.26 s for numpy's stable sort of the key
-    less its rv, 1.1-2.5 s for ``stable_sort``'s packed sort."""
+    less its rv, 1.1-2.5 s for the packed sort ``stable_sort`` had then."""
     order = counting_order(pair, pairs)
     ordered = key[order]
     if np.any(ordered[1:] < ordered[:-1]):
