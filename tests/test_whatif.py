@@ -52,6 +52,12 @@ def keeps_every_invariant(run) -> None:
     assert failed(check_run(run["dir"])) == []
 
 
+def node_limits(run) -> list[tuple]:
+    """The node writes' (name, origin, max_pods), in rv order."""
+    return run["events"].filter(pl.col("resource") == "nodes").select(
+        "name", "origin", "max_pods").rows()
+
+
 @pytest.fixture(scope="module")
 def sample_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("whatif")
@@ -143,6 +149,7 @@ def test_a_node_runs_no_more_pods_at_once_than_its_max_pods(tmp_path, model):
     pods = run["pods"]
     assert pods["node"].null_count() == 0 and pods.height == 8
     assert pods.group_by("node").len().sort("node").rows() == [("n1", 3), ("n2", 5)]
+    assert node_limits(run) == [("n1", "trace", 3), ("n2", "trace", None), ("n1", "trace", None)]
     keeps_every_invariant(run)
 
 
@@ -157,6 +164,7 @@ def test_a_node_listed_at_the_start_keeps_the_pod_limit_its_first_write_says(tmp
         node(500, "n1", 4000, max_pods=1, verb="patch", subresource="status")])
     run = replay(trace, tmp_path / "run", model)
     assert run["pods"].group_by("node").len().sort("node").rows() == [("n1", 1), ("n2", 2)]
+    assert node_limits(run) == [("n1", "list", 1), ("n2", "trace", None), ("n1", "trace", 1)]
 
 
 def test_a_kubelet_rejects_a_pod_beyond_its_nodes_max_pods(tmp_path):

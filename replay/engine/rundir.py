@@ -40,6 +40,7 @@ TABLES: dict[str, pa.Schema] = {
         ("node", pa.string()), ("cpu_milli", pa.int64()), ("memory_bytes", pa.int64()),
         ("gpu_milli", pa.int64()), ("code", pa.int32()), ("component", pa.string()),
         ("origin", pa.string()), ("attempt_id", pa.int64()), ("pod_state", pa.string()),
+        ("max_pods", pa.int64()),
     ]),
     "deliveries": pa.schema([
         ("rv", pa.int64()), ("watcher", pa.string()), ("role", pa.string()),

@@ -42,6 +42,7 @@ from replay.engine.watchers import Streams, watchers_table
 from replay.engine.workload import Workload
 from replay.progress import progress
 from replay.rng import stream
+from replay.trace.schema import NO_POD_LIMIT
 
 TS = pl.Datetime("us", "UTC")
 # deliveries per part of the deliveries table, made as the run goes (rather than the whole table
@@ -800,6 +801,9 @@ class Simulation:
                                    pl.Series(allocatable[:, i]))
         yield "code", pl.Series(np.frombuffer(log.code, dtype=np.int64)[part].astype(np.int32))
         yield "component", pl.Series(log.component[part], dtype=pl.String)
+        limits = pl.Series(allocatable[:, 3]).replace(NO_POD_LIMIT, None)  # (none said: null)
+        yield "max_pods", _listed_first(pl.repeat(None, len(kind), dtype=pl.Int64, eager=True),
+                                        limits)
 
     def _attempts_table(self) -> pl.DataFrame:
         nodes = self._workload.node_names

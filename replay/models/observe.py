@@ -43,7 +43,7 @@ ROLE_OF_COMPONENT = {
 }
 TS = pa.timestamp("us", tz="UTC")
 EVENT_COLUMNS = ("verb", "resource", "subresource", "namespace", "name", "node", "cpu_milli",
-                 "memory_bytes", "gpu_milli", "code", "component")
+                 "memory_bytes", "gpu_milli", "code", "component", "max_pods")
 LATEST = np.iinfo(np.int64).max  # later than any time: the start of a running minimum
 PART = 1 << 20  # deliveries scanned, and then written as a row group, at a time
 # every node the trace names: node objects, and the nodes pod writes name (a kubelet's each)
@@ -200,7 +200,7 @@ class _Replay:
             pl.lit(self.start).cast(pl.Datetime("us", "UTC")).alias("commit_ts"),
             pl.lit("create").alias("verb"), "resource", pl.lit(None).alias("subresource"),
             "namespace", "name", "node", "cpu_milli", "memory_bytes", "gpu_milli",
-            pl.lit(LISTED_CODE).alias("code"), pl.lit(None).alias("component"),
+            pl.lit(LISTED_CODE).alias("code"), pl.lit(None).alias("component"), "max_pods",
         ).cast(dict(schema))  # type: ignore[arg-type]
 
     def _pod_states(self, ok: np.ndarray) -> pa.Array:

@@ -255,12 +255,14 @@ class InitialList:
     @cached_property
     def events(self) -> pl.DataFrame:
         """The listed objects as creates (nodes, then pods): namespace, name, resource, node
-        (a node's own name), cpu_milli, memory_bytes, gpu_milli."""
+        (a node's own name), cpu_milli, memory_bytes, gpu_milli, max_pods (a node's, where the
+        trace says it)."""
+        limit = pl.col("max_pods") if "max_pods" in self.nodes.columns else pl.lit(None, pl.Int64)
         nodes = self.nodes.select(pl.lit(None, pl.String).alias("namespace"), "name",
                                   pl.lit("nodes").alias("resource"), pl.col("name").alias("node"),
-                                  *RESOURCE_COLUMNS)
+                                  *RESOURCE_COLUMNS, limit.alias("max_pods"))
         pods = self.pods.select("namespace", "name", pl.lit("pods").alias("resource"), "node",
-                                *RESOURCE_COLUMNS)
+                                *RESOURCE_COLUMNS, pl.lit(None, pl.Int64).alias("max_pods"))
         return pl.concat([nodes, pods])
 
 
@@ -342,7 +344,7 @@ def gathered(columns: pl.DataFrame, names: list[str], rows: np.ndarray) -> pl.Da
 def _listed_nodes(trace: pl.DataFrame, masks: RowMasks) -> pl.DataFrame:
     """``InitialList.nodes``: the nodes whose first committed write is not their create, with
     the first value of each resource written before their first create or delete."""
-    limits = [c for c in ("max_pods",) if c in trace.columns]  # (observe does not read it)
+    limits = [c for c in ("max_pods",) if c in trace.columns]  # (a trace read without it)
     writes = trace.select("verb", "name", *RESOURCE_COLUMNS, *limits).filter(
         pl.Series(masks.ok & masks.node))
     starts_life = pl.col("verb").is_in(["create", "delete"])
