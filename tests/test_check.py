@@ -193,6 +193,13 @@ def over_commit(t):
     return {"events": at(e, i, cpu_milli=500)}
 
 
+def over_pod_limit(t):
+    """Every node says it runs one pod at most, where the run put three on its two at once."""
+    e = t["events"]
+    return {"events": e.with_columns(max_pods=pl.when(pl.col("resource") == "nodes")
+                                     .then(1).otherwise(pl.col("max_pods")))}
+
+
 def admit_a_failed_pod(t):
     """The kubelet's admission failure is gone: it admitted both pods on a node with room for
     one."""
@@ -311,6 +318,7 @@ CORRUPTIONS = [
     ("missed_writes_recovered", "load", relist_forgotten, False),
     ("shared_queues_fifo", "godel", cache_out_of_order, False),
     ("truth_within_capacity", "godel", over_commit, False),
+    ("truth_within_pod_limit", "godel", over_pod_limit, False),
     ("kubelet_admission", "kube", admit_a_failed_pod, False),
     ("one_binding_per_incarnation", "godel", second_binding, False),
     ("attempt_times_ordered", "godel", decided_before_started, False),
@@ -390,7 +398,7 @@ def test_a_binding_sent_before_its_node_went_away_is_reported(in_flight):
 def test_a_binding_sent_after_its_binder_saw_the_node_go_fails(in_flight, tmp_path):
     """The same binding, had every scheduler and the binder applied the delete before the binder
     checked (a microsecond before the request): the binder should have rejected it."""
-    finding = capacity_finding(corrupt(in_flight, tmp_path, delete_applied(REQUEST + US)))
+    finding = capacity_finding(corrupt(in_flight, tmp_path, node_write_applied(REQUEST + US)))
     assert finding.status is Status.FAILED
     assert finding.examples[0]["change"] == "binding"
 
@@ -399,23 +407,70 @@ def test_a_throttled_binding_is_judged_at_its_request(in_flight, tmp_path):
     """Had the binding waited 10 ms for its client's rate limiter, the binder would have checked
     it 30 ms before its commit, when a delete applied 25 ms before the commit was on its way."""
     def throttled(t):
-        return {**delete_applied(REQUEST + 5 * MS)(t),
+        return {**node_write_applied(REQUEST + 5 * MS)(t),
                 "attempts": t["attempts"].with_columns(throttled_ms=pl.lit(10.0))}
 
     assert capacity_finding(corrupt(in_flight, tmp_path, throttled)).status is Status.REPORTED
 
 
-def delete_applied(before_commit: dt.timedelta):
-    """An edit: every watcher applied n0's delete ``before_commit`` before a's binding
-    committed."""
+def node_write_applied(before_commit: dt.timedelta):
+    """An edit: every watcher applied n0's last write (its delete, its lower pod limit)
+    ``before_commit`` before a's binding committed."""
     def edit(t):
         e, d = t["events"], t["deliveries"]
-        gone = e.filter(pl.col("resource") == "nodes", pl.col("verb") == "delete")["rv"][0]
+        gone = e.filter(pl.col("resource") == "nodes")["rv"].max()
         binding = e.filter(pl.col("subresource") == "binding")["commit_ts"][0]
         return {"deliveries": d.with_columns(applied_ts=pl.when(pl.col("rv") == gone)
                                              .then(pl.lit(binding - before_commit))
                                              .otherwise(pl.col("applied_ts")))}
     return edit
+
+
+# The same binding while n0's pod limit goes from one pod to none (its allocatable cpu stays)
+LIMIT_IN_FLIGHT = [node(0, "n0", 1000, 8 * GIB, max_pods=1), pod(1, "a", 500),
+                   node(55, "n0", 1000, 8 * GIB, max_pods=0, verb="patch", subresource="status")]
+
+
+@pytest.fixture(scope="module")
+def limit_in_flight(tmp_path_factory) -> Path:
+    return replay(tmp_path_factory.mktemp("limit-in-flight"), "godel",
+                  "[model]\ncommit_ms = 20.0\n", rows=LIMIT_IN_FLIGHT)
+
+
+def pod_limit_finding(run_dir: Path):
+    return {f.invariant: f for f in check_run(run_dir)}["truth_within_pod_limit"]
+
+
+def test_a_binding_sent_before_its_nodes_pod_limit_was_lowered_is_reported(limit_in_flight):
+    finding = pod_limit_finding(limit_in_flight)
+    assert finding.status is Status.REPORTED
+    assert [(e["change"], e["node"], e["pods"], e["max_pods"]) for e in finding.examples] == [
+        ("binding", "n0", 1, 0)]
+
+
+def test_a_binding_sent_after_its_binder_saw_the_lower_pod_limit_fails(limit_in_flight, tmp_path):
+    edited = corrupt(limit_in_flight, tmp_path, node_write_applied(REQUEST + US))
+    finding = pod_limit_finding(edited)
+    assert finding.status is Status.FAILED
+    assert finding.examples[0]["change"] == "binding"
+
+
+def test_a_recorded_cluster_past_a_nodes_pod_limit_is_reported(tmp_path):
+    """observe keeps the recorded placements: two pods bound to n0, which says it runs one
+    (its events carry the trace's max_pods), is reported, not failed; without any node saying
+    its limit the invariant does not apply."""
+    rows = [node(0, "n0", 4000, max_pods=1), node(0, "n1", 4000), pod(1, "a", 100),
+            pod(1, "b", 100), bind(3, "a", "n0"), bind(4, "b", "n0"), delete(9, "a")]
+    run = replay(tmp_path, "observe", rows=rows)
+    events = pl.read_parquet(run / "events.parquet").filter(pl.col("resource") == "nodes")
+    assert events.select("name", "max_pods").rows() == [("n0", 1), ("n1", None)]
+    finding = {f.invariant: f for f in check_run(run)}["truth_within_pod_limit"]
+    assert finding.status is Status.REPORTED and finding.count == 1
+    assert {k: finding.examples[0][k] for k in ("node", "pod", "pods", "max_pods")} == \
+        {"node": "n0", "pod": "ns/b", "pods": 2, "max_pods": 1}
+    unlimited = replay(tmp_path, "observe", rows=[r | {"max_pods": None} for r in rows])
+    finding = {f.invariant: f for f in check_run(unlimited)}["truth_within_pod_limit"]
+    assert finding.status is Status.NOT_APPLICABLE
 
 
 def test_every_invariant_has_a_corruption():
@@ -697,6 +752,31 @@ def test_the_pods_a_what_if_replay_lists_keep_every_invariant(tmp_path, model):
     assert pods.filter(pod="ns/big").select("created_ts", "bound_ts").rows() == [(None, None)]
     assert pl.read_parquet(run / "attempts.parquet").filter(pod="ns/big")["outcome"].unique() \
         .to_list() == ["unschedulable"]
+
+
+@pytest.mark.parametrize("model", ["godel", "kube", "oracle"])
+def test_pods_listed_past_their_nodes_pod_limit_are_reported(tmp_path, model):
+    """Two pods ran on n0 before the log began, where n0 says it runs one: the trace's
+    placement, not the model's, so reported, whether n0 too is listed, with its limit, ahead of
+    them (the second pod's create on it is past the limit: without the exemption a failed
+    binding) or created after them in the trace (its create is past it); the pod that comes
+    next goes to n1."""
+    for listed, reported in (
+            (True, [("binding", "ns/old2"), ("node", None)]),  # (then the trace's own patch)
+            (False, [("node", None)])):
+        n0 = node(0, "n0", 4000, max_pods=1, **(
+            {"verb": "patch", "subresource": "status"} if listed else {}))
+        rows = [n0, node(0, "n1", 1000),
+                status(1, "old1", "Running", node="n0", cpu=100, memory=GIB),
+                status(1, "old2", "Running", node="n0", cpu=100, memory=GIB), pod(4, "p", 100)]
+        run = replay(tmp_path, model, rows=rows)
+        findings = check_run(run)
+        assert failed(findings) == []
+        finding = next(f for f in findings if f.invariant == "truth_within_pod_limit")
+        assert finding.status is Status.REPORTED
+        assert [(row["change"], row["pod"]) for row in finding.examples] == reported
+        pods = pl.read_parquet(run / "pods.parquet")
+        assert pods.filter(pod="ns/p")["node"].to_list() == ["n1"]
 
 
 def test_a_terminated_watch_of_non_terminal_pods_relists_no_finished_pod(tmp_path):

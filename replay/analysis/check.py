@@ -823,19 +823,11 @@ def truth_within_capacity(run: RunTables) -> Finding:
     columns = ("rv, commit_ts, node, change, pod, -cpu_milli AS cpu_milli, "
                "-memory_bytes AS memory_bytes, -gpu_milli AS gpu_milli, free_cpu, free_memory, "
                "free_gpu")
-    in_wake = f"""EXISTS (
-        SELECT 1 FROM deliveries
-        JOIN {run.watch()} AS watch ON watch.watcher = deliveries.watcher
-        WHERE deliveries.rv = truth.last_shrink_rv AND watch.only_node IS NULL
-          AND watch.resource = 'nodes' AND deliveries.applied_ts > {_checked_at(run)})"""
     if run.model not in CHECKED_COMMITS:
-        why = ("recorded in the trace" if run.recorded else
-               "the kube model's API server accepts any binding" if run.model == "kube" else
-               f"the {run.model} model is not known to check its commits")
         return _from_sql(run, "truth_within_capacity", "SELECT * FROM truth WHERE false",
                          reported=f"SELECT {columns} FROM {truth} WHERE {ANY_OVER}",
-                         order="rv", note=why)
-    placed_by_trace = CREATED_ON_NODE.format("truth")
+                         order="rv", note=_why_unchecked(run))
+    in_wake, placed_by_trace = _in_wake(run), CREATED_ON_NODE.format("truth")
     return _from_sql(
         run, "truth_within_capacity",
         f"SELECT {columns} FROM {truth} AS truth WHERE change = 'binding' AND ({OVER}) "
@@ -845,6 +837,87 @@ def truth_within_capacity(run: RunTables) -> Finding:
                  f"OR {placed_by_trace})",
         order="rv", note="over-commitment after an allocatable decrease, or by a pod created "
                          "on its node (listed, or a mirror pod), is reported")
+
+
+def truth_within_pod_limit(run: RunTables) -> Finding:
+    """At every rv, no node holds more pods than its allocatable ``pods`` (the events'
+    ``max_pods``: what the node's writes said last; none said, no limit), counting every pod
+    bound there (binding committed, not yet failed, succeeded or deleted), with requests or
+    without: kube-scheduler's and Gödel's filters, and a kubelet's admission, count pods.
+
+    Judged as ``truth_within_capacity`` judges requests: failed, for a model whose commits are
+    checked (``CHECKED_COMMITS``), when a binding takes a node past its limit, unless the
+    node's latest lower limit was still on its way to a scheduler or binder when the binding
+    was checked, or the pod was created on its node (the trace's placement); reported
+    otherwise.  Not applicable to a run in which no node says its limit."""
+    if not run.value("SELECT count(*) FROM events WHERE resource = 'nodes' "
+                     "AND max_pods IS NOT NULL"):
+        return _not_applicable("truth_within_pod_limit",
+                               "no node in the run says its pod limit (max_pods)")
+    run.table("pod_limits", """
+        WITH said AS (
+            SELECT rv, commit_ts, name AS node, last_value(max_pods IGNORE NULLS) OVER (
+                       PARTITION BY name ORDER BY rv ROWS UNBOUNDED PRECEDING) AS max_pods
+            FROM events
+            WHERE resource = 'nodes'
+        ), lowered AS (
+            SELECT *, max_pods < coalesce(lag(max_pods) OVER (PARTITION BY node ORDER BY rv),
+                                          9223372036854775807) AS lowers
+            FROM said
+            WHERE max_pods IS NOT NULL
+        )
+        SELECT rv, commit_ts, node, max_pods,
+               max(rv) FILTER (lowers) OVER (PARTITION BY node ORDER BY rv) AS last_shrink_rv
+        FROM lowered""")
+    run.table("pods_held", f"""
+        WITH moves AS (
+            -- a pod bound there comes or goes; or the node says its limit (change 'node')
+            SELECT rv, commit_ts, node, pod, change, attempt_id,
+                   CASE WHEN takes THEN 1 ELSE -1 END AS moved
+            FROM {run.claims()}
+            WHERE counts_assumed IS DISTINCT FROM true
+            UNION ALL
+            SELECT rv, commit_ts, node, NULL, 'node', NULL, 0 FROM pod_limits
+        ), held AS (
+            SELECT * EXCLUDE (moved), sum(moved) OVER (
+                       PARTITION BY node ORDER BY rv ROWS UNBOUNDED PRECEDING) AS pods
+            FROM moves
+        )
+        SELECT held.*, pod_limits.max_pods, pod_limits.last_shrink_rv
+        FROM held ASOF JOIN pod_limits
+          ON held.node = pod_limits.node AND held.rv >= pod_limits.rv
+        WHERE held.pods > pod_limits.max_pods""")
+    columns = "rv, commit_ts, node, change, pod, pods, max_pods"
+    if run.model not in CHECKED_COMMITS:
+        return _from_sql(run, "truth_within_pod_limit", "SELECT * FROM pods_held WHERE false",
+                         reported=f"SELECT {columns} FROM pods_held", order="rv",
+                         note=_why_unchecked(run))
+    exempt = f"({_in_wake(run)} OR {CREATED_ON_NODE.format('truth')})"
+    return _from_sql(
+        run, "truth_within_pod_limit",
+        f"SELECT {columns} FROM pods_held AS truth WHERE change = 'binding' AND NOT {exempt}",
+        reported=f"SELECT {columns} FROM pods_held AS truth "
+                 f"WHERE change <> 'binding' OR {exempt}",
+        order="rv", note="past the limit after it was lowered, or by a pod created on its node "
+                         "(listed, or a mirror pod), is reported")
+
+
+def _in_wake(run: RunTables) -> str:
+    """SQL: the ``truth`` row's node's latest decrease (``truth.last_shrink_rv``: of its
+    allocatable, or of its pod limit) was still on its way to a scheduler or binder (a watcher of
+    every node) when the row's binding was checked."""
+    return f"""EXISTS (
+        SELECT 1 FROM deliveries
+        JOIN {run.watch()} AS watch ON watch.watcher = deliveries.watcher
+        WHERE deliveries.rv = truth.last_shrink_rv AND watch.only_node IS NULL
+          AND watch.resource = 'nodes' AND deliveries.applied_ts > {_checked_at(run)})"""
+
+
+def _why_unchecked(run: RunTables) -> str:
+    """Why a run's bindings past its nodes' capacity are reported, not failed."""
+    return ("recorded in the trace" if run.recorded else
+            "the kube model's API server accepts any binding" if run.model == "kube" else
+            f"the {run.model} model is not known to check its commits")
 
 
 def _checked_at(run: RunTables) -> str:
@@ -1249,6 +1322,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               shared_queues_fifo, reads=Reads.DELIVERIES),
     Invariant("truth_within_capacity", "no binding pushes a node over its allocatable",
               truth_within_capacity),
+    Invariant("truth_within_pod_limit", "no binding takes a node past its allocatable pods "
+              "(max_pods)", truth_within_pod_limit),
     Invariant("kubelet_admission", "no pod a kubelet admits pushes its node over allocatable in "
               "the kubelet's view", kubelet_admission),
     Invariant("one_binding_per_incarnation", "at most one binding per pod incarnation, never "
