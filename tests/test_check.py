@@ -14,7 +14,8 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from replay.analysis.check import INVARIANTS, Status, check_run, compare_runs, failed
+from replay.analysis.check import (INVARIANTS, RunTables, Status, check_run, compare_runs,
+                                   failed)
 from replay.analysis.derive import derive
 from replay.api import run_replay
 from replay.cli.main import main
@@ -471,6 +472,27 @@ def test_a_recorded_cluster_past_a_nodes_pod_limit_is_reported(tmp_path):
     unlimited = replay(tmp_path, "observe", rows=[r | {"max_pods": None} for r in rows])
     finding = {f.invariant: f for f in check_run(unlimited)}["truth_within_pod_limit"]
     assert finding.status is Status.NOT_APPLICABLE
+
+
+@pytest.mark.parametrize("model", ["observe", "oracle"])
+def test_the_pods_table_moves_pods_as_the_claims_do(tmp_path, model):
+    """A run whose writes set no pod state counts the pods on each node from the pods table
+    (``RunTables.pod_moves``), not from the claims: the two give the same moves."""
+    rows = [node(0, "n0", 4000, max_pods=2), node(0, "n1", 1000, max_pods=1),
+            status(1, "old", "Running", node="n0", cpu=100, memory=GIB),
+            *[pod(2 + i, f"p{i}", 100 * (i % 2)) for i in range(5)],
+            *[bind(4 + i, f"p{i}", f"n{i % 2}") for i in range(5)],
+            delete(9, "p0"), delete(10, "old"), pod(11, "p0", 0), bind(12, "p0", "n0")]
+    run = RunTables(replay(tmp_path, model, rows=rows))
+    try:
+        assert not run.pod_states
+        order = "ORDER BY rv, moved"
+        from_pods = run.sql(f"{run.pod_moves()} {order}").fetchall()
+        run.pod_states = True  # (the cached property, as a run with pod states has it)
+        assert run.sql(f"{run.pod_moves()} {order}").fetchall() == from_pods
+        assert {move[-1] for move in from_pods} == {1, -1}
+    finally:
+        run.close()
 
 
 def test_every_invariant_has_a_corruption():
