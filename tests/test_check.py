@@ -205,8 +205,8 @@ def admit_a_failed_pod(t):
     """The kubelet's admission failure is gone: it admitted both pods on a node with room for
     one."""
     e = t["events"]
-    return {"events": e.filter(~((pl.col("subresource") == "status")
-                                 & (pl.col("component") == "kubelet")))}
+    failure = (pl.col("subresource") == "status") & (pl.col("component") == "kubelet")
+    return {"events": e.filter(~failure.fill_null(False))}
 
 
 def second_binding(t):
@@ -493,6 +493,23 @@ def test_the_pods_table_moves_pods_as_the_claims_do(tmp_path, model):
         assert {move[-1] for move in from_pods} == {1, -1}
     finally:
         run.close()
+
+
+def test_a_kubelet_that_admits_a_pod_past_its_nodes_pod_limit_fails(tmp_path):
+    """Two kube-schedulers place a pod each on n0 at once, which has the cpu for both but room
+    for one pod: its kubelet fails the second (OutOfpods), which the truth held meanwhile
+    (reported).  With that failure gone, the kubelet admitted both: kubelet_admission fails,
+    saying the pod count and the limit."""
+    rows = [node(0, "n0", 64000, max_pods=1), pod(1, "a", 100), pod(1, "b", 0)]
+    run = replay(tmp_path, "kube", "[model]\nschedulers = 2\n", rows=rows)
+    findings = {f.invariant: f for f in check_run(run)}
+    assert failed(list(findings.values())) == []
+    assert findings["truth_within_pod_limit"].status is Status.REPORTED
+    broken = {f.invariant: f for f in check_run(corrupt(run, tmp_path, admit_a_failed_pod))}
+    finding = broken["kubelet_admission"]
+    assert finding.status is Status.FAILED and finding.count == 1
+    assert {k: finding.examples[0][k] for k in ("node", "pods", "max_pods", "free_cpu")} == \
+        {"node": "n0", "pods": 2, "max_pods": 1, "free_cpu": None}
 
 
 def test_every_invariant_has_a_corruption():

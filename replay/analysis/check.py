@@ -261,6 +261,31 @@ class RunTables:
         return "truth"
 
     @cached_property
+    def pod_limits(self) -> str | None:
+        """The temporary table ``pod_limits``: per node write that says or keeps a limit, the
+        node's ``max_pods`` as its writes said it last, and the rv of its latest decrease
+        (``last_shrink_rv``: a first limit, after none, is one); None if no node says one."""
+        if not self.value("SELECT count(*) FROM events WHERE resource = 'nodes' "
+                          "AND max_pods IS NOT NULL"):
+            return None
+        self.table("pod_limits", """
+            WITH said AS (
+                SELECT rv, commit_ts, name AS node, last_value(max_pods IGNORE NULLS) OVER (
+                           PARTITION BY name ORDER BY rv ROWS UNBOUNDED PRECEDING) AS max_pods
+                FROM events
+                WHERE resource = 'nodes'
+            ), lowered AS (
+                SELECT *, max_pods < coalesce(lag(max_pods) OVER (PARTITION BY node ORDER BY rv),
+                                              9223372036854775807) AS lowers
+                FROM said
+                WHERE max_pods IS NOT NULL
+            )
+            SELECT rv, commit_ts, node, max_pods,
+                   max(rv) FILTER (lowers) OVER (PARTITION BY node ORDER BY rv) AS last_shrink_rv
+            FROM lowered""")
+        return "pod_limits"
+
+    @cached_property
     def pod_states(self) -> bool:
         """Whether any write sets a pod state (an assume patch, a rejection, a failure)."""
         return bool(self.value("SELECT count(*) FROM events WHERE pod_state IS NOT NULL"))
@@ -876,40 +901,24 @@ def truth_within_pod_limit(run: RunTables) -> Finding:
     node's latest lower limit was still on its way to a scheduler or binder when the binding
     was checked, or the pod was created on its node (the trace's placement); reported
     otherwise.  Not applicable to a run in which no node says its limit."""
-    if not run.value("SELECT count(*) FROM events WHERE resource = 'nodes' "
-                     "AND max_pods IS NOT NULL"):
+    limits = run.pod_limits
+    if limits is None:
         return _not_applicable("truth_within_pod_limit",
                                "no node in the run says its pod limit (max_pods)")
-    run.table("pod_limits", """
-        WITH said AS (
-            SELECT rv, commit_ts, name AS node, last_value(max_pods IGNORE NULLS) OVER (
-                       PARTITION BY name ORDER BY rv ROWS UNBOUNDED PRECEDING) AS max_pods
-            FROM events
-            WHERE resource = 'nodes'
-        ), lowered AS (
-            SELECT *, max_pods < coalesce(lag(max_pods) OVER (PARTITION BY node ORDER BY rv),
-                                          9223372036854775807) AS lowers
-            FROM said
-            WHERE max_pods IS NOT NULL
-        )
-        SELECT rv, commit_ts, node, max_pods,
-               max(rv) FILTER (lowers) OVER (PARTITION BY node ORDER BY rv) AS last_shrink_rv
-        FROM lowered""")
     run.table("pods_held", f"""
         WITH moves AS (
             -- a pod bound there comes or goes; or the node says its limit (change 'node')
             {run.pod_moves()}
             UNION ALL
-            SELECT rv, commit_ts, node, NULL, 'node', NULL, 0 FROM pod_limits
+            SELECT rv, commit_ts, node, NULL, 'node', NULL, 0 FROM {limits}
         ), held AS (
             SELECT * EXCLUDE (moved), sum(moved) OVER (
                        PARTITION BY node ORDER BY rv ROWS UNBOUNDED PRECEDING) AS pods
             FROM moves
         )
-        SELECT held.*, pod_limits.max_pods, pod_limits.last_shrink_rv
-        FROM held ASOF JOIN pod_limits
-          ON held.node = pod_limits.node AND held.rv >= pod_limits.rv
-        WHERE held.pods > pod_limits.max_pods""")
+        SELECT held.*, limits.max_pods, limits.last_shrink_rv
+        FROM held ASOF JOIN {limits} AS limits ON held.node = limits.node AND held.rv >= limits.rv
+        WHERE held.pods > limits.max_pods""")
     columns = "rv, commit_ts, node, change, pod, pods, max_pods"
     if run.model not in CHECKED_COMMITS:
         return _from_sql(run, "truth_within_pod_limit", "SELECT * FROM pods_held WHERE false",
@@ -963,9 +972,11 @@ def kubelet_admission(run: RunTables) -> Finding:
     is the node's as the kubelet knows it: at the binding's commit or at admission, whichever is
     larger (the kubelet reports its own allocatable), and after a delete of its node object the
     one it had (it admits against its own node when the API server has none: ``getNodeAnyWay``,
-    ``pkg/kubelet/kubelet_getters.go``).  A pod created on its node (listed there at the trace's
-    start, or a mirror pod) is the kubelet's own: it counts it, and its admission is not
-    judged.  Failed for a model whose kubelets decide admission (``ADMITTING``); reported for
+    ``pkg/kubelet/kubelet_getters.go``).  Where the nodes say their pod limit, the pods it
+    admitted are counted against it too (``_admitted_past_pod_limit``: the ``OutOfpods`` of
+    ``GeneralPredicates``).  A pod created on its node (listed there at the trace's start, or a
+    mirror pod) is the kubelet's own: it counts it, and its admission is not judged.  Failed
+    for a model whose kubelets decide admission (``ADMITTING``); reported for
     the other what-if models, whose kubelets admit every pod (``truth_within_capacity`` judges
     their placements).  Observe runs model no admission.
     """
@@ -990,12 +1001,14 @@ def kubelet_admission(run: RunTables) -> Finding:
             WHERE taken.change = 'binding' AND taken.takes
             GROUP BY taken.rv
         ), bindings AS (
-            SELECT truth.rv, truth.node, truth.pod, kubelets.watcher, releases.delete_rv,
+            -- every pod's, with requests or without (the pod count is judged too)
+            SELECT taken.rv, taken.node, taken.pod, kubelets.watcher, releases.delete_rv,
                    releases.deleted_ts, releases.bind_rv
-            FROM {truth} AS truth
+            FROM {claims} AS taken
             JOIN kubelets USING (node)
-            JOIN releases ON releases.bind_rv = truth.rv
-            WHERE truth.change = 'binding'
+            JOIN releases ON releases.bind_rv = taken.rv
+            WHERE taken.change = 'binding' AND taken.takes
+              AND taken.counts_assumed IS DISTINCT FROM true
         ), failed AS (
             SELECT DISTINCT bindings.rv, bindings.watcher
             FROM bindings
@@ -1090,11 +1103,56 @@ def kubelet_admission(run: RunTables) -> Finding:
            OR (over.free_memory + greatest(coalesce(grown.memory, 0), 0) < 0
                AND over.memory_bytes < 0)
            OR (over.free_gpu + greatest(coalesce(grown.gpu, 0), 0) < 0 AND over.gpu_milli < 0)"""
+    if run.pod_limits is not None:
+        offending = f"""
+            SELECT watcher, rv, pod, node, admitted_ts, free_cpu, free_memory, free_gpu,
+                   NULL::BIGINT AS pods, NULL::BIGINT AS max_pods
+            FROM ({offending})
+            UNION ALL
+            FROM ({_admitted_past_pod_limit(run, run.pod_limits)})"""
     if run.model in ADMITTING:
         return _from_sql(run, "kubelet_admission", offending, order="rv, watcher")
     return _from_sql(run, "kubelet_admission", "SELECT 1 WHERE false", reported=offending,
                      order="rv, watcher",
                      note=f"the {run.model} model's kubelets admit every pod they are sent")
+
+
+def _admitted_past_pod_limit(run: RunTables, limits: str) -> str:
+    """SQL: the pods a kubelet admitted past its node's pod limit (``kubelet_admission``'s
+    columns), counting in its view every pod whose binding it admitted, with requests or
+    without, less those whose delete or failure it applied (``RunTables.pod_moves``, in rv
+    order: one watch stream); the limit the larger of the node's at the binding and at
+    admission.  A pod created on its node is counted and not judged."""
+    return f"""
+        WITH counted AS (
+            SELECT kubelets.watcher, moves.rv, moves.node, moves.pod, moves.change, moves.moved
+            FROM ({run.pod_moves()}) AS moves
+            JOIN kubelets USING (node)
+            LEFT JOIN admissions AS admitted
+              ON moves.moved = 1 AND admitted.rv = moves.rv
+             AND admitted.watcher = kubelets.watcher
+            LEFT JOIN admissions AS removed
+              ON moves.moved = -1 AND removed.delete_rv = moves.rv
+             AND removed.watcher = kubelets.watcher
+            WHERE coalesce(admitted.admitted, removed.admitted, false)
+        ), held AS (
+            SELECT *, sum(moved) OVER (
+                       PARTITION BY watcher ORDER BY rv ROWS UNBOUNDED PRECEDING) AS pods
+            FROM counted
+        ), over AS (
+            SELECT held.*, admissions.applied_ts AS admitted_ts
+            FROM held JOIN admissions USING (watcher, rv)
+            WHERE held.change = 'binding' AND NOT {CREATED_ON_NODE.format('held')}
+        )
+        SELECT over.watcher, over.rv, over.pod, over.node, over.admitted_ts, NULL::BIGINT,
+               NULL::BIGINT, NULL::BIGINT, over.pods,
+               greatest(at_binding.max_pods, at_admission.max_pods)
+        FROM over
+        ASOF JOIN {limits} AS at_binding
+          ON at_binding.node = over.node AND over.rv >= at_binding.rv
+        ASOF JOIN {limits} AS at_admission
+          ON at_admission.node = over.node AND over.admitted_ts >= at_admission.commit_ts
+        WHERE over.pods > greatest(at_binding.max_pods, at_admission.max_pods)"""
 
 
 # -- bindings and attempts -------------------------------------------------------------------------
@@ -1347,8 +1405,8 @@ INVARIANTS: tuple[Invariant, ...] = (
               truth_within_capacity),
     Invariant("truth_within_pod_limit", "no binding takes a node past its allocatable pods "
               "(max_pods)", truth_within_pod_limit),
-    Invariant("kubelet_admission", "no pod a kubelet admits pushes its node over allocatable in "
-              "the kubelet's view", kubelet_admission),
+    Invariant("kubelet_admission", "no pod a kubelet admits pushes its node over allocatable, or "
+              "past its pod limit, in the kubelet's view", kubelet_admission),
     Invariant("one_binding_per_incarnation", "at most one binding per pod incarnation, never "
               "after its delete, and pods agrees with it", one_binding_per_incarnation,
               reads=Reads.ARRAYS),
