@@ -6,6 +6,9 @@ definition a delivery at a time (``plain_view``)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +17,7 @@ from plain_view import PlainView
 from replay.engine.cluster import NO_NODE, NODE_KINDS, Pod, Write, WriteKind
 from replay.engine.view import Inboxes, View
 from replay.engine.viewkernel import FIELDS
-from conftest import budget
+from conftest import SAMPLE_TRACE, budget
 
 GIB = 1 << 30
 
@@ -242,3 +245,22 @@ def test_a_view_that_reads_rarely_lengthens_only_its_own_row():
     assert inboxes.entries.size == (5 + 16) * Inboxes.ROOM * FIELDS
     waiting = inboxes.ends[4, 1] - inboxes.ends[4, 0]
     assert waiting == 10 * Inboxes.ROOM - 1 and idle.oldest_unapplied() is None  # (applied now)
+
+
+def test_only_a_replay_with_views_loads_their_kernels(tmp_path):
+    """``viewkernel``'s kernels are loaded when the first views' inboxes are made: an observe
+    replay, which has none, does not load them (0.15 s of its start), and a what-if replay
+    does.  In a process of its own: this one may have loaded them already."""
+    script = f"""
+import sys
+from replay.api import run_replay
+from replay.engine import viewkernel
+from replay.engine.config import load_config
+run_replay({str(SAMPLE_TRACE)!r}, load_config(None, model="observe"), out={str(tmp_path / "o")!r})
+print(viewkernel.compiled.cache_info().currsize)
+run_replay({str(SAMPLE_TRACE)!r}, load_config(None, model="oracle"), out={str(tmp_path / "w")!r})
+print(viewkernel.compiled.cache_info().currsize)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "1"]

@@ -39,16 +39,29 @@ import numpy as np
 import numpy.typing as npt
 
 from replay.engine.cluster import NODE_KINDS, Pod, Request, Write, WriteKind
+from replay.engine import viewkernel
 from replay.engine.viewkernel import (ALLOC, BASE, CAPACITY_ROWS, DONE, END, FIELDS, FIRST, FREE,
                                       GIVE_BACKS, GROW, LIMIT, NOTHING_DUE, RESOURCES, SLOTS,
-                                      VERSION_ROW, ZERO_REQUESTS, apply_due, next_due, oldest,
-                                      push)
+                                      VERSION_ROW, ZERO_REQUESTS)
 
 Ints = npt.NDArray[np.int64]
 _INBOX = {kind: 0 if kind in NODE_KINDS else 2 if kind == WriteKind.OTHER else 1
           for kind in WriteKind}  # a write's informer: nodes, pods, or another resource
 _NOTHING = (0, 0, 0, 0)  # what a write that is neither a pod's nor a NODE_SET's carries
 _FIRST = np.zeros(1, dtype=np.int64)  # (``push``'s positions for one delivery)
+
+# ``viewkernel``'s compiled kernels, module globals as the hot paths call them, set when the first
+# ``Inboxes`` is made (``_load_kernels``)
+push: Callable[..., int]
+apply_due: Callable[..., tuple[int, int]]
+oldest: Callable[[Ints, Ints, int], tuple[int, int]]
+next_due: Callable[[Ints, Ints, int, npt.NDArray[np.bool_]], int]
+
+
+def _load_kernels() -> None:
+    """Compile (load) ``viewkernel``'s kernels, once: a replay without views never does."""
+    global push, apply_due, oldest, next_due
+    push, apply_due, oldest, next_due = viewkernel.compiled()
 
 
 class Snapshot(NamedTuple):
@@ -74,6 +87,7 @@ class Inboxes:
     ROOM = 64  # entries a slot holds at first
 
     def __init__(self) -> None:
+        _load_kernels()
         self.entries = np.zeros((0, FIELDS), dtype=np.int64)
         self.ends = np.zeros((0, 4), dtype=np.int64)
         self.due = np.zeros(0, dtype=np.int64)

@@ -21,6 +21,8 @@ needs: a view that reads rarely has a long one, and the others keep theirs short
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -196,13 +198,29 @@ def _next_due(entries: Ints, ends: Ints, view: int, wanted: Bools) -> int:
     return due
 
 
-_I, _I2 = "int64[::1]", "int64[:, ::1]"
-push: Callable[..., int] = compiled_entry(  # type: ignore[assignment]
-    _push, f"int64({_I2}, {_I2}, {_I}, {_I}, {_I}, {_I}, " + ", ".join(["int64"] * 11) + ")")
-apply_due: Callable[..., tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
-    _apply_due, f"UniTuple(int64, 2)({_I2}, {_I2}, {_I}, int64, int64, {_I2}, {_I2}, "
-                f"boolean[::1], {_I}, boolean, {_I2})")
-oldest: Callable[[Ints, Ints, int], tuple[int, int]] = compiled_entry(  # type: ignore[assignment]
-    _oldest, f"UniTuple(int64, 2)({_I2}, {_I2}, int64)")
-next_due: Callable[[Ints, Ints, int, Bools], int] = compiled_entry(  # type: ignore[assignment]
-    _next_due, f"int64({_I2}, {_I2}, int64, boolean[::1])")
+class Kernels(NamedTuple):
+    """The kernels ``view`` calls, each compiled for its one signature."""
+
+    push: Callable[..., int]
+    apply_due: Callable[..., tuple[int, int]]
+    oldest: Callable[[Ints, Ints, int], tuple[int, int]]
+    next_due: Callable[[Ints, Ints, int, Bools], int]
+
+
+@cache
+def compiled() -> Kernels:
+    """The kernels, compiled (loaded from numba's cache) when the first views' inboxes are made,
+    not when this module is imported: every replay imports it (the engine's API, ``view``), and
+    an observe replay, which has no views, spent 0.15 s of its start loading them."""
+    ints, rows = "int64[::1]", "int64[:, ::1]"
+    return Kernels(
+        push=compiled_entry(  # type: ignore[arg-type]
+            _push, f"int64({rows}, {rows}, {ints}, {ints}, {ints}, {ints}, "
+                   + ", ".join(["int64"] * 11) + ")"),
+        apply_due=compiled_entry(  # type: ignore[arg-type]
+            _apply_due, f"UniTuple(int64, 2)({rows}, {rows}, {ints}, int64, int64, {rows}, "
+                        f"{rows}, boolean[::1], {ints}, boolean, {rows})"),
+        oldest=compiled_entry(  # type: ignore[arg-type]
+            _oldest, f"UniTuple(int64, 2)({rows}, {rows}, int64)"),
+        next_due=compiled_entry(  # type: ignore[arg-type]
+            _next_due, f"int64({rows}, {rows}, int64, boolean[::1])"))
