@@ -18,6 +18,9 @@ from replay.jit import njit
 # ``stable_sort`` leaves keys to numpy's timsort when at most one in this many is below the one
 # before it (``mostly_sorted``)
 MOSTLY_SORTED = 4
+# ``hash_sort``'s buckets: how many keys a bucket holds on average, and at most
+KEYS_A_BUCKET = 8
+MOST_IN_BUCKET = 256
 
 
 def lindley(arrival: np.ndarray, service: np.ndarray) -> np.ndarray:
@@ -174,6 +177,22 @@ def stable_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, (ordered + np.uint64(low)).astype(keys.dtype)
 
 
+def hash_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``stable_sort`` of ``uint64`` keys spread evenly over their 64 bits (hashes of names),
+    faster: one counting pass on the keys' top bits puts them in buckets of about
+    ``KEYS_A_BUCKET``, each then sorted by insertion (``_bucket_sort``; both passes are stable).
+    The radix sort takes a pass for each of the eight bytes: 3M hashes of pod names 0.08
+    against 0.15-0.19 s.  Keys not spread so (a bucket of more than ``MOST_IN_BUCKET``, which an
+    insertion sort would take quadratic time over) are ``stable_sort``'s."""
+    bits = max(len(keys) // KEYS_A_BUCKET, 1).bit_length() - 1  # the buckets' (log2, rounded down)
+    if bits < 8:  # (a few thousand keys: the radix sort's passes are as quick)
+        return stable_sort(keys)
+    order, ordered = _bucket_sort(keys, np.uint64(64 - bits), 1 << bits, MOST_IN_BUCKET)
+    if len(order) < len(keys):
+        return stable_sort(keys)
+    return order, ordered
+
+
 def mostly_sorted(keys: np.ndarray) -> bool:
     """Whether at most one key in ``MOSTLY_SORTED`` is below the one before it.
 
@@ -235,3 +254,34 @@ def _radix_sort(keys, bits):  # pragma: no cover - compiled
         order, spare_order = spare_order, order
         keys, spare_keys = spare_keys, keys
     return order, keys
+
+
+@njit(cache=True, nogil=True)
+def _bucket_sort(keys, shift, buckets, most):  # pragma: no cover - compiled
+    """The stable order of ``keys`` (uint64) and the keys in it, by bucket (the keys' bits from
+    ``shift`` up), then within each bucket by insertion; nothing (two empty arrays) if a bucket
+    holds more than ``most`` keys."""
+    n = len(keys)
+    starts = np.zeros(buckets + 1, np.int64)  # (counts first, shifted up by one)
+    for i in range(n):
+        starts[(keys[i] >> shift) + np.uint64(1)] += 1
+    if starts.max() > most:
+        return np.empty(0, np.int64), np.empty(0, np.uint64)
+    for bucket in range(buckets):
+        starts[bucket + 1] += starts[bucket]
+    order, ordered = np.empty(n, np.int64), np.empty(n, np.uint64)
+    place = starts[:-1].copy()
+    for i in range(n):  # into buckets, each keeping the keys' order
+        bucket = keys[i] >> shift
+        order[place[bucket]], ordered[place[bucket]] = i, keys[i]
+        place[bucket] += 1
+    for bucket in range(buckets):  # each by insertion: past greater keys only (stable)
+        first = starts[bucket]
+        for j in range(first + 1, starts[bucket + 1]):
+            key, index = ordered[j], order[j]
+            k = j - 1
+            while k >= first and ordered[k] > key:
+                ordered[k + 1], order[k + 1] = ordered[k], order[k]
+                k -= 1
+            ordered[k + 1], order[k + 1] = key, index
+    return order, ordered

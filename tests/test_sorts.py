@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from replay.arrays import lex_order, mostly_sorted, stable_order, stable_sort
+import replay.arrays as arrays
+from replay.arrays import hash_sort, lex_order, mostly_sorted, stable_order, stable_sort
 
 int64s = st.integers(-2**63, 2**63 - 1)
 
@@ -27,6 +28,36 @@ def test_stable_sort_of_hashes_that_share_their_high_bits():
     keys = np.array([5, 3, 2**63 + 9, 2**63 + 1, 4, 2**63 + 9], dtype=np.uint64)
     keys = np.tile(keys, 50)
     assert stable_sort(keys)[0].tolist() == np.argsort(keys, kind="stable").tolist()
+
+
+@given(st.integers(0, 2**32), st.integers(1, 20_000), st.integers(1, 5), st.integers(0, 200))
+def test_hash_sort_is_numpys(seed, names, rows, crowd):
+    """Hashes of ``names`` names, each ``rows`` times in a random order, ``crowd`` of them
+    sharing their top 32 bits (one bucket sorted by insertion), in buckets or, below 2048 keys,
+    by the radix sort."""
+    rng = np.random.default_rng(seed)
+    hashes = rng.integers(0, 2**64, names, dtype=np.uint64)
+    hashes[:crowd] = (hashes[:crowd] & np.uint64(0xFFFFFFFF)) | np.uint64(0xABCD1234 << 32)
+    keys = np.repeat(hashes, rows)[rng.permutation(names * rows)]
+    order, ordered = hash_sort(keys)
+    expected = np.argsort(keys, kind="stable")
+    assert order.tolist() == expected.tolist()
+    assert ordered.tolist() == keys[expected].tolist() and ordered.dtype == np.uint64
+
+
+def test_hash_sort_buckets_hashes_and_leaves_other_keys_to_the_radix_sort(monkeypatch):
+    """Spread keys are sorted in buckets, without the radix sort; keys that would crowd a bucket
+    (small ones: all in the first) are the radix sort's, not insertion-sorted."""
+    sorted_by = []
+    monkeypatch.setattr(arrays, "stable_sort", lambda keys: sorted_by.append(len(keys)) or
+                        (np.argsort(keys, kind="stable"), np.sort(keys, kind="stable")))
+    rng = np.random.default_rng(7)
+    spread = rng.integers(0, 2**64, 50_000, dtype=np.uint64)
+    assert hash_sort(spread)[0].tolist() == np.argsort(spread, kind="stable").tolist()
+    assert sorted_by == []
+    small = rng.integers(0, 2**20, 50_000).astype(np.uint64)
+    assert hash_sort(small)[0].tolist() == np.argsort(small, kind="stable").tolist()
+    assert sorted_by == [50_000]
 
 
 @given(st.lists(st.tuples(st.integers(0, 255), st.integers(0, 3)), min_size=2, max_size=300),

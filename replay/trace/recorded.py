@@ -20,7 +20,7 @@ from functools import cached_property
 import numpy as np
 import polars as pl
 
-from replay.arrays import stable_sort
+from replay.arrays import hash_sort
 from replay.jit import njit
 from replay.trace.schema import WRITE_VERBS
 
@@ -366,7 +366,7 @@ def by_name(names: pl.Series) -> tuple[np.ndarray, np.ndarray]:
     are sorted again by the first hash and then by the name itself.  What remains is two names
     sharing both hashes: 2**-128 for a pair."""
     key = name_hash(names, seed=0)
-    order, sorted_key = stable_sort(key)
+    order, sorted_key = hash_sort(key)
     if len(order) == 0:
         return order, np.zeros(0, dtype=bool)
     new_name = np.r_[True, sorted_key[1:] != sorted_key[:-1]]
