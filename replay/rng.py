@@ -20,18 +20,19 @@ iteration order, thread count or which features are on.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from types import ModuleType
 
 import numpy as np
 import numpy.typing as npt
 
 UInts = npt.NDArray[np.uint64]
 Keys = UInts | np.uint64  # per-watcher stream keys: one per draw, or one for all
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
+# SplitMix64's constants: the increment (the golden ratio's) and its finaliser's multipliers
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
+MIX_2 = np.uint64(0x94D049BB133111EB)
 
 
 def name_hash(name: str) -> int:
@@ -47,31 +48,18 @@ def stream(seed: int, *names: str) -> np.random.Generator:
 
 def _mix(z: UInts) -> UInts:
     """SplitMix64's finaliser: a bijection of uint64 that scrambles every bit."""
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
+    z = (z ^ (z >> np.uint64(30))) * MIX_1
+    z = (z ^ (z >> np.uint64(27))) * MIX_2
     return z ^ (z >> np.uint64(31))
 
 
-def _splitmix(counters, keys, out):  # pragma: no cover - compiled
-    """``_mix(counters * golden + keys)`` into ``out``, one element at a time: the draws of a
-    replay are tens of millions, and numpy's whole-array steps made eight passes over each
-    part of them (every shift a temporary of its own)."""
-    for i in range(len(counters)):
-        z = counters[i] * _GOLDEN + keys[i]
-        z = (z ^ (z >> np.uint64(30))) * _M1
-        z = (z ^ (z >> np.uint64(27))) * _M2
-        out[i] = z ^ (z >> np.uint64(31))
-
-
 @cache
-def _compiled_splitmix() -> Callable[..., None]:
-    """``_splitmix`` compiled (loaded from numba's cache), at the first draw: importing numba
-    cost each command that draws nothing (``replay synth --help``, ``replay query``, whose
-    parsers import this module) a fifth of a second."""
-    from replay.jit import njit
+def kernels() -> ModuleType:
+    """``replay.rngkernel``, the draws' compiled loops, imported at the first draw (each loaded
+    from numba's cache at its first call)."""
+    from replay import rngkernel
 
-    compiled: Callable[..., None] = njit(cache=True, nogil=True)(_splitmix)
-    return compiled
+    return rngkernel
 
 
 @dataclass(frozen=True)
@@ -96,47 +84,50 @@ class Stream:
         per key): a scan that numbers a watcher's deliveries from its first one's place in a
         larger array draws with the array's positions as counters, without subtracting."""
         with np.errstate(over="ignore"):
-            shifted: UInts = keys - by.astype(np.uint64) * _GOLDEN
+            shifted: UInts = keys - by.astype(np.uint64) * GOLDEN
         return shifted
 
     def bits(self, counters: UInts, keys: Keys | None = None) -> UInts:
         """64 random bits per counter, from ``keys`` (per-watcher keys, one or one per counter;
         by default the shared stream's own key)."""
-        if keys is None:
-            keys = self.watcher_keys(np.uint64(0))
-        counters = np.asarray(counters, dtype=np.uint64)
+        counters, keys = _counters_and_keys(counters, keys, self)
         out = np.empty(len(counters), dtype=np.uint64)
-        _compiled_splitmix()(counters, np.broadcast_to(np.asarray(keys, dtype=np.uint64),
-                                                       counters.shape), out)
+        kernels().splitmix(counters, keys, out)
         return out
 
     def uniforms(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float64]:
-        """One draw in (0, 1) per counter, with 53 bits of resolution."""
-        bits = self.bits(counters, keys)
-        bits >>= np.uint64(11)
-        out = bits.astype(np.float64)
-        out += 0.5
-        out *= 2.0**-53
+        """One draw in (0, 1) per counter, with 53 bits of resolution: ``((bits >> 11) + 0.5) *
+        2**-53``."""
+        counters, keys = _counters_and_keys(counters, keys, self)
+        out = np.empty(len(counters), dtype=np.float64)
+        kernels().uniforms(counters, keys, out)
         return out
 
-    def normals(self, counters: UInts, keys: Keys | None = None) -> npt.NDArray[np.float32]:
-        """Standard normal draws by Box-Muller over two 24-bit uniforms from one draw.
+    def normals(self, counters: UInts, keys: Keys | None = None, scale: float = 1.0,
+                shift: float = 0.0) -> npt.NDArray[np.float64]:
+        """``shift + scale * z`` per counter, ``z`` a standard normal draw by Box-Muller over two
+        24-bit uniforms from one draw, ``sqrt(-2 log u1) cos(2 pi u2)``.
 
-        Single precision is five times faster here and ample for a delay: |z| stays below 5.9,
-        far beyond any percentile a study asks for, and the result is rounded to microseconds.
-        """
-        bits = self.bits(counters, keys)
-        f32 = np.float32
-        u1 = (bits >> np.uint64(40)).astype(f32)
-        bits &= np.uint64(0xFFFFFF)
-        u2 = bits.astype(f32)
-        for u in (u1, u2):  # (k + 0.5) / 2**24, in place
-            u += f32(0.5)
-            u *= f32(2.0**-24)
-        np.log(u1, out=u1)  # sqrt(-2 log u1) cos(2 pi u2), the same operations in place
-        u1 *= f32(-2.0)
-        np.sqrt(u1, out=u1)
-        u2 *= f32(2.0 * np.pi)
+        ``z`` is in single precision, five times faster here and ample for a delay: |z| stays
+        below 5.9, far beyond any percentile a study asks for, and the result is rounded to
+        microseconds.  The scaling is in double precision (a lognormal's logarithm of
+        microseconds)."""
+        counters, keys = _counters_and_keys(counters, keys, self)
+        n = len(counters)
+        u1, u2 = np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32)
+        compiled = kernels()
+        compiled.box_muller_inputs(counters, keys, u1, u2)
+        np.log(u1, out=u1)
         np.cos(u2, out=u2)
-        u1 *= u2
-        return u1
+        out = np.empty(n, dtype=np.float64)
+        compiled.box_muller(u1, u2, scale, shift, out)
+        return out
+
+
+def _counters_and_keys(counters: UInts, keys: Keys | None,
+                       stream: Stream) -> tuple[UInts, UInts]:
+    """The counters as ``uint64``, and a key for each (by default the stream's own key)."""
+    if keys is None:
+        keys = stream.watcher_keys(np.uint64(0))
+    counters = np.asarray(counters, dtype=np.uint64)
+    return counters, np.broadcast_to(np.asarray(keys, dtype=np.uint64), counters.shape)

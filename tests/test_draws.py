@@ -8,6 +8,8 @@ tables' bytes depend on it), written out here the obvious way.
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 from hypothesis import given
@@ -78,3 +80,19 @@ def test_a_draw_from_the_far_tail_is_capped_not_wrapped():
     huge = LogNormal(MAX_DURATION_MS / 2, MAX_DURATION_MS)
     draws = huge.sample_us(STREAM, COUNTERS, KEYS)
     assert draws.min() > 0 and draws.max() == MAX_DURATION_MS * 1000
+
+
+def test_the_draws_compiled_loops_are_imported_at_the_first_draw():
+    """Importing the streams and the distributions imports no numba (a fifth of a second of
+    each command that draws nothing, whose parsers import them); the first draw does."""
+    script = """
+import sys
+import numpy as np
+from replay.engine.distributions import Exponential
+from replay.rng import Stream
+assert "numba" not in sys.modules and "replay.rngkernel" not in sys.modules
+Exponential(1.0).sample_us(Stream.of(1, "x"), np.arange(3, dtype=np.uint64))
+assert "replay.rngkernel" in sys.modules
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from replay.limits import MAX_DURATION_MS
-from replay.rng import Keys, Stream
+from replay.rng import Keys, Stream, kernels
 
 Ints = npt.NDArray[np.int64]
 UInts = npt.NDArray[np.uint64]
@@ -45,13 +45,13 @@ class Distribution:
         return {"dist": self.kind, **{k: getattr(self, k) for k in self.keys}}
 
 
-def _rint(values: npt.NDArray[np.float64]) -> Ints:
-    """Microseconds as integers; a draw from the far tail of a distribution is capped at
-    ``MAX_DURATION_MS`` rather than wrapped around to a negative delay.  ``values`` (a fresh
-    array) is overwritten: draws come by the million, and each temporary is a pass over memory."""
-    np.minimum(values, MAX_DURATION_MS * 1000, out=values)
-    np.rint(values, out=values)
-    out: Ints = values.astype(np.int64)
+def _rint(values: npt.NDArray[np.float64], scale: float = 1.0) -> Ints:
+    """``values * scale``, in microseconds, as integers; a draw from the far tail of a
+    distribution is capped at ``MAX_DURATION_MS`` rather than wrapped around to a negative
+    delay.  One compiled pass (``replay.rngkernel``): draws come by the million, and the
+    scaling, the cap, the rounding and the conversion were a pass over memory each."""
+    out: Ints = np.empty(len(values), dtype=np.int64)
+    kernels().rounded_us(values, scale, out)
     return out
 
 
@@ -81,8 +81,7 @@ class Exponential(Distribution):
 
     def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
         out = np.log(stream.uniforms(counters, keys))
-        out *= -self.mean_ms * 1000
-        return _rint(out)
+        return _rint(out, -self.mean_ms * 1000)
 
     @property
     def mean_us(self) -> float:
@@ -103,10 +102,7 @@ class LogNormal(Distribution):
         return math.log(self.p99_ms / self.median_ms) / Z99
 
     def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
-        mu = math.log(self.median_ms * 1000)
-        out = stream.normals(counters, keys).astype(np.float64)
-        out *= self.sigma
-        out += mu
+        out = stream.normals(counters, keys, self.sigma, math.log(self.median_ms * 1000))
         return _rint(np.exp(out, out=out))
 
     @property
@@ -125,8 +121,7 @@ class Uniform(Distribution):
         out = stream.uniforms(counters, keys)
         out *= self.high_ms - self.low_ms
         out += self.low_ms
-        out *= 1000
-        return _rint(out)
+        return _rint(out, 1000)
 
     @property
     def mean_us(self) -> float:
@@ -199,7 +194,7 @@ class Histogram(Distribution):
         return out
 
     def sample_us(self, stream: Stream, counters: UInts, keys: Keys | None = None) -> Ints:
-        return _rint(self.quantiles_ms(stream.uniforms(counters, keys)) * 1000)
+        return _rint(self.quantiles_ms(stream.uniforms(counters, keys)), 1000)
 
     @property
     def mean_us(self) -> float:
