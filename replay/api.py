@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from replay import memory, models
+from replay import jit, memory, models
 from replay.analysis.derive import derive
 from replay.engine.config import RunConfig, WatcherSpec, load_config
 from replay.engine.api import node_names
@@ -89,6 +89,7 @@ def run_replay(trace_path: str | os.PathLike, config: RunConfig,
 
     ``manifest_extra`` adds top-level entries to its manifest (``replay sweep`` records there
     what each point swept, for the ``runs`` view); the tables do not depend on it."""
+    jit.initialize()
     seconds = {"replay": -time.perf_counter()}
     with progress(4, "replay", unit="step") as bar, _reusing_freed_memory() as release_memory:
         bar.set_postfix_str("reading the trace")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 import io
 import json
+import subprocess
+import sys
 
 import numpy as np
 import polars as pl
@@ -983,3 +985,27 @@ def test_a_pod_bound_again_while_bound_is_said(cli, tmp_path):
         (3, "create", "pods", "binding", "p", "n1", 409, 0)])
     assert "bound again" not in cli("run", once, "--model", "observe", "--out",
                                     tmp_path / "once").err
+
+
+def test_the_replay_steps_clock_starts_after_numbas_start(tmp_path):
+    """numba's start (the registries it loads at a process's first kernel, 0.14 s) is not timed
+    as a part of the replay step, as no import is (``replay.jit.initialize``): observed where
+    the step's progress bar begins, just after its clock starts, in a process of its own.
+    (``_registries`` is numba's own record of them.)"""
+    script = f"""
+from numba.core.registry import cpu_target
+import replay.api as api
+from replay.engine.config import load_config
+assert not cpu_target.target_context._registries, "numba started on import"
+started, progress = [], api.progress
+def counting(*args, **kwargs):
+    started.append(len(cpu_target.target_context._registries))
+    return progress(*args, **kwargs)
+api.progress = counting
+api.run_replay({str(SAMPLE_TRACE)!r}, load_config(None, model="observe"),
+               out={str(tmp_path / "run")!r})
+print(started[0])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) > 0
