@@ -27,12 +27,10 @@ from types import ModuleType
 import numpy as np
 import numpy.typing as npt
 
+from replay.splitmix import GOLDEN, mix
+
 UInts = npt.NDArray[np.uint64]
 Keys = UInts | np.uint64  # per-watcher stream keys: one per draw, or one for all
-# SplitMix64's constants: the increment (the golden ratio's) and its finaliser's multipliers
-GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-MIX_1 = np.uint64(0xBF58476D1CE4E5B9)
-MIX_2 = np.uint64(0x94D049BB133111EB)
 
 
 def name_hash(name: str) -> int:
@@ -44,13 +42,6 @@ def stream(seed: int, *names: str) -> np.random.Generator:
     """The generator for ``names`` under ``seed``; the same arguments always give the same draws."""
     key = tuple(name_hash(n) for n in names)
     return np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
-
-
-def _mix(z: UInts) -> UInts:
-    """SplitMix64's finaliser: a bijection of uint64 that scrambles every bit."""
-    z = (z ^ (z >> np.uint64(30))) * MIX_1
-    z = (z ^ (z >> np.uint64(27))) * MIX_2
-    return z ^ (z >> np.uint64(31))
 
 
 @cache
@@ -76,7 +67,7 @@ class Stream:
     def watcher_keys(self, watchers: Keys) -> UInts:
         """The per-watcher stream keys for watcher name hashes (compute once, index per draw)."""
         with np.errstate(over="ignore"):
-            return _mix(np.uint64(self.key) ^ _mix(np.asarray(watchers, dtype=np.uint64)))
+            return mix(np.uint64(self.key) ^ mix(np.asarray(watchers, dtype=np.uint64)))
 
     @staticmethod
     def shifted_keys(keys: UInts, by: npt.NDArray[np.int64]) -> UInts:

@@ -21,7 +21,7 @@ import numpy as np
 
 from replay.jit import njit
 from replay.limits import MAX_DURATION_MS
-from replay.rng import GOLDEN, MIX_1, MIX_2
+from replay.splitmix import GOLDEN, MIX_1, MIX_2
 
 _F32 = np.float32
 _HALF, _STEP, _TWO_PI, _MINUS_TWO = _F32(0.5), _F32(2.0**-24), _F32(2.0 * np.pi), _F32(-2.0)
@@ -31,7 +31,7 @@ _CAP_US = float(MAX_DURATION_MS * 1000)
 
 @njit(cache=True, nogil=True)
 def _mixed(counter, key):  # pragma: no cover - compiled
-    """SplitMix64's ``_mix(counter * golden + key)`` (``replay.rng``) for one draw."""
+    """SplitMix64's ``mix(counter * GOLDEN + key)`` (``replay.splitmix``) for one draw."""
     z = counter * GOLDEN + key
     z = (z ^ (z >> np.uint64(30))) * MIX_1
     z = (z ^ (z >> np.uint64(27))) * MIX_2
