@@ -183,7 +183,7 @@ def read_trace(path: str | os.PathLike, columns: list[str] | None = None) -> pl.
         except Exception as err:  # pyarrow and polars raise many types for damaged data pages
             raise ReplayError(f"{path}: cannot read the trace ({first_line(err)})") from None
         present = [c for c in well_typed if c in frame.columns]
-        problems = value_problems(frame.lazy(), present)
+        problems = value_problems(frame, present)  # (in memory: summaries first)
     if problems:
         others = len(problems) - 1
         more = f" (and {others} more problem{'s' if others > 1 else ''})" if others else ""
