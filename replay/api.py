@@ -27,6 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from replay import jit, memory, models
+from replay.arrays import ranked
 from replay.analysis.derive import derive
 from replay.engine.config import RunConfig, WatcherSpec, load_config
 from replay.engine.api import node_names
@@ -250,14 +251,12 @@ def _add_delays(part: pa.Table | pl.DataFrame, delays: dict[str, list[np.ndarray
 
 
 def _delay_by_role(delays: dict[str, list[np.ndarray]]) -> pl.DataFrame:
-    """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay.  A role's delays
-    from one part are the summary's own array already, reordered in place, not copied (an
-    observe replay's deliveries come sorted by watcher, so most roles are in one part)."""
+    """Per watcher role: deliveries, p50_ms and p99_ms of the end-to-end delay."""
     summary = []
     for role, parts in sorted(delays.items()):
-        mine = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        if len(mine):
-            summary.append((role, len(mine), *_nearest_ms(mine, (0.5, 0.99))))
+        n = sum(len(part) for part in parts)
+        if n:
+            summary.append((role, n, *_nearest_ms(parts, (0.5, 0.99))))
     return pl.DataFrame(summary, schema={"role": pl.String, "deliveries": pl.UInt32,
                                          "p50_ms": pl.Float64, "p99_ms": pl.Float64},
                         orient="row")
@@ -318,9 +317,10 @@ def _us(column: pa.ChunkedArray) -> np.ndarray:
     return chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
 
 
-def _nearest_ms(us: np.ndarray, quantiles: tuple[float, ...]) -> list[float]:
-    """The ``quantiles`` of ``us`` (reordered in place) in ms, by the nearest rank as polars'
-    ``"nearest"`` picks it: index (n - 1) q, rounded half up."""
-    ranks = [math.floor((len(us) - 1) * q + 0.5) for q in quantiles]
-    us.partition(ranks)
-    return [float(us[k]) / 1000 for k in ranks]
+def _nearest_ms(parts: list[np.ndarray], quantiles: tuple[float, ...]) -> list[float]:
+    """The ``quantiles`` of the delays in ``parts`` (µs) in ms, by the nearest rank as polars'
+    ``"nearest"`` picks it: index (n - 1) q, rounded half up (``ranked``: without joining the
+    parts)."""
+    n = sum(len(part) for part in parts)
+    ranks = [math.floor((n - 1) * q + 0.5) for q in quantiles]
+    return [float(value) / 1000 for value in ranked(parts, ranks)]

@@ -18,6 +18,8 @@ from replay.jit import njit
 # ``stable_sort`` leaves keys to numpy's timsort when at most one in this many is below the one
 # before it (``mostly_sorted``)
 MOSTLY_SORTED = 4
+# ``ranked``'s buckets: values counted by this many of their top bits
+RANK_BITS = 16
 # ``hash_sort``'s buckets: how many keys a bucket holds on average, and at most
 KEYS_A_BUCKET = 8
 MOST_IN_BUCKET = 256
@@ -193,6 +195,33 @@ def hash_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, ordered
 
 
+def ranked(parts: Sequence[np.ndarray], ranks: Sequence[int]) -> list[int]:
+    """The values at ``ranks`` (0-based) of the int64 values of ``parts`` (one at least), as if
+    the parts were joined and sorted, without joining or sorting them: a compiled pass counts
+    the values by bucket (their difference from the least value without its low bits, so that
+    the buckets number at most ``2**RANK_BITS``), the counts give each rank's bucket, and only
+    that bucket's values are gathered and partitioned.  The delay summary of a 1M-pod observe
+    run joined a role's 9M delays into one array (72 MB of new pages) and partitioned it."""
+    filled = [part for part in parts if len(part)]
+    low = min(int(part.min()) for part in filled)
+    span = max(int(part.max()) for part in filled) - low  # (below 2**64)
+    shift, offset = max(span.bit_length() - RANK_BITS, 0), np.uint64(low % 2**64)
+    counts = np.zeros((span >> shift) + 1, dtype=np.int64)
+    for part in filled:
+        _count_buckets(part, offset, shift, counts)
+    ends = np.cumsum(counts)
+    values = []
+    for rank in ranks:
+        bucket = int(np.searchsorted(ends, rank, side="right"))
+        inside = np.empty(int(counts[bucket]), dtype=np.int64)
+        at = 0
+        for part in filled:
+            at = _gather_bucket(part, offset, shift, np.uint64(bucket), inside, at)
+        nth = rank - (int(ends[bucket - 1]) if bucket else 0)
+        values.append(int(np.partition(inside, nth)[nth]))
+    return values
+
+
 def mostly_sorted(keys: np.ndarray) -> bool:
     """Whether at most one key in ``MOSTLY_SORTED`` is below the one before it.
 
@@ -285,3 +314,22 @@ def _bucket_sort(keys, shift, buckets, most):  # pragma: no cover - compiled
                 k -= 1
             ordered[k + 1], order[k + 1] = key, index
     return order, ordered
+
+
+@njit(cache=True, nogil=True)
+def _count_buckets(values, low, shift, counts):  # pragma: no cover - compiled
+    """Add ``values`` to ``counts`` by bucket: ``(value - low) >> shift`` (in uint64, which
+    holds any difference of two int64)."""
+    for i in range(len(values)):
+        counts[(np.uint64(values[i]) - low) >> np.uint64(shift)] += 1
+
+
+@njit(cache=True, nogil=True)
+def _gather_bucket(values, low, shift, bucket, out, at):  # pragma: no cover - compiled
+    """The ``values`` in ``bucket`` (``_count_buckets``' numbering) into ``out`` from ``at``;
+    where they end."""
+    for i in range(len(values)):
+        if (np.uint64(values[i]) - low) >> np.uint64(shift) == bucket:
+            out[at] = values[i]
+            at += 1
+    return at

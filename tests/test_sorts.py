@@ -8,7 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import replay.arrays as arrays
-from replay.arrays import hash_sort, lex_order, mostly_sorted, stable_order, stable_sort
+from replay.arrays import (hash_sort, lex_order, mostly_sorted, ranked, stable_order,
+                           stable_sort)
 
 int64s = st.integers(-2**63, 2**63 - 1)
 
@@ -58,6 +59,18 @@ def test_hash_sort_buckets_hashes_and_leaves_other_keys_to_the_radix_sort(monkey
     small = rng.integers(0, 2**20, 50_000).astype(np.uint64)
     assert hash_sort(small)[0].tolist() == np.argsort(small, kind="stable").tolist()
     assert sorted_by == [50_000]
+
+
+@given(st.lists(st.lists(st.one_of(st.integers(-3, 3), st.integers(0, 10**6), int64s),
+                         max_size=60), min_size=1, max_size=4).filter(lambda parts: any(parts)),
+       st.data())
+def test_ranked_is_the_joined_parts_sorted(parts, data):
+    """Whatever the values' span (a few, a million, the whole int64 range, wrapped in uint64),
+    however they fall into parts, empty ones too."""
+    arrays = [np.array(part, dtype=np.int64) for part in parts]
+    joined = np.sort(np.concatenate(arrays))
+    ranks = data.draw(st.lists(st.integers(0, len(joined) - 1), min_size=1, max_size=3))
+    assert ranked(arrays, ranks) == joined[ranks].tolist()
 
 
 @given(st.lists(st.tuples(st.integers(0, 255), st.integers(0, 3)), min_size=2, max_size=300),
