@@ -183,8 +183,8 @@ def hash_sort(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``stable_sort`` of ``uint64`` keys spread evenly over their 64 bits (hashes of names),
     faster: one counting pass on the keys' top bits puts them in buckets of about
     ``KEYS_A_BUCKET``, each then sorted by insertion (``_bucket_sort``; both passes are stable).
-    The radix sort takes a pass for each of the eight bytes: 3M hashes of pod names 0.08
-    against 0.15-0.19 s.  Keys not spread so (a bucket of more than ``MOST_IN_BUCKET``, which an
+    The radix sort takes a pass for each of the eight bytes: 3M hashes of pod names 0.063-0.076
+    against 0.098-0.33 s.  Keys not spread so (a bucket of more than ``MOST_IN_BUCKET``, which an
     insertion sort would take quadratic time over) are ``stable_sort``'s."""
     bits = max(len(keys) // KEYS_A_BUCKET, 1).bit_length() - 1  # the buckets' (log2, rounded down)
     if bits < 8:  # (a few thousand keys: the radix sort's passes are as quick)
