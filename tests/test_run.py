@@ -992,6 +992,8 @@ def test_the_replay_steps_clock_starts_after_numbas_start(tmp_path):
     as a part of the replay step, as no import is (``replay.jit.initialize``): observed where
     the step's progress bar begins, just after its clock starts, in a process of its own.
     (``_registries`` is numba's own record of them.)"""
+    trace = tmp_path / "small.parquet"
+    synthesize(SynthSpec(nodes=10, pods=200, bind="least-allocated"), trace)
     script = f"""
 from numba.core.registry import cpu_target
 import replay.api as api
@@ -1002,7 +1004,7 @@ def counting(*args, **kwargs):
     started.append(len(cpu_target.target_context._registries))
     return progress(*args, **kwargs)
 api.progress = counting
-api.run_replay({str(SAMPLE_TRACE)!r}, load_config(None, model="observe"),
+api.run_replay({str(trace)!r}, load_config(None, model="observe"),
                out={str(tmp_path / "run")!r})
 print(started[0])
 """

@@ -17,7 +17,8 @@ from plain_view import PlainView
 from replay.engine.cluster import NO_NODE, NODE_KINDS, Pod, Write, WriteKind
 from replay.engine.view import Inboxes, View
 from replay.engine.viewkernel import FIELDS
-from conftest import SAMPLE_TRACE, budget
+from replay.trace.synth import SynthSpec, synthesize
+from conftest import budget
 
 GIB = 1 << 30
 
@@ -251,14 +252,16 @@ def test_only_a_replay_with_views_loads_their_kernels(tmp_path):
     """``viewkernel``'s kernels are loaded when the first views' inboxes are made: an observe
     replay, which has none, does not load them (0.15 s of its start), and a what-if replay
     does.  In a process of its own: this one may have loaded them already."""
+    trace = tmp_path / "small.parquet"
+    synthesize(SynthSpec(nodes=10, pods=200, bind="least-allocated"), trace)
     script = f"""
 import sys
 from replay.api import run_replay
 from replay.engine import viewkernel
 from replay.engine.config import load_config
-run_replay({str(SAMPLE_TRACE)!r}, load_config(None, model="observe"), out={str(tmp_path / "o")!r})
+run_replay({str(trace)!r}, load_config(None, model="observe"), out={str(tmp_path / "o")!r})
 print(viewkernel.compiled.cache_info().currsize)
-run_replay({str(SAMPLE_TRACE)!r}, load_config(None, model="oracle"), out={str(tmp_path / "w")!r})
+run_replay({str(trace)!r}, load_config(None, model="oracle"), out={str(tmp_path / "w")!r})
 print(viewkernel.compiled.cache_info().currsize)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
