@@ -67,10 +67,10 @@ def test_hash_sort_buckets_hashes_and_leaves_other_keys_to_the_radix_sort(monkey
 def test_ranked_is_the_joined_parts_sorted(parts, data):
     """Whatever the values' span (a few, a million, the whole int64 range, wrapped in uint64),
     however they fall into parts, empty ones too."""
-    arrays = [np.array(part, dtype=np.int64) for part in parts]
-    joined = np.sort(np.concatenate(arrays))
+    values = [np.array(part, dtype=np.int64) for part in parts]
+    joined = np.sort(np.concatenate(values))
     ranks = data.draw(st.lists(st.integers(0, len(joined) - 1), min_size=1, max_size=3))
-    assert ranked(arrays, ranks) == joined[ranks].tolist()
+    assert ranked(values, ranks) == joined[ranks].tolist()
 
 
 @given(st.lists(st.tuples(st.integers(0, 255), st.integers(0, 3)), min_size=2, max_size=300),

@@ -255,7 +255,6 @@ def test_only_a_replay_with_views_loads_their_kernels(tmp_path):
     trace = tmp_path / "small.parquet"
     synthesize(SynthSpec(nodes=10, pods=200, bind="least-allocated"), trace)
     script = f"""
-import sys
 from replay.api import run_replay
 from replay.engine import viewkernel
 from replay.engine.config import load_config
