@@ -122,6 +122,32 @@ def fifo_departure(previous, arrival, service, queued):  # pragma: no cover - co
     return start + service
 
 
+@njit(cache=True, nogil=True, inline="always")
+def search_left(values, lo, hi, x):  # pragma: no cover - compiled
+    """``lo + np.searchsorted(values[lo:hi], x, side="left")`` for the compiled passes:
+    numba's ``searchsorted`` (which compiles for every type of key, complex ones too) and the
+    slice took a kernel seconds more to compile than this bisection."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True, inline="always")
+def search_right(values, lo, hi, x):  # pragma: no cover - compiled
+    """``lo + np.searchsorted(values[lo:hi], x, side="right")``, as ``search_left``."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] <= x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 @njit(cache=True, nogil=True)
 def _lindley_by_segment(arrival, service, ids, last, continues, out):  # pragma: no cover
     """``out[i] = max(arrival[i], out[i - 1]) + service[i]``, restarting (without the max)
@@ -271,7 +297,7 @@ def _radix_sort(keys, bits):  # pragma: no cover - compiled
     spare_order, spare_keys = np.empty(n, np.int64), np.empty(n, np.uint64)
     for byte in range(passes):
         place = ends[byte]
-        if place.max() == n:  # every key has the same value in this byte
+        if _one_value(place, n):  # every key has the same value in this byte
             continue
         for value in range(256):  # where the keys of each value begin
             place[value + 1] += place[value]
@@ -285,6 +311,16 @@ def _radix_sort(keys, bits):  # pragma: no cover - compiled
     return order, keys
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _one_value(counts, n):  # pragma: no cover - compiled
+    """Whether one value has all ``n`` keys (``counts.max() == n``, which took numba most of a
+    second more to compile)."""
+    for count in counts:
+        if count == n:
+            return True
+    return False
+
+
 @njit(cache=True, nogil=True)
 def _bucket_sort(keys, shift, buckets, most):  # pragma: no cover - compiled
     """The stable order of ``keys`` (uint64) and the keys in it, by bucket (the keys' bits from
@@ -294,12 +330,13 @@ def _bucket_sort(keys, shift, buckets, most):  # pragma: no cover - compiled
     starts = np.zeros(buckets + 1, np.int64)  # (counts first, shifted up by one)
     for i in range(n):
         starts[(keys[i] >> shift) + np.uint64(1)] += 1
-    if starts.max() > most:
-        return np.empty(0, np.int64), np.empty(0, np.uint64)
+    place = np.empty(buckets, np.int64)  # (a loop: ``max`` and a slice's copy compiled slowly)
     for bucket in range(buckets):
+        if starts[bucket + 1] > most:
+            return np.empty(0, np.int64), np.empty(0, np.uint64)
+        place[bucket] = starts[bucket]
         starts[bucket + 1] += starts[bucket]
     order, ordered = np.empty(n, np.int64), np.empty(n, np.uint64)
-    place = starts[:-1].copy()
     for i in range(n):  # into buckets, each keeping the keys' order
         bucket = keys[i] >> shift
         order[place[bucket]], ordered[place[bucket]] = i, keys[i]

@@ -30,7 +30,7 @@ import pyarrow as pa
 from replay import interrupts
 from replay.analysis.pending import Sizes, by_size
 from replay.analysis.windows import Sweep, _resources, _timestamps, resource_code
-from replay.arrays import lex_order
+from replay.arrays import lex_order, search_left, search_right
 from replay.jit import njit
 
 # threads the segments' batches are marked on (the kernel releases the GIL; the batches' marks
@@ -129,10 +129,10 @@ def _wasted_kernel(stale, code, start, end, truth, view, size_request, bounds, b
         if not stale[i]:
             continue
         first, last = by_code[code[i]], by_code[code[i] + 1]
-        k = first + np.searchsorted(size_request[first:last], view[i], side="right")
+        k = search_right(size_request, first, last, view[i])
         while k < last and size_request[k] <= truth[i]:
             lo, hi = bounds[k], bounds[k + 1]
-            j = lo + np.searchsorted(pod_start[lo:hi], end[i], side="left")
+            j = search_left(pod_start, lo, hi, end[i])
             if j > lo and reach[j - 1] > start[i]:
                 out[i] = True
                 break

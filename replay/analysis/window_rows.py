@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from replay import interrupts
 from replay.analysis.windows import RESOURCES, Part, Sweep, mul_add128, pairs_of, resource_code
-from replay.arrays import stable_sort
+from replay.arrays import search_left, stable_sort
 from replay.jit import njit
 
 BATCH_ROWS = 122_880  # DuckDB's row group: the batches its reader hands out for a sorted result
@@ -294,7 +294,7 @@ def _ranked_keys(pairs, pair, code, start, name_rank, first, shift):  # pragma: 
     at = 0
     for i in range(len(pair)):
         if i > 0 and pair[i] < pair[i - 1]:
-            at = np.searchsorted(pairs[:at], pair[i])
+            at = search_left(pairs, 0, at, pair[i])
         while at < len(pairs) and pairs[at] < pair[i]:
             at += 1
         keys[i] = ((at * len(name_rank) + name_rank[code[i]]) << shift) + (start[i] - first)

@@ -93,8 +93,10 @@ def _unblock(blocks: Ints, sizes: Ints, out: Ints) -> None:
     at = row = 0
     for k in sizes:
         for field in range(6):
-            out[field, row:row + k] = blocks[at + field * k:at + (field + 1) * k]
-        at += 6 * k
+            target = out[field]
+            for i in range(k):  # (a slice's assignment took numba 2 s to compile)
+                target[row + i] = blocks[at + i]
+            at += k
         row += k
 
 
