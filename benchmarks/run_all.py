@@ -12,8 +12,10 @@ timed); ``observe`` (Gödel's five watchers, ``godel-watchers.toml``); the what-
 ``whatif-godel``, ``whatif-kube``, ``whatif-omega``, ``whatif-peer``; ``derive-observe`` and
 ``derive-godel`` (``replay derive`` on the observe run and on the Gödel what-if run); ``queries``
 (every shipped query, on both runs); ``report`` (``replay report`` of the Gödel what-if run, the
-page's bytes as ``page_bytes``); ``simpy`` (the SimPy baseline, checked equal to replay
-on the observe trace, then timed, and the ratio).  The traces are synthesized before the first
+page's bytes as ``page_bytes``); ``compile`` (``compile.py``: numba's compilation of every
+kernel, as a user's first commands on a fresh machine pay it; the bundled sample at every
+scale); ``simpy`` (the SimPy baseline, checked equal to replay on the observe trace, then
+timed, and the ratio).  The traces are synthesized before the first
 repetition, not timed.
 
 Each scenario runs as its own child process (``python benchmarks/X.py``), watched by a small
@@ -121,6 +123,11 @@ def scenarios(scale: float) -> list[Scenario]:
         lambda w: [sys.executable, "-m", "replay", "report", str(w / "whatif-godel"), "--out",
                    str(w / "report.html")],
         "wall_s", after=lambda w, figures: {"page_bytes": (w / "report.html").stat().st_size}))
+    out.append(Scenario(
+        "compile", "numba's compilation of replay's kernels, as on a fresh machine: the bundled "
+        "sample replayed through every model and checked, with an empty numba cache (its "
+        "seconds of compilation; the same at every scale)",
+        lambda w: script("compile.py"), "compile_s"))
     out.append(Scenario(
         "simpy", "the observe pipeline in SimPy, checked equal to replay, then both timed",
         lambda w: script("simpy_baseline.py", big_trace(pods, nodes), "--config",
