@@ -71,10 +71,10 @@ def compiled_entry(function: Callable[..., object], signature: str) -> Callable[
 def initialize() -> None:
     """Load what numba loads at the first compilation, or the first kernel from its cache, of a
     process: its typing and lowering registries, imports of its own (0.14 s).  ``run_replay``
-    calls it before its replay step's clock starts, so that the step times the replay, not
-    numba's start, as it times no import either: since the views' kernels are no longer loaded
-    on import (``viewkernel.compiled``), an observe replay's first kernel paid it inside the
-    step."""
+    calls it once its inputs are checked (a refused run does not wait for it) and leaves it
+    out of its replay step's clock, so that the step times the replay, not numba's start, as it
+    times no import either: since the views' kernels are no longer loaded on import
+    (``viewkernel.compiled``), an observe replay's first kernel paid it inside the step."""
     cpu_target.target_context.refresh()
 
 

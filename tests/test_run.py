@@ -987,27 +987,40 @@ def test_a_pod_bound_again_while_bound_is_said(cli, tmp_path):
                                     tmp_path / "once").err
 
 
-def test_the_replay_steps_clock_starts_after_numbas_start(tmp_path):
-    """numba's start (the registries it loads at a process's first kernel, 0.14 s) is not timed
-    as a part of the replay step, as no import is (``replay.jit.initialize``): observed where
-    the step's progress bar begins, just after its clock starts, in a process of its own.
-    (``_registries`` is numba's own record of them.)"""
+def test_numbas_start_comes_after_the_checks_and_out_of_the_replay_steps_clock(tmp_path):
+    """numba's start (the registries it loads at a process's first kernel, 0.14-0.27 s;
+    ``replay.jit.initialize``) waits for the checks of the inputs, so that a refused run says so
+    sooner, and the replay step's clock leaves it out, as it leaves out every import.  In a
+    process of its own: a refused run leaves numba unstarted; a run starts it in
+    ``initialize`` (no kernel before), whose time, made a second longer, the step's clock does
+    not count.  (``_registries`` is numba's own record of them.)"""
     trace = tmp_path / "small.parquet"
     synthesize(SynthSpec(nodes=10, pods=200, bind="least-allocated"), trace)
     script = f"""
+import time
 from numba.core.registry import cpu_target
 import replay.api as api
 from replay.engine.config import load_config
+from replay.errors import ReplayError
 assert not cpu_target.target_context._registries, "numba started on import"
-started, progress = [], api.progress
-def counting(*args, **kwargs):
-    started.append(len(cpu_target.target_context._registries))
-    return progress(*args, **kwargs)
-api.progress = counting
-api.run_replay({str(trace)!r}, load_config(None, model="observe"),
-               out={str(tmp_path / "run")!r})
-print(started[0])
+try:
+    api.run_replay({str(trace)!r}, load_config(None, model="observe"), out={str(trace)!r})
+except ReplayError:
+    pass
+assert not cpu_target.target_context._registries, "numba started for a refused run"
+initialize, before = api.jit.initialize, []
+def slower():
+    before.append(len(cpu_target.target_context._registries))
+    time.sleep(1)
+    initialize()
+api.jit.initialize = slower
+started = time.perf_counter()
+result = api.run_replay({str(trace)!r}, load_config(None, model="observe"),
+                        out={str(tmp_path / "run")!r})
+print(before, time.perf_counter() - started - result.seconds["replay"] - result.seconds["derive"])
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert int(done.stdout) > 0
+    before, untimed = done.stdout.rsplit(" ", 1)
+    assert before == "[0]"  # no kernel started numba before initialize
+    assert float(untimed) >= 1
