@@ -21,7 +21,7 @@ import numpy as np
 
 from replay.jit import njit
 from replay.limits import MAX_DURATION_MS
-from replay.splitmix import GOLDEN, MIX_1, MIX_2
+from replay.splitmix import GOLDEN, mix
 
 _F32 = np.float32
 _HALF, _STEP, _TWO_PI, _MINUS_TWO = _F32(0.5), _F32(2.0**-24), _F32(2.0 * np.pi), _F32(-2.0)
@@ -29,13 +29,14 @@ _LOW_24 = np.uint64(0xFFFFFF)
 _CAP_US = float(MAX_DURATION_MS * 1000)
 
 
+# SplitMix64's finaliser, ``replay.splitmix``'s own, compiled for one uint64 at a time
+_mix = njit(cache=True, nogil=True, inline="always")(mix)
+
+
 @njit(cache=True, nogil=True)
 def _mixed(counter, key):  # pragma: no cover - compiled
-    """SplitMix64's ``mix(counter * GOLDEN + key)`` (``replay.splitmix``) for one draw."""
-    z = counter * GOLDEN + key
-    z = (z ^ (z >> np.uint64(30))) * MIX_1
-    z = (z ^ (z >> np.uint64(27))) * MIX_2
-    return z ^ (z >> np.uint64(31))
+    """SplitMix64's ``mix(counter * GOLDEN + key)`` for one draw."""
+    return _mix(counter * GOLDEN + key)
 
 
 @njit(cache=True, nogil=True)

@@ -1,7 +1,8 @@
 """SplitMix64 (Steele, Lea and Flood, "Fast splittable pseudorandom number generators", 2014),
-the mixer behind ``replay.rng``'s counter-based streams: its constants, and its finaliser over
-whole arrays.  Its own module so that the streams (``replay.rng``) and their compiled draws
-(``replay.rngkernel``) share them without importing each other."""
+the mixer behind ``replay.rng``'s counter-based streams: its constants, and its finaliser (over
+whole arrays here, compiled for one value at a time by ``replay.rngkernel``).  Its own module so
+that the streams (``replay.rng``) and their compiled draws (``replay.rngkernel``) share them
+without importing each other."""
 
 from __future__ import annotations
 
