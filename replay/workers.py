@@ -7,8 +7,8 @@ threads) whose workers
   alone turns it into ``replay: interrupted``, then stops the workers, so no worker prints a
   traceback;
 - die with the main process, even after ``kill -9`` of it: on Linux the kernel sends them SIGKILL
-  when it exits (``prctl(PR_SET_PDEATHSIG)``), and elsewhere, or should that be missed, a
-  watchdog thread in each worker notices within ``WATCHDOG_SECONDS`` that its parent is gone;
+  when it exits (``prctl(PR_SET_PDEATHSIG)``), and should that be missed, a watchdog thread in
+  each worker notices that its parent is gone (``on_end_of``);
 - are stopped as soon as the block fails or is interrupted, instead of finishing their queue.
 
 A worker that dies on its own (the out-of-memory killer) is an error that says so.
@@ -20,10 +20,11 @@ import contextlib
 import ctypes
 import multiprocessing
 import os
+import select
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection
@@ -134,7 +135,7 @@ def _become_worker(parent: int) -> None:
     _kill_me_when_parent_dies()
     if os.getppid() != parent:  # it died before the line above could take effect
         os._exit(1)
-    threading.Thread(target=_watch, args=(parent,), name="replay-watchdog", daemon=True).start()
+    on_end_of(parent, lambda: os._exit(1))
 
 
 def _kill_me_when_parent_dies() -> None:
@@ -145,7 +146,42 @@ def _kill_me_when_parent_dies() -> None:
         pass  # not Linux: the watchdog alone
 
 
-def _watch(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(WATCHDOG_SECONDS)
-    os._exit(1)
+def on_end_of(pid: int, then: Callable[[], object]) -> None:
+    """Call ``then`` as soon as process ``pid`` ends, in a watchdog thread of this process (at
+    once, here, if it has ended).  Linux (5.3 on) wakes the thread when it exits, through a
+    pidfd; elsewhere the thread looks every ``WATCHDOG_SECONDS``."""
+    pidfd = _pidfd(pid)
+    if pidfd is None and not _alive(pid):
+        then()
+        return
+    threading.Thread(target=_watch, args=(pid, pidfd, then), name="replay-watchdog",
+                     daemon=True).start()
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of process ``pid``; None if it has ended, or on a system without them."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # ProcessLookupError; not Linux, or an older kernel
+        return None
+
+
+def _watch(pid: int, pidfd: int | None, then: Callable[[], object]) -> None:
+    if pidfd is None:
+        while _alive(pid):
+            time.sleep(WATCHDOG_SECONDS)
+    else:
+        exited = select.poll()  # (select.select takes no descriptor above 1023)
+        exited.register(pidfd, select.POLLIN)  # readable once the process has exited
+        exited.poll()
+        os.close(pidfd)
+    then()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a PermissionError: the number is another user's now)."""
+    try:
+        os.kill(pid, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True

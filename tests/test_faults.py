@@ -43,6 +43,7 @@ from replay.api import run_replay
 from replay.engine.rundir import TABLES, TableFile, write_run
 from replay.engine.config import load_config
 from replay.trace.synth import SynthSpec, synthesize
+from replay import workers
 from replay.workers import worker_pool
 
 from audit_events import event, write_log
@@ -863,6 +864,30 @@ def test_a_worker_ended_while_it_wrote_a_result_does_not_hang_the_exit():
     done = subprocess.run([PYTHON, "-c", HALF_A_RESULT], capture_output=True, text=True,
                           timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "polled"])
+def test_on_end_of_a_process_is_told_at_once_or_within_the_watchdogs_period(monkeypatch,
+                                                                             pidfd):
+    """How a worker or a sweep's point learns that the command it serves has ended, even
+    killed outright: Linux wakes the watchdog through a pidfd; without one it looks every
+    ``WATCHDOG_SECONDS``.  A process already gone is told at once."""
+    if not pidfd:
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.skip("no pidfd_open here")
+    ended = threading.Event()
+    process = subprocess.Popen([PYTHON, "-c", "import time; time.sleep(60)"])
+    workers.on_end_of(process.pid, ended.set)
+    assert not ended.wait(0.3)
+    process.kill()
+    process.wait()
+    killed = time.monotonic()
+    assert ended.wait(workers.WATCHDOG_SECONDS + 1)
+    assert time.monotonic() - killed < (0.2 if pidfd else workers.WATCHDOG_SECONDS + 0.2)
+    told = []
+    workers.on_end_of(process.pid, lambda: told.append(threading.current_thread()))
+    assert told == [threading.current_thread()]
 
 
 def test_a_stopped_pool_leaves_no_thread_for_the_exit_hook_to_race():
