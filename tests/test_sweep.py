@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -209,6 +210,25 @@ def test_points_run_together_only_as_far_as_memory_allows(tmp_path):
     assert LocalExecutor(jobs=2, memory_bytes=None)._fits(task(9), running(9))
 
 
+def test_points_are_forked_by_a_server_that_holds_numba_and_runs_no_other_thread(folder,
+                                                                                 tmp_path):
+    """A point starts with numba imported and started (``replay.forkserver``), forked by a
+    server that holds nothing else: no thread of polars, pyarrow or DuckDB, which a fork would
+    leave holding its locks in the child, and none of the sweep's own pages."""
+    if not Path("/proc").is_dir():
+        pytest.skip("needs /proc to see the fork server")
+    sweep = load_sweep(sweep_file(folder, 'trace = "tiny.parquet"\n[matrix]\nmodel = ["omega"]\n',
+                                  "forked.toml"))
+    assert run_sweep(sweep, tmp_path / "out", LocalExecutor(jobs=1, memory_bytes=None)).done == 1
+    servers = [pid for pid in children_of(os.getpid())
+               if b"forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(servers) == 1
+    mapped = Path(f"/proc/{servers[0]}/maps").read_text()
+    assert "llvmlite" in mapped
+    assert not [name for name in ("polars", "pyarrow", "duckdb") if name in mapped]
+    assert len(list(Path(f"/proc/{servers[0]}/task").iterdir())) == 1
+
+
 # --- running: failures, resuming, killing --------------------------------------------------------
 
 def test_a_failed_point_does_not_stop_the_sweep_and_resume_runs_it_again(folder, tmp_path,
@@ -333,6 +353,11 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
+def descendants_of(pid: int) -> list[int]:
+    children = children_of(pid)
+    return children + [d for child in children for d in descendants_of(child)]
+
+
 def partial_dirs(out: Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if p.name.endswith(TEMPORARY_SUFFIX))
 
@@ -360,7 +385,7 @@ def killed_and_resumed(folder, tmp_path_factory):
     second = start_sweep(path, out, "--resume")
     wait_for_done(out, len(done) + 1, second)
     wait_for_partial(out, second)
-    children = children_of(second.pid)
+    children = descendants_of(second.pid)  # the fork server and the point it forked
     second.kill()
     second.communicate(timeout=60)
     deadline = time.monotonic() + 60

@@ -2,18 +2,20 @@
 and the memory allow.
 
 A process per point gives all of a replay's memory back when it ends (a long-lived worker keeps
-its allocator's pools) and makes its peak memory its own.  Children are started with ``spawn``
-(a fresh interpreter: a forked child would count the parent's pages as its own peak) and with
-SIGINT ignored, so that Ctrl-C in the terminal reaches only this process, which stops them with
-SIGTERM: each then removes its partial run directory as ``replay run`` does on an interrupt.
-A child also gets SIGTERM if this process dies (Linux), so a killed sweep leaves no replay
+its allocator's pools) and makes its peak memory its own.  Children are forked by a fork server
+(``multiprocessing``'s ``forkserver``) that holds numba, started, and nothing of this process
+(``replay.forkserver``): a fork of this process would count its pages as the child's peak, and
+a fresh interpreter (``spawn``, where there is no fork server) imports numba and starts it again
+for every point.  Children ignore SIGINT, so that Ctrl-C in the terminal reaches only this
+process, which stops them with SIGTERM: each then removes its partial run directory as
+``replay run`` does on an interrupt.  A child stops in the same way as soon as this process
+ends, even killed outright (``replay.workers.on_end_of``), so a killed sweep leaves no replay
 running.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import multiprocessing
 import os
 import signal
@@ -26,10 +28,10 @@ from typing import cast
 
 from replay.sweep.index import Outcome, Status
 from replay.sweep.point import Task, remove_partial, run_point
-from replay.workers import ctrl_c_held_from_children, ignore_ctrl_c
+from replay.workers import ctrl_c_held_from_children, ignore_ctrl_c, on_end_of
 
 STOP_SECONDS = 30  # how long a stopped child may take to clean up before it is killed
-PR_SET_PDEATHSIG = 1  # prctl(2)
+FORK_SERVER_LOADS = "replay.forkserver"
 
 
 @dataclass
@@ -49,7 +51,7 @@ class LocalExecutor:
     def run(self, tasks: Iterable[Task]) -> Generator[Outcome, None, None]:
         """Outcomes as points finish.  Closing the iterator (or an interrupt while it waits)
         stops the points still running and removes their partial run directories."""
-        context = multiprocessing.get_context("spawn")
+        context = _context()
         waiting = deque(tasks)
         running: dict[Connection, _Running] = {}
         try:
@@ -73,6 +75,15 @@ class LocalExecutor:
             return False
         used = sum(r.task.memory_bytes for r in running)
         return self.memory_bytes is None or used + task.memory_bytes <= self.memory_bytes
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """The fork server's context where the platform has one (not Windows), else ``spawn``."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload([FORK_SERVER_LOADS])  # before it starts (no effect after)
+    return context
 
 
 def _start(context, task: Task, sender: Connection) -> BaseProcess:
@@ -100,12 +111,11 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _die_with(parent: int) -> None:
-    """Ask Linux to send SIGTERM when the parent dies; elsewhere nothing."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != parent:  # it died before we asked
-        raise KeyboardInterrupt
+def _die_with(sweep: int) -> None:
+    """SIGTERM to this process as soon as the ``sweep`` process ends.  Its parent is the fork
+    server, which would tell it too late: the server outlives the sweep while a point it forked
+    runs, for each holds the server's end of the pipe that tells the server the sweep is gone."""
+    on_end_of(sweep, lambda: os.kill(os.getpid(), signal.SIGTERM))
 
 
 def _collect(receiver: Connection, running: _Running) -> Outcome:
