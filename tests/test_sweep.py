@@ -229,6 +229,15 @@ def test_points_are_forked_by_a_server_that_holds_numba_and_runs_no_other_thread
     assert len(list(Path(f"/proc/{servers[0]}/task").iterdir())) == 1
 
 
+def test_the_fork_server_has_numba_started_and_the_views_kernels_loaded():
+    loaded = ("import replay.forkserver; from replay import jit; from replay.engine import "
+              "viewkernel; print(jit.initialize.cache_info().currsize, "
+              "viewkernel.compiled.cache_info().currsize)")
+    done = subprocess.run([sys.executable, "-c", loaded], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+    assert done.stdout.split() == ["1", "1"], done.stderr
+
+
 # --- running: failures, resuming, killing --------------------------------------------------------
 
 def test_a_failed_point_does_not_stop_the_sweep_and_resume_runs_it_again(folder, tmp_path,
