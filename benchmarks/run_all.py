@@ -129,6 +129,12 @@ def scenarios(scale: float) -> list[Scenario]:
         "seconds of compilation; the same at every scale)",
         lambda w: script("compile.py"), "compile_s"))
     out.append(Scenario(
+        "sweep", "replay sweep examples/sweep.toml: 24 points of the bundled sample, two at a "
+        "time (the same at every scale; no process CPU: the points are its fork server's "
+        "children, see the script's machine_cpu_s)",
+        lambda w: script("sweep.py"), "seconds", "points_per_min", "points/min",
+        after=lambda w, figures: dict.fromkeys(("cpu_s", "system_s", "page_faults"))))
+    out.append(Scenario(
         "simpy", "the observe pipeline in SimPy, checked equal to replay, then both timed",
         lambda w: script("simpy_baseline.py", big_trace(pods, nodes), "--config",
                          GODEL_WATCHERS),
