@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import multiprocessing
 import os
 import shutil
 import signal
@@ -27,6 +28,7 @@ from replay.engine.distributions import LogNormal
 from replay.engine.rundir import DERIVED_TABLES, TABLES
 from replay.errors import ReplayError
 from replay.sweep import LocalExecutor, load_sweep, run_sweep
+from replay.sweep import local as local_module
 from replay.sweep import point as point_module
 from replay.sweep.point import Task, run_point
 from replay.trace.io import write_trace
@@ -227,6 +229,16 @@ def test_points_are_forked_by_a_server_that_holds_numba_and_runs_no_other_thread
     assert "llvmlite" in mapped
     assert not [name for name in ("polars", "pyarrow", "duckdb") if name in mapped]
     assert len(list(Path(f"/proc/{servers[0]}/task").iterdir())) == 1
+
+
+def test_points_run_in_fresh_interpreters_where_there_is_no_fork_server(folder, tmp_path,
+                                                                       monkeypatch):
+    """Off Linux a point is spawned: the sweep's own process is then its parent."""
+    monkeypatch.setattr(local_module, "_context", lambda: multiprocessing.get_context("spawn"))
+    sweep = load_sweep(sweep_file(folder, 'trace = "tiny.parquet"\n[matrix]\nmodel = ["omega"]\n',
+                                  "spawned.toml"))
+    report = run_sweep(sweep, tmp_path / "out", LocalExecutor(jobs=1, memory_bytes=None))
+    assert (report.done, report.failed) == (1, 0)
 
 
 def test_the_fork_server_has_numba_started_and_the_views_kernels_loaded():

@@ -5,8 +5,8 @@ A process per point gives all of a replay's memory back when it ends (a long-liv
 its allocator's pools) and makes its peak memory its own.  Children are forked by a fork server
 (``multiprocessing``'s ``forkserver``) that holds numba, started, and nothing of this process
 (``replay.forkserver``): a fork of this process would count its pages as the child's peak, and
-a fresh interpreter (``spawn``, where there is no fork server) imports numba and starts it again
-for every point.  Children ignore SIGINT, so that Ctrl-C in the terminal reaches only this
+a fresh interpreter (``spawn``, which it is off Linux) imports numba and starts it again for
+every point.  Children ignore SIGINT, so that Ctrl-C in the terminal reaches only this
 process, which stops them with SIGTERM: each then removes its partial run directory as
 ``replay run`` does on an interrupt.  A child stops in the same way as soon as this process
 ends, even killed outright (``replay.workers.on_end_of``), so a killed sweep leaves no replay
@@ -19,6 +19,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 from collections import deque
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
@@ -78,8 +79,10 @@ class LocalExecutor:
 
 
 def _context() -> multiprocessing.context.BaseContext:
-    """The fork server's context where the platform has one (not Windows), else ``spawn``."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    """The fork server's context on Linux, else ``spawn``: macOS's system libraries (numpy's
+    BLAS there is Accelerate) are not all safe to use in a forked child, which is why Python
+    spawns there by default, and Windows has no fork."""
+    if not sys.platform.startswith("linux"):
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload([FORK_SERVER_LOADS])  # before it starts (no effect after)
