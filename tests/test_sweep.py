@@ -241,13 +241,13 @@ def test_points_run_in_fresh_interpreters_where_there_is_no_fork_server(folder, 
     assert (report.done, report.failed) == (1, 0)
 
 
-def test_the_fork_server_has_numba_started_and_the_views_kernels_loaded():
-    loaded = ("import replay.forkserver; from replay import jit; from replay.engine import "
+def test_the_fork_server_has_numba_started_the_views_kernels_loaded_and_all_frozen():
+    loaded = ("import gc, replay.forkserver; from replay import jit; from replay.engine import "
               "viewkernel; print(jit.initialize.cache_info().currsize, "
-              "viewkernel.compiled.cache_info().currsize)")
+              "viewkernel.compiled.cache_info().currsize, gc.get_freeze_count() > 10000)")
     done = subprocess.run([sys.executable, "-c", loaded], capture_output=True, text=True,
                           cwd=REPO, timeout=120)
-    assert done.stdout.split() == ["1", "1"], done.stderr
+    assert done.stdout.split() == ["1", "1", "True"], done.stderr
 
 
 # --- running: failures, resuming, killing --------------------------------------------------------
