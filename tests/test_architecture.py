@@ -24,7 +24,7 @@ LAYERS = (
     ("models", ("replay.models",)),
     ("analysis", ("replay.analysis", "replay.queries")),
     ("application", ("replay.api", "replay.calibrate", "replay.report", "replay.sweep",
-                     "replay.reproduce")),
+                     "replay.forkserver", "replay.reproduce")),
     ("cli", ("replay.cli", "replay.__main__")),
 )
 

@@ -115,9 +115,9 @@ def _interrupt(signum, frame) -> None:
 
 
 def _die_with(sweep: int) -> None:
-    """SIGTERM to this process as soon as the ``sweep`` process ends.  Its parent is the fork
-    server, which would tell it too late: the server outlives the sweep while a point it forked
-    runs, for each holds the server's end of the pipe that tells the server the sweep is gone."""
+    """SIGTERM to this process as soon as the ``sweep`` process ends.  On Linux its parent is
+    the fork server, which would tell it too late: the server outlives the sweep while a point
+    it forked runs, for each holds the server's end of the pipe that tells it the sweep is gone."""
     on_end_of(sweep, lambda: os.kill(os.getpid(), signal.SIGTERM))
 
 
