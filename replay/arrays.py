@@ -65,6 +65,15 @@ def previous_in_group(group: np.ndarray, values: np.ndarray, groups: int) -> np.
     return _previous_in_group(group, values, groups)
 
 
+def previous_in_segment(segment: np.ndarray, key: np.ndarray, keys: int) -> np.ndarray:
+    """For each element, the position of the element before it in its segment (``segment``:
+    sorted ids, such as each delivery's watcher) with the same ``key`` (in ``[0, keys)``), -1 if
+    there is none or its key is negative (it is in no group); one compiled pass over positions,
+    with one slot per key.  Grouping by (segment, key) first took a sort of every element: 3.6 s
+    of the 15M deliveries of a 1M-pod observe run's check, where this takes a tenth of it."""
+    return _previous_in_segment(segment, key, keys)
+
+
 class Segments:
     """Sorted segment ids (per delivery, its watcher) and the scans that restart at each new id.
 
@@ -173,6 +182,22 @@ def _previous_in_group(group, values, groups):  # pragma: no cover - compiled
         if group[i] >= 0:
             out[i] = last[group[i]]
             last[group[i]] = values[i]
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _previous_in_segment(segment, key, keys):  # pragma: no cover - compiled
+    last = np.full(keys, -1, np.int64)  # each key's latest position (in any segment)
+    out = np.full(len(key), -1, np.int64)
+    begin = 0  # the position where the current segment begins
+    for i in range(len(key)):
+        if i and segment[i] != segment[i - 1]:
+            begin = i
+        k = key[i]
+        if k >= 0:
+            if last[k] >= begin:
+                out[i] = last[k]
+            last[k] = i
     return out
 
 

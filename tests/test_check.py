@@ -11,6 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
 
@@ -548,6 +549,30 @@ def test_the_check_reads_its_arrays_without_numpys_huge_pages(base, monkeypatch)
     monkeypatch.setattr(check_module, "_writes_whose_recipients_differ", watched)
     assert not failed(check_run(base["godel"]))
     assert during == [False] and switch.on is True
+
+
+@pytest.mark.parametrize("applied, fails", [((5, 5, 9), False), ((5, 6, 9), True)])
+def test_a_coalesced_delivery_may_share_the_handling_of_the_one_after_it(applied, fails):
+    """A delete coalesced into the next delete of its object (a ``delta_fifo`` whose earlier
+    delta is a re-list's DeletedFinalStateUnknown keeps the later one) is handled with the
+    delivery after it: its partner is the next of the same watcher and object, not the one
+    before (rvs 1 and 2 of object 7, then rv 3 of object 8)."""
+    from replay.analysis.check import coalesced_shares_handling
+    from replay.analysis.history import STAGES, Deliveries
+
+    class Run:  # what the invariant reads of a run
+        deliveries = Deliveries(
+            rv=np.array([1, 2, 3]), watcher=np.zeros(3, dtype=np.int64), names=["w"],
+            times={stage: np.array(applied) for stage in STAGES}, nulls={},
+            source=np.zeros(3, dtype=np.int8), coalesced=np.array([True, False, False]))
+        delivery_objects = np.array([7, 7, 8])
+        previous_of_object = property(RunTables.previous_of_object.func)
+
+        def watcher_flags(self, names, test):
+            return np.array([test({"client_queue": "delta_fifo"})])
+
+    finding = coalesced_shares_handling(Run())
+    assert (finding.status is Status.FAILED) is fails
 
 
 def test_the_examples_are_the_offending_rows(base, tmp_path):

@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.arrays import lindley, previous_in_group, segmented_cummax, segmented_lindley
+from replay.arrays import (
+    lindley,
+    previous_in_group,
+    previous_in_segment,
+    segmented_cummax,
+    segmented_lindley,
+)
 from replay.engine.config import PROFILES, ClientQueue, RunConfig, WatcherSpec
 from replay.engine.distributions import Z99, Constant, Empirical, Exponential, LogNormal
 from replay.engine.pipeline import STAGE_COLUMNS, Pipeline, Scan, view_lag_us
@@ -67,6 +73,20 @@ def test_previous_in_group_is_the_group_s_element_before(items):
         if g >= 0:
             last[g] = v
     assert previous_in_group(group, values, 5).tolist() == expected
+
+
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(-1, 4)), max_size=60))
+def test_previous_in_segment_is_the_segment_s_last_element_with_the_key(items):
+    """A delivery's previous one of the same object to the same watcher: the position of the
+    last element before it with its key, in its own segment (sorted ids) only."""
+    items = sorted(items, key=lambda item: item[0])  # (stable: each segment keeps its order)
+    segment = np.array([s for s, _ in items], dtype=np.int64)
+    key = np.array([k for _, k in items], dtype=np.int64)
+    expected = []
+    for i, (s, k) in enumerate(items):
+        before = [j for j in range(i) if items[j] == (s, k)]
+        expected.append(before[-1] if before and k >= 0 else -1)
+    assert previous_in_segment(segment, key, 5).tolist() == expected
 
 
 def zero_config(seed=0, **stages) -> RunConfig:

@@ -45,7 +45,7 @@ from replay.analysis.history import (
     pod_history,
 )
 from replay.analysis.runs import check_run_dir, duckdb_errors, open_runs
-from replay.arrays import stable_order
+from replay.arrays import previous_in_segment, stable_order
 from replay.engine.config import from_description
 from replay.engine.pipeline import Source, view_lag_us
 from replay.engine.rundir import OUTCOMES, read_manifest
@@ -409,9 +409,22 @@ class RunTables:
         node[write_at] = index(events["node"])[binding_at]
         return node
 
+    @cached_property
+    def delivery_events(self) -> tuple[np.ndarray, np.ndarray]:
+        """``at_rv`` of every delivery, computed once: the streams' order, the objects' and
+        ``exactly_once``'s scan each read it (15M deliveries of a 1M-pod observe run)."""
+        return self.at_rv(self.deliveries.rv)
+
     def resource_of(self, rv: np.ndarray) -> np.ndarray:
         """The resource code of each rv's event (-1 where there is none)."""
-        at, known = self.at_rv(rv)
+        return self._resource_at(*self.at_rv(rv))
+
+    @cached_property
+    def delivery_resources(self) -> np.ndarray:
+        """``resource_of`` every delivery."""
+        return self._resource_at(*self.delivery_events)
+
+    def _resource_at(self, at: np.ndarray, known: np.ndarray) -> np.ndarray:
         return np.where(known, self.event_columns["resource"][at], -1) if len(at) else \
             np.zeros(0, dtype=np.int64)
 
@@ -435,10 +448,11 @@ class RunTables:
         return np.unique(self.object_keys, return_inverse=True)[1].reshape(-1) \
             .astype(np.int64) + 1
 
-    def object_of(self, rv: np.ndarray) -> np.ndarray:
-        """A small number per rv for its event's object (equal rvs, equal objects), 0 where
-        there is no event with that rv."""
-        at, known = self.at_rv(rv)
+    @cached_property
+    def delivery_objects(self) -> np.ndarray:
+        """A small number per delivery for its event's object (equal rvs, equal objects), 0
+        where there is no event with its rv."""
+        at, known = self.delivery_events
         if not len(at):
             return np.zeros(0, dtype=np.int64)
         return np.where(known, self.object_numbers[at], 0)
@@ -449,13 +463,12 @@ class RunTables:
         return np.array([name in rows and test(rows[name]) for name in names], dtype=bool)
 
     @cached_property
-    def by_object(self) -> tuple[np.ndarray, np.ndarray]:
-        """The order of the deliveries by watcher, then object, then rv; and each delivery's
-        object (``object_of``)."""
-        d = self.deliveries
-        key = self.object_of(d.rv)
-        objects = int(key.max(initial=0)) + 1
-        return stable_order(d.watcher * objects + key, len(d.names) * objects), key
+    def previous_of_object(self) -> np.ndarray:
+        """Per delivery, the position of its watcher's delivery of the same object before it
+        (in rv order: the deliveries are by watcher, then rv), -1 for the first
+        (``delivery_objects``, ``previous_in_segment``)."""
+        key = self.delivery_objects
+        return previous_in_segment(self.deliveries.watcher, key, int(key.max(initial=0)) + 1)
 
     @cached_property
     def watchers(self) -> list[dict[str, Any]]:
@@ -605,35 +618,34 @@ def stream_order(run: RunTables) -> Finding:
     watch and re-watch rows in rv order; ``delta_fifo`` and ``workqueue`` (and a re-list's
     Replace, in key order) only each object's, so per (watcher, object) applied_ts never
     decreases in rv order, whatever the queue."""
-    d, resource = run.deliveries, run.resource_of(run.deliveries.rv)
+    d = run.deliveries
     fifo = run.watcher_flags(d.names, lambda w: w["client_queue"] == "fifo")[d.watcher]
     live = fifo & (d.source != Source.RELIST)
+    stream = run.delivery_resources + 1  # (0: no event, a stream of its own)
+    streams = int(stream.max(initial=0)) + 1
     bad, problems = [], []
 
-    def compare(at: np.ndarray, checks: list[tuple[str, Callable[[np.ndarray, np.ndarray],
-                                                                  np.ndarray]]]) -> None:
-        """Each row of ``at`` (in order) against the one before it of the same watcher."""
-        later, earlier = at[1:], at[:-1]
-        same = d.watcher[later] == d.watcher[earlier]
+    def compare(previous: np.ndarray, checks: list[tuple[str, Callable[[np.ndarray, np.ndarray],
+                                                                        np.ndarray]]]) -> None:
+        """Each delivery against ``previous`` of it (a position, -1 for none)."""
+        later = np.flatnonzero(previous >= 0)
+        earlier = previous[later]
         for what, broken in checks:
-            rows = later[same & broken(later, earlier)]
+            rows = later[broken(later, earlier)]
             bad.append(rows)
             problems.extend([what] * len(rows))
 
     def decreases(column: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         return lambda later, earlier: d.times[column][later] < d.times[column][earlier]
 
-    for code in np.flatnonzero(np.bincount(resource + 1)) - 1:
-        at = np.flatnonzero(resource == code)
-        compare(at, [("rv delivered twice", lambda later, earlier: d.rv[later] == d.rv[earlier]),
-                     ("sent_ts before the previous delivery's", decreases("sent_ts")),
-                     ("received_ts before the previous delivery's", decreases("received_ts"))])
-        compare(at[live[at]], [("applied_ts before the previous delivery's (fifo)",
-                                decreases("applied_ts"))])
-    by_object, key = run.by_object
-    compare(by_object, [("applied_ts before the previous delivery's of its object",
-                         lambda later, earlier: (key[later] == key[earlier])
-                         & (d.times["applied_ts"][later] < d.times["applied_ts"][earlier]))])
+    compare(previous_in_segment(d.watcher, stream, streams), [
+        ("rv delivered twice", lambda later, earlier: d.rv[later] == d.rv[earlier]),
+        ("sent_ts before the previous delivery's", decreases("sent_ts")),
+        ("received_ts before the previous delivery's", decreases("received_ts"))])
+    compare(previous_in_segment(d.watcher, np.where(live, stream, -1), streams),
+            [("applied_ts before the previous delivery's (fifo)", decreases("applied_ts"))])
+    compare(run.previous_of_object, [("applied_ts before the previous delivery's of its object",
+                                      decreases("applied_ts"))])
     rows = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
     order = np.argsort(rows, kind="stable")
     rows, problems = rows[order], [problems[i] for i in order[:EXAMPLES]]
@@ -649,13 +661,12 @@ def coalesced_shares_handling(run: RunTables) -> Finding:
     if not d.coalesced.any():
         return _finding("coalesced_shares_handling", 0, [])
     fifo = run.watcher_flags(d.names, lambda w: w["client_queue"] == "fifo")[d.watcher]
-    order, key = run.by_object
-    applied, watcher = d.times["applied_ts"][order], d.watcher[order]
-    same = (key[order][1:] == key[order][:-1]) & (watcher[1:] == watcher[:-1]) & (
-        applied[1:] == applied[:-1])
-    shares = np.zeros(len(order), dtype=bool)
-    shares[order[1:][same]] = True  # with the one before it
-    shares[order[:-1][same]] = True  # with the one after it
+    later = np.flatnonzero(run.previous_of_object >= 0)
+    earlier = run.previous_of_object[later]
+    same = d.times["applied_ts"][later] == d.times["applied_ts"][earlier]
+    shares = np.zeros(len(d.rv), dtype=bool)
+    shares[later[same]] = True  # with the one before it
+    shares[earlier[same]] = True  # with the one after it
     rows = np.flatnonzero(d.coalesced & (fifo | ~shares))
     return _rows_finding("coalesced_shares_handling", d, rows, problem=[
         "coalesced by a fifo client queue" if fifo[i] else
@@ -783,7 +794,7 @@ def _writes_whose_recipients_differ(run: RunTables) -> np.ndarray:
     per_write = per_write[0] - (np.where(run.ended, per_write[1], 0) if np.any(expected[1])
                                 else 0)
     d = run.deliveries
-    at, known = run.at_rv(d.rv)
+    at, known = run.delivery_events
     halves = _halves(d.names)
     received = np.stack([np.bincount(at[known], minlength=len(rv))] + [
         np.bincount(at[known], weights=halves[d.watcher[known], i], minlength=len(rv))
