@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from conftest import SAMPLE_TRACE
 
 from replay.analysis.changes import truths
-from replay.analysis.claims import capacity_changes
+from replay.analysis.claims import capacity_changes, claims_table
 import replay.analysis.derive as derive_module
 from replay.analysis.derive import derived_sql
 from replay.analysis.runs import open_runs
@@ -112,7 +112,8 @@ def stored_is_the_whole_query(run_dir: Path, swept: bool = True) -> None:
 
 def claims_are_the_views(run_dir: Path) -> None:
     """``replay.analysis.claims`` makes ``every_change`` with the rows of views.sql's
-    ``capacity_changes``, typed alike (in another order)."""
+    ``capacity_changes``, and the table ``claims`` (``replay check``'s) with those of
+    ``claims``, typed alike (in another order)."""
     con = open_runs([str(run_dir)], derived=False)
     try:
         assert capacity_changes(con)
@@ -120,6 +121,11 @@ def claims_are_the_views(run_dir: Path) -> None:
         ours = con.sql(f"SELECT {columns} FROM every_change ORDER BY ALL")
         views = con.sql(f"SELECT {columns} FROM capacity_changes ORDER BY ALL")
         assert ours.types == views.types
+        assert ours.fetchall() == views.fetchall()
+        con.execute("CREATE TEMPORARY TABLE sql_claims AS FROM claims")
+        assert claims_table(con)  # (the table claims now hides the view)
+        ours, views = (con.sql(f"FROM {name} ORDER BY ALL") for name in ("claims", "sql_claims"))
+        assert ours.columns == views.columns and ours.types == views.types
         assert ours.fetchall() == views.fetchall()
     finally:
         con.close()

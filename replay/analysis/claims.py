@@ -133,35 +133,110 @@ def pod_order(pod: np.ndarray, rv: np.ndarray, pods: int) -> np.ndarray:
     return by_rv[counting_order(pod[by_rv], pods)]
 
 
+def claims_table(con: duckdb.DuckDBPyConnection) -> bool:
+    """Make the temporary table ``claims`` with the rows of views.sql's ``claims`` (in another
+    order), which hides the view from then on (``capacity_changes`` reads it too), for
+    ``replay check``: it reads the claims where ``capacity_changes`` does not, the releases
+    and takes of pods that request nothing (a node's pod limit counts them), unsigned, with
+    ``takes`` and each pod's ``life``.  False (nothing made) where the SQL must compute them, as
+    for ``capacity_changes``."""
+    if not one_run(con):
+        return False
+    writes = _pod_writes(con)
+    if writes is None:
+        return False
+    lives = _Lives.of(writes)
+    moves = _Moves.of(writes, lives, np.ones(len(lives.starts), dtype=bool))
+    con.register("_claims", pa.table({
+        **moves.columns(writes),
+        "pod": writes.pods.take(pa.array(writes.pod[moves.rows])),
+        "life": lives.numbers[moves.life], "takes": moves.takes,
+        **{name: lives.requests[name][moves.life] for name in RESOURCE_COLUMNS}}))
+    try:
+        con.execute("""
+            CREATE TEMPORARY TABLE claims AS
+            SELECT (SELECT run FROM manifests) AS run, rv, commit_ts, pod, life, node, takes,
+                   cpu_milli, memory_bytes, gpu_milli, attempt_id, change, counts_assumed
+            FROM _claims""")
+    finally:
+        con.unregister("_claims")
+    return True
+
+
 def _claims(w: PodWrites) -> pa.Table:
     """``claims``' rows from the sorted pod writes, ordered by rv, then node, takes and
-    ``counts_assumed``: each life's requests here, its moves by ``_life_moves``."""
-    new_pod = np.ones(len(w.rv), dtype=bool)
-    new_pod[1:] = w.pod[1:] != w.pod[:-1]
-    # lives: a new one at each create; life 0 (writes before the pod's first create) has none
-    starts = np.flatnonzero(new_pod | w.creates)
-    created = w.creates[starts]
-    requests = {}  # per life
-    for name in RESOURCE_COLUMNS:
-        values, null = w.at(name, starts)
-        requests[name] = np.where(created & ~null, values, 0)
-    claims = np.logical_or.reduce([requests[name] != 0 for name in RESOURCE_COLUMNS])
-    moves = _moves(w, starts, claims)
-    rv = w.rv[moves[0]]
-    order = key_order(rv)
-    rows, node, takes, kind, change, life = (column[order] for column in moves)
-    sign = np.where(takes, -1, 1)
-    attempt_id, attempt_null = w.at("attempt_id", rows)
-    commit_us, commit_null = w.at("commit_us", rows)
+    ``counts_assumed``, as ``capacity_changes`` has them: each life's requests here (its moves
+    only if it requests anything), signed (a take's negative), its moves by ``_life_moves``."""
+    lives = _Lives.of(w)
+    claims = np.logical_or.reduce([lives.requests[name] != 0 for name in RESOURCE_COLUMNS])
+    moves = _Moves.of(w, lives, claims)
+    sign = np.where(moves.takes, -1, 1)
     return pa.table({
-        "rv": rv[order],
-        "commit_ts": pa.array(commit_us, mask=commit_null, type=pa.timestamp("us", tz="UTC")),
-        "node": w.nodes.take(pa.array(node)),
-        **{name: sign * requests[name][life] for name in RESOURCE_COLUMNS},
-        "attempt_id": pa.array(attempt_id, mask=~takes | attempt_null),
-        "pod": w.pods.take(pa.array(w.pod[rows])),
-        "change": pa.array(STEPS).take(pa.array(change)),
-        "counts_assumed": pa.array(kind == COUNTS_ASSUMED, mask=kind == BOTH)})
+        **moves.columns(w),
+        **{name: sign * lives.requests[name][moves.life] for name in RESOURCE_COLUMNS},
+        "pod": w.pods.take(pa.array(w.pod[moves.rows]))})
+
+
+@dataclass(frozen=True)
+class _Lives:
+    """The lives of the sorted pod writes (a new one at each create; life 0 of a pod, its
+    writes before its first create, has none): where each begins among the writes, its number
+    as the SQL counts it (``life``: the pod's creates up to it), its requests (from its create,
+    0 without one)."""
+
+    starts: np.ndarray
+    numbers: np.ndarray
+    requests: dict[str, np.ndarray]
+
+    @classmethod
+    def of(cls, w: PodWrites) -> _Lives:
+        new_pod = np.ones(len(w.rv), dtype=bool)
+        new_pod[1:] = w.pod[1:] != w.pod[:-1]
+        starts = np.flatnonzero(new_pod | w.creates)
+        created = w.creates[starts]
+        creates = np.cumsum(created)  # up to each life, of every pod
+        first = np.maximum.accumulate(np.where(new_pod[starts], np.arange(len(starts)), 0))
+        numbers = np.where(created, creates - creates[first] + created[first], 0)
+        requests = {}
+        for name in RESOURCE_COLUMNS:
+            values, null = w.at(name, starts)
+            requests[name] = np.where(created & ~null, values, 0)
+        return cls(starts, numbers, requests)
+
+
+@dataclass(frozen=True)
+class _Moves:
+    """The moves of the lives that ``claims`` (``_life_moves``), ordered by rv: the write of
+    each (its row among the sorted writes), its node, whether it takes the node, which caches
+    see it, its change (``STEPS``' code) and its life."""
+
+    rv: np.ndarray
+    rows: np.ndarray
+    node: np.ndarray
+    takes: np.ndarray
+    kind: np.ndarray
+    change: np.ndarray
+    life: np.ndarray
+
+    @classmethod
+    def of(cls, w: PodWrites, lives: _Lives, claims: np.ndarray) -> _Moves:
+        moves = _moves(w, lives.starts, claims)
+        rv = w.rv[moves[0]]
+        order = key_order(rv)
+        return cls(rv[order], *(column[order] for column in moves))
+
+    def columns(self, w: PodWrites) -> dict[str, np.ndarray | pa.Array]:
+        """The moves' columns of ``claims`` that do not depend on the lives, typed as the SQL
+        types them: a take's attempt (a release has none)."""
+        commit_us, commit_null = w.at("commit_us", self.rows)
+        attempt_id, attempt_null = w.at("attempt_id", self.rows)
+        return {"rv": self.rv,
+                "commit_ts": pa.array(commit_us, mask=commit_null,
+                                      type=pa.timestamp("us", tz="UTC")),
+                "node": w.nodes.take(pa.array(self.node)),
+                "attempt_id": pa.array(attempt_id, mask=~self.takes | attempt_null),
+                "change": pa.array(STEPS).take(pa.array(self.change)),
+                "counts_assumed": pa.array(self.kind == COUNTS_ASSUMED, mask=self.kind == BOTH)}
 
 
 def _moves(w: PodWrites, starts: np.ndarray, claims: np.ndarray) -> list[np.ndarray]:
