@@ -113,12 +113,16 @@ class Invariant:
 def check_run(run_dir: str | Path) -> list[Finding]:
     """Check every invariant of ``INVARIANTS`` on the run directory ``run_dir``.
 
-    Two threads share the work (numpy, pyarrow and DuckDB release the GIL): a second one reads
-    the deliveries and the events into arrays, groups the pod writes into incarnations and scans
-    the deliveries, while this one has DuckDB answer the invariants that need none of that, then
-    those that do.  numpy asks for no huge pages for those arrays meanwhile (``replay.memory``:
-    the 1M-pod what-if run's check took 32.9-33.4 s without them against 36.0-38.4 s with, its
-    system time 12.0-13.0 s against 17.9-19.0 s, two pairs alternated)."""
+    Three threads share the work (numpy, pyarrow and DuckDB release the GIL), each with arrays
+    of its own to make, so that no two make the same one: a lane reads the deliveries, then
+    scans them (``Reads.DELIVERIES``); another reads the events, groups the pod writes into
+    incarnations and numbers the objects, then compares each write's recipients with its
+    watchers' (``exactly_once``'s scan); meanwhile this thread has DuckDB answer the invariants
+    that need none of that, then those that do.  (With one lane doing both in turn, this thread
+    waited for it half of the 1M-pod observe run's check.)  numpy asks for no huge pages for
+    those arrays meanwhile (``replay.memory``: the 1M-pod what-if run's check took 32.9-33.4 s
+    without them against 36.0-38.4 s with, its system time 12.0-13.0 s against 17.9-19.0 s, two
+    pairs alternated)."""
     integrity = table_integrity(Path(run_dir))
     if not integrity.ok:
         if not (Path(run_dir) / "manifest.json").is_file():
@@ -127,18 +131,31 @@ def check_run(run_dir: str | Path) -> list[Finding]:
                               for i in INVARIANTS if i.reads is not Reads.FILES]
     run = RunTables(Path(run_dir))
     try:
-        with memory.without_huge_pages(), ThreadPoolExecutor(max_workers=1) as second:
-            arrays = second.submit(lambda: (run.deliveries, run.event_columns, run.pod_history))
-            scanned = {i.id: second.submit(i.check, run) for i in INVARIANTS
+        with (memory.without_huge_pages(), ThreadPoolExecutor(max_workers=1) as scans,
+              ThreadPoolExecutor(max_workers=1) as writes):
+            delivered = scans.submit(lambda: run.deliveries)
+            events = writes.submit(lambda: (run.event_columns, run.pod_history,
+                                            run.object_numbers))
+            located = scans.submit(_after, events, lambda: (run.delivery_events,
+                                                            run.delivery_resources,
+                                                            run.watchers))
+            scanned = {i.id: scans.submit(_after, located, i.check, run) for i in INVARIANTS
                        if i.reads is Reads.DELIVERIES}
-            run.differing = second.submit(_writes_whose_recipients_differ, run)
+            run.differing = writes.submit(_after, located, _writes_whose_recipients_differ, run)
             found = {i.id: i.check(run) for i in INVARIANTS if i.reads is Reads.SQL}
-            arrays.result()
+            delivered.result()
+            events.result()
             found |= {i.id: i.check(run) for i in INVARIANTS if i.reads is Reads.ARRAYS}
             found |= {name: future.result() for name, future in scanned.items()}
         return [integrity] + [found[i.id] for i in INVARIANTS if i.reads is not Reads.FILES]
     finally:
         run.close()
+
+
+def _after(ready: Future, step: Callable[..., Any], *args: Any) -> Any:
+    """``step(*args)`` once ``ready`` is done (a step of the other lane, or of this one)."""
+    ready.result()
+    return step(*args)
 
 
 def failed(findings: list[Finding]) -> list[Finding]:
