@@ -575,6 +575,33 @@ def test_a_coalesced_delivery_may_share_the_handling_of_the_one_after_it(applied
     assert (finding.status is Status.FAILED) is fails
 
 
+def swapped_in_a_stream(column: str):
+    """Two consecutive pod deliveries to one watcher with ``column`` in the opposite order."""
+    def edit(t):
+        pods = t["events"].filter(pl.col("resource") == "pods")["rv"].to_list()
+        d = pl.concat([t["deliveries"].filter(pl.col("rv").is_in(pods)).sort("watcher", "rv"),
+                       t["deliveries"].filter(~pl.col("rv").is_in(pods))])
+        i = row_of(d, (pl.col("watcher") == pl.col("watcher").shift(-1))
+                   & (pl.col(column) < pl.col(column).shift(-1)))
+        first, second = d[column][i], d[column][i + 1]
+        return {"deliveries": at(at(d, i, **{column: second}), i + 1, **{column: first})}
+    edit.__name__ = f"swapped_{column}"
+    return edit
+
+
+@pytest.mark.parametrize("model, edit, problem", [
+    ("godel", deliver_twice, "rv delivered twice"),
+    ("godel", swapped_in_a_stream("sent_ts"), "sent_ts before the previous delivery's"),
+    ("godel", swapped_in_a_stream("received_ts"), "received_ts before the previous delivery's"),
+    ("godel", swap_applied, "applied_ts before the previous delivery's (fifo)"),
+    ("load", object_reordered, "applied_ts before the previous delivery's of its object"),
+], ids=lambda value: getattr(value, "__name__", None))
+def test_stream_order_names_each_problem(base, tmp_path, model, edit, problem):
+    (finding,) = [f for f in check_run(corrupt(base[model], tmp_path, edit))
+                  if f.invariant == "stream_order"]
+    assert problem in [example["problem"] for example in finding.examples]
+
+
 def test_the_examples_are_the_offending_rows(base, tmp_path):
     (finding,) = [f for f in check_run(corrupt(base["godel"], tmp_path, drop_a_delivery))
                   if f.invariant == "exactly_once"]

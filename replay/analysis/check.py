@@ -51,6 +51,7 @@ from replay.engine.config import from_description
 from replay.engine.pipeline import Source, view_lag_us
 from replay.engine.rundir import OUTCOMES, read_manifest
 from replay.errors import ReplayError
+from replay.jit import njit
 
 EXAMPLES = 5  # offending rows shown per invariant
 # What-if models whose placements are checked against the truth when they commit (the others
@@ -635,45 +636,75 @@ def delivery_matches_event(run: RunTables) -> Finding:
                          problem=[problems[p] for p in problem[rows[:EXAMPLES]]])
 
 
+# stream_order's problems, one bit each, in the order a row's are listed
+STREAM_PROBLEMS = ("rv delivered twice", "sent_ts before the previous delivery's",
+                   "received_ts before the previous delivery's",
+                   "applied_ts before the previous delivery's (fifo)",
+                   "applied_ts before the previous delivery's of its object")
+
+
 def stream_order(run: RunTables) -> Finding:
     """Per (watcher, resource) stream, in rv order: each rv once, and sent_ts and received_ts
     never decrease (a watch stream is one TCP stream, a re-list's rows share the list's
     response), across terminations and re-lists.  A ``fifo`` client queue applies the stream's
     watch and re-watch rows in rv order; ``delta_fifo`` and ``workqueue`` (and a re-list's
     Replace, in key order) only each object's, so per (watcher, object) applied_ts never
-    decreases in rv order, whatever the queue."""
+    decreases in rv order, whatever the queue.
+
+    One compiled pass (``_stream_problems``) compares each delivery with the one before it in
+    each of its groups: numpy's gathers of the 15M deliveries of a 1M-pod observe run, and of
+    the one before each, took 2-3 s of its check."""
     d = run.deliveries
     fifo = run.watcher_flags(d.names, lambda w: w["client_queue"] == "fifo")[d.watcher]
-    live = fifo & (d.source != Source.RELIST)
     stream = run.delivery_resources + 1  # (0: no event, a stream of its own)
-    streams = int(stream.max(initial=0)) + 1
-    bad, problems = [], []
+    objects = run.delivery_objects
+    problems = _stream_problems(
+        d.watcher, stream, int(stream.max(initial=0)) + 1, fifo & (d.source != Source.RELIST),
+        objects, int(objects.max(initial=0)) + 1, d.rv, d.times["sent_ts"],
+        d.times["received_ts"], d.times["applied_ts"])
+    flagged = np.flatnonzero(problems)
+    bits = [(problems[flagged] >> bit) & 1 for bit in range(len(STREAM_PROBLEMS))]
+    rows = np.repeat(flagged, np.sum(bits, axis=0, dtype=np.int64))  # once for each problem
+    named = [STREAM_PROBLEMS[bit] for i in range(min(len(flagged), EXAMPLES))
+             for bit in range(len(STREAM_PROBLEMS)) if bits[bit][i]]
+    return _rows_finding("stream_order", d, rows, problem=named[:EXAMPLES])
 
-    def compare(previous: np.ndarray, checks: list[tuple[str, Callable[[np.ndarray, np.ndarray],
-                                                                        np.ndarray]]]) -> None:
-        """Each delivery against ``previous`` of it (a position, -1 for none)."""
-        later = np.flatnonzero(previous >= 0)
-        earlier = previous[later]
-        for what, broken in checks:
-            rows = later[broken(later, earlier)]
-            bad.append(rows)
-            problems.extend([what] * len(rows))
 
-    def decreases(column: str) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-        return lambda later, earlier: d.times[column][later] < d.times[column][earlier]
-
-    compare(previous_in_segment(d.watcher, stream, streams), [
-        ("rv delivered twice", lambda later, earlier: d.rv[later] == d.rv[earlier]),
-        ("sent_ts before the previous delivery's", decreases("sent_ts")),
-        ("received_ts before the previous delivery's", decreases("received_ts"))])
-    compare(previous_in_segment(d.watcher, np.where(live, stream, -1), streams),
-            [("applied_ts before the previous delivery's (fifo)", decreases("applied_ts"))])
-    compare(run.previous_of_object, [("applied_ts before the previous delivery's of its object",
-                                      decreases("applied_ts"))])
-    rows = np.concatenate(bad) if bad else np.zeros(0, dtype=np.int64)
-    order = np.argsort(rows, kind="stable")
-    rows, problems = rows[order], [problems[i] for i in order[:EXAMPLES]]
-    return _rows_finding("stream_order", d, rows, problem=problems)
+@njit(cache=True, nogil=True)
+def _stream_problems(watcher, stream, streams, live, obj, objects, rv, sent, received,
+                     applied):  # pragma: no cover - compiled
+    """Per delivery (by watcher, then rv), ``STREAM_PROBLEMS`` as bits: against the watcher's
+    delivery before it of the same stream (each rv once, sent and received never lower), of
+    the same stream among the fifo client queue's live rows (applied never lower), and of the
+    same object (applied never lower).  Each group keeps its latest position in a slot per
+    stream or object; one before the watcher's first delivery is another watcher's."""
+    last_stream = np.full(streams, -1, np.int64)
+    last_live = np.full(streams, -1, np.int64)
+    last_object = np.full(objects, -1, np.int64)
+    problems = np.zeros(len(rv), np.uint8)
+    begin = 0
+    for i in range(len(rv)):
+        if i and watcher[i] != watcher[i - 1]:
+            begin = i
+        k, before = stream[i], last_stream[stream[i]]
+        if before >= begin:
+            if rv[i] == rv[before]:
+                problems[i] |= 1
+            if sent[i] < sent[before]:
+                problems[i] |= 1 << 1
+            if received[i] < received[before]:
+                problems[i] |= 1 << 2
+        last_stream[k] = i
+        if live[i]:
+            before = last_live[k]
+            if before >= begin and applied[i] < applied[before]:
+                problems[i] |= 1 << 3
+            last_live[k] = i
+        before = last_object[obj[i]]
+        if before >= begin and applied[i] < applied[before]:
+            problems[i] |= 1 << 4
+        last_object[obj[i]] = i
+    return problems
 
 
 def coalesced_shares_handling(run: RunTables) -> Finding:
