@@ -10,7 +10,8 @@ per node and the same span of time: a smaller run is a smaller cluster, not a mo
 scenarios, in order: ``synth``; ``ingest`` (of a log ``make_audit_log.py`` writes first, not
 timed); ``observe`` (Gödel's five watchers, ``godel-watchers.toml``); the what-if models
 ``whatif-godel``, ``whatif-kube``, ``whatif-omega``, ``whatif-peer``; ``derive-observe`` and
-``derive-godel`` (``replay derive`` on the observe run and on the Gödel what-if run); ``queries``
+``derive-godel`` (``replay derive`` on the observe run and on the Gödel what-if run);
+``check-observe`` and ``check-godel`` (``replay check`` of each, every invariant); ``queries``
 (every shipped query, on both runs); ``report`` (``replay report`` of the Gödel what-if run, the
 page's bytes as ``page_bytes``); ``compile`` (``compile.py``: numba's compilation of every
 kernel, as a user's first commands on a fresh machine pay it; the bundled sample at every
@@ -114,6 +115,12 @@ def scenarios(scale: float) -> list[Scenario]:
             f"replay derive: the capacity windows of the {run.replace('-run', '')} run",
             lambda w, run=run: [sys.executable, "-m", "replay", "derive", str(w / run)],
             "wall_s", "windows_per_s", "windows/s", after=windows_per_second(run)))
+    for name, run, what in (("observe", "observe-run", "observe"),
+                            ("godel", "whatif-godel", "Gödel what-if")):
+        out.append(Scenario(
+            f"check-{name}", f"replay check: every invariant of the {what} run",
+            lambda w, run=run: [sys.executable, "-m", "replay", "check", str(w / run)],
+            "wall_s"))
     out.append(Scenario(
         "queries", "every shipped query on the observe run and on the Gödel what-if run",
         lambda w: script("queries.py", w / "observe-run", w / "whatif-godel"),
