@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from replay.arrays import segmented_cummax, stable_order
 from replay.engine.pipeline import SOURCES
+from replay.jit import njit
 
 STAGES = ("commit_ts", "cached_ts", "dispatched_ts", "sent_ts", "received_ts", "dequeued_ts",
           "applied_ts")
@@ -272,30 +273,46 @@ def free_after_each_change(changes: pa.Table) -> pa.Table:
         "last_shrink_rv", pa.array(last, mask=last < 0))
 
 
+# how deliveries are ordered (``_how_ordered``): by watcher, then rv, already; each watcher's rvs
+# never decreasing, so that a stable sort by watcher orders them; neither
+IN_ORDER, RISING, UNORDERED = range(3)
+
+
 def watcher_then_rv(watcher: np.ndarray, rv: np.ndarray, watchers: int) -> np.ndarray | None:
     """The order that sorts deliveries by watcher (codes below ``watchers``), then rv, equal
     ones keeping their order; None if they are already (each watcher's deliveries together, in
     increasing rv: the documented order).
 
     The what-if models write their deliveries in rv order: a stable radix sort by watcher is
-    then the whole order, checked, at a fraction of ``np.lexsort``'s cost (27.1M deliveries)."""
+    then the whole order, at a fraction of ``np.lexsort``'s cost (27.1M deliveries).  Which
+    case holds is one compiled pass (``_how_ordered``); numpy's whole-array tests of it, the
+    second on the watchers and rvs gathered in the sorted order, took 1.0-2.2 s of a 1M-pod
+    what-if run's check."""
     if len(rv) < 2:
         return None
-    if _by_watcher_then_rv(watcher, rv, strictly=True):
+    how = _how_ordered(watcher, rv, max(watchers, 1))
+    if how == IN_ORDER:
         return None
-    order = stable_order(watcher, max(watchers, 1))
-    if _by_watcher_then_rv(watcher[order], rv[order], strictly=False):
-        return order
+    if how == RISING:
+        return stable_order(watcher, max(watchers, 1))
     return np.lexsort((rv, watcher))
 
 
-def _by_watcher_then_rv(watcher: np.ndarray, rv: np.ndarray, strictly: bool) -> bool:
-    """Whether each watcher's deliveries are together, their rvs increasing (or, not
-    ``strictly``, never decreasing)."""
-    change = watcher[1:] != watcher[:-1]
-    together = int(change.sum()) + 1 == np.count_nonzero(np.bincount(watcher))
-    ordered = rv[1:] > rv[:-1] if strictly else rv[1:] >= rv[:-1]
-    return together and bool(np.all(change | ordered))
+@njit(cache=True, nogil=True)
+def _how_ordered(watcher, rv, watchers):  # pragma: no cover - compiled
+    """``IN_ORDER``, ``RISING`` or ``UNORDERED``: each watcher's latest rv in a slot."""
+    latest = np.empty(watchers, rv.dtype)
+    seen = np.zeros(watchers, np.bool_)
+    together = increasing = True
+    for i in range(len(rv)):
+        w = watcher[i]
+        if seen[w]:
+            if rv[i] < latest[w]:
+                return UNORDERED
+            increasing = increasing and rv[i] > latest[w]
+            together = together and watcher[i - 1] == w
+        latest[w], seen[w] = rv[i], True
+    return IN_ORDER if together and increasing else RISING
 
 
 def iso(us: int) -> str | None:
