@@ -16,9 +16,10 @@ that a user sees them.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -132,8 +133,7 @@ def check_run(run_dir: str | Path) -> list[Finding]:
                               for i in INVARIANTS if i.reads is not Reads.FILES]
     run = RunTables(Path(run_dir))
     try:
-        with (memory.without_huge_pages(), ThreadPoolExecutor(max_workers=1) as scans,
-              ThreadPoolExecutor(max_workers=1) as writes):
+        with memory.without_huge_pages(), _lanes(2) as (scans, writes):
             delivered = scans.submit(lambda: run.deliveries)
             events = writes.submit(lambda: (run.event_columns, run.pod_history,
                                             run.object_numbers))
@@ -151,6 +151,23 @@ def check_run(run_dir: str | Path) -> list[Finding]:
         return [integrity] + [found[i.id] for i in INVARIANTS if i.reads is not Reads.FILES]
     finally:
         run.close()
+
+
+@contextlib.contextmanager
+def _lanes(count: int) -> Iterator[list[ThreadPoolExecutor]]:
+    """``count`` threads, each running its steps in the order given; if the check stops early
+    (an error, Ctrl-C), the steps not begun are dropped, and only those running are waited for
+    (a step of a 1M-pod run takes a few seconds at most, a lane's queue tens of them)."""
+    lanes = [ThreadPoolExecutor(max_workers=1) for _ in range(count)]
+    try:
+        yield lanes
+    except BaseException:
+        for lane in lanes:
+            lane.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        for lane in lanes:
+            lane.shutdown(wait=True)
 
 
 def _after(ready: Future, step: Callable[..., Any], *args: Any) -> Any:
