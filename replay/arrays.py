@@ -69,8 +69,8 @@ def previous_in_segment(segment: np.ndarray, key: np.ndarray, keys: int) -> np.n
     """For each element, the position of the element before it in its segment (``segment``:
     sorted ids, such as each delivery's watcher) with the same ``key`` (in ``[0, keys)``), -1 if
     there is none or its key is negative (it is in no group); one compiled pass over positions,
-    with one slot per key.  Grouping by (segment, key) first took a sort of every element: 3.6 s
-    of the 15M deliveries of a 1M-pod observe run's check, where this takes a tenth of it."""
+    with one slot per key.  Grouping by (segment, key) first took a sort of every element: 1.4 s
+    of the 15M deliveries of a 1M-pod observe run's check, where this takes 0.3 s."""
     return _previous_in_segment(segment, key, keys)
 
 

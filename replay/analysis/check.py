@@ -670,7 +670,7 @@ def stream_order(run: RunTables) -> Finding:
 
     One compiled pass (``_stream_problems``) compares each delivery with the one before it in
     each of its groups: numpy's gathers of the 15M deliveries of a 1M-pod observe run, and of
-    the one before each, took 2-3 s of its check."""
+    the one before each in its stream, its live stream and its object, took 3.0 s."""
     d = run.deliveries
     fifo = run.watcher_flags(d.names, lambda w: w["client_queue"] == "fifo")[d.watcher]
     stream = run.delivery_resources + 1  # (0: no event, a stream of its own)
