@@ -16,6 +16,7 @@ left to the SQL (``capacity_changes`` returns False).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import duckdb
@@ -38,20 +39,42 @@ MOST_MOVES = 3  # that one write makes: two releases (one per kind of cache) and
 def capacity_changes(con: duckdb.DuckDBPyConnection) -> bool:
     """Make the temporary table ``every_change`` from ``capacity_changes``' definition, the
     claims computed here; False (nothing made) where the SQL must compute them."""
+    return _temporary_table(con, _claims, """
+        CREATE TEMPORARY TABLE every_change AS
+        SELECT (SELECT run FROM manifests) AS run, rv, commit_ts, node, cpu_milli,
+               memory_bytes, gpu_milli, attempt_id, pod, change, counts_assumed
+        FROM _claims
+        UNION ALL
+        FROM node_capacity_changes""")
+
+
+def claims_table(con: duckdb.DuckDBPyConnection) -> bool:
+    """Make the temporary table ``claims`` with the rows of views.sql's ``claims`` (in another
+    order), which hides the view from then on (``capacity_changes`` reads it too), for
+    ``replay check``: it reads the claims where ``capacity_changes`` does not, the releases
+    and takes of pods that request nothing (a node's pod limit counts them), unsigned, with
+    ``takes`` and each pod's ``life``.  False (nothing made) where the SQL must compute them, as
+    for ``capacity_changes``."""
+    return _temporary_table(con, _claim_rows, """
+        CREATE TEMPORARY TABLE claims AS
+        SELECT (SELECT run FROM manifests) AS run, rv, commit_ts, pod, life, node, takes,
+               cpu_milli, memory_bytes, gpu_milli, attempt_id, change, counts_assumed
+        FROM _claims""")
+
+
+def _temporary_table(con: duckdb.DuckDBPyConnection, rows: Callable[[PodWrites], pa.Table],
+                     create: str) -> bool:
+    """Run ``create``, which reads ``rows`` of the run's sorted pod writes as ``_claims``;
+    False (nothing made) for a connection of several runs, or a name or namespace with a '/'
+    (``_pod_writes``), which the SQL must compute."""
     if not one_run(con):
         return False
     writes = _pod_writes(con)
     if writes is None:
         return False
-    con.register("_claims", _claims(writes))
+    con.register("_claims", rows(writes))
     try:
-        con.execute("""
-            CREATE TEMPORARY TABLE every_change AS
-            SELECT (SELECT run FROM manifests) AS run, rv, commit_ts, node, cpu_milli,
-                   memory_bytes, gpu_milli, attempt_id, pod, change, counts_assumed
-            FROM _claims
-            UNION ALL
-            FROM node_capacity_changes""")
+        con.execute(create)
     finally:
         con.unregister("_claims")
     return True
@@ -133,34 +156,16 @@ def pod_order(pod: np.ndarray, rv: np.ndarray, pods: int) -> np.ndarray:
     return by_rv[counting_order(pod[by_rv], pods)]
 
 
-def claims_table(con: duckdb.DuckDBPyConnection) -> bool:
-    """Make the temporary table ``claims`` with the rows of views.sql's ``claims`` (in another
-    order), which hides the view from then on (``capacity_changes`` reads it too), for
-    ``replay check``: it reads the claims where ``capacity_changes`` does not, the releases
-    and takes of pods that request nothing (a node's pod limit counts them), unsigned, with
-    ``takes`` and each pod's ``life``.  False (nothing made) where the SQL must compute them, as
-    for ``capacity_changes``."""
-    if not one_run(con):
-        return False
-    writes = _pod_writes(con)
-    if writes is None:
-        return False
-    lives = _Lives.of(writes)
-    moves = _Moves.of(writes, lives, np.ones(len(lives.starts), dtype=bool))
-    con.register("_claims", pa.table({
-        **moves.columns(writes),
-        "pod": writes.pods.take(pa.array(writes.pod[moves.rows])),
+def _claim_rows(w: PodWrites) -> pa.Table:
+    """``claims``' rows of every life (its moves whatever it requests), unsigned, with
+    ``takes`` and each pod's ``life``."""
+    lives = _Lives.of(w)
+    moves = _Moves.of(w, lives, np.ones(len(lives.starts), dtype=bool))
+    return pa.table({
+        **moves.columns(w),
+        "pod": w.pods.take(pa.array(w.pod[moves.rows])),
         "life": lives.numbers[moves.life], "takes": moves.takes,
-        **{name: lives.requests[name][moves.life] for name in RESOURCE_COLUMNS}}))
-    try:
-        con.execute("""
-            CREATE TEMPORARY TABLE claims AS
-            SELECT (SELECT run FROM manifests) AS run, rv, commit_ts, pod, life, node, takes,
-                   cpu_milli, memory_bytes, gpu_milli, attempt_id, change, counts_assumed
-            FROM _claims""")
-    finally:
-        con.unregister("_claims")
-    return True
+        **{name: lives.requests[name][moves.life] for name in RESOURCE_COLUMNS}})
 
 
 def _claims(w: PodWrites) -> pa.Table:
