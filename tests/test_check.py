@@ -605,6 +605,52 @@ def test_stream_order_names_each_problem(base, tmp_path, model, edit, problem):
     assert problem in [example["problem"] for example in finding.examples]
 
 
+def shared_stage_apart(column: str):
+    """One of a pod write's deliveries (of several, through the pipeline) with its shared stage
+    ``column`` a microsecond earlier than its partners'."""
+    def edit(t):
+        d, pods = t["deliveries"], t["events"].filter(pl.col("resource") == "pods")["rv"]
+        i = row_of(d, pl.col("rv").is_in(pods.implode()) & (pl.len().over("rv") > 1)
+                   & (pl.col("applied_ts") > pl.col("commit_ts")))
+        return {"deliveries": at(d, i, **{column: d[column][i] - US})}
+    edit.__name__ = f"{column}_apart"
+    return edit
+
+
+def unknown_source(t):
+    return {"deliveries": at(t["deliveries"], 2, source="resync")}
+
+
+def piped_list_row(t):
+    """A delivery that went through the pipeline called the watcher's first list."""
+    d = t["deliveries"]
+    return {"deliveries": at(d, row_of(d, pl.col("applied_ts") > pl.col("commit_ts")),
+                             source="list")}
+
+
+def delivery_of_no_event(where: str, rv):
+    """A delivery of an rv that no event has, ``rv(the last event's)``."""
+    def edit(t):
+        return {"deliveries": at(t["deliveries"], 4, rv=rv(t["events"]["rv"].max()))}
+    edit.__name__ = f"delivery_of_no_event_{where}"
+    return edit
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (shared_stage_apart("cached_ts"), "cached_ts differs among the write's deliveries"),
+    (shared_stage_apart("dispatched_ts"), "dispatched_ts differs among the write's deliveries"),
+    (commit_not_the_events, "commit_ts is not the event's"),
+    (unknown_source, "source is not watch, rewatch, relist or list"),
+    (piped_list_row, "a list row not applied at its commit"),
+    (delivery_of_no_event("past_the_last", lambda last: last + 7), "no such event"),
+    (delivery_of_no_event("before_the_first", lambda last: 0), "no such event"),  # (rvs from 1)
+], ids=lambda value: getattr(value, "__name__", None))
+def test_delivery_matches_event_names_each_problem(base, tmp_path, edit, problem):
+    (finding,) = [f for f in check_run(corrupt(base["godel"], tmp_path, edit))
+                  if f.invariant == "delivery_matches_event"]
+    assert problem in [example["problem"] for example in finding.examples]
+
+
 def test_a_check_that_stops_drops_the_steps_its_lanes_have_not_begun(base, monkeypatch):
     """An error (or Ctrl-C) in the main thread while the deliveries are read: the scans queued
     behind the read never run, and the error comes once the read ends (not after every scan:
