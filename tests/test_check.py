@@ -637,8 +637,8 @@ def delivery_of_no_event(where: str, rv):
 
 
 @pytest.mark.parametrize("edit, problem", [
-    (shared_stage_apart("cached_ts"), "cached_ts differs among the write's deliveries"),
-    (shared_stage_apart("dispatched_ts"), "dispatched_ts differs among the write's deliveries"),
+    (shared_stage_apart("cached_ts"), "cached_ts differs from the write's first delivery's"),
+    (shared_stage_apart("dispatched_ts"), "dispatched_ts differs from the write's first delivery's"),
     (commit_not_the_events, "commit_ts is not the event's"),
     (unknown_source, "source is not watch, rewatch, relist or list"),
     (piped_list_row, "a list row not applied at its commit"),
