@@ -1130,7 +1130,11 @@ def kubelet_admission(run: RunTables) -> Finding:
                AND (bindings.deleted_ts IS NULL OR bindings.deleted_ts > deliveries.applied_ts)
                AS admitted
         FROM bindings
-        LEFT JOIN deliveries ON deliveries.rv = bindings.rv AND deliveries.watcher = bindings.watcher
+        LEFT JOIN (
+            -- (the kubelets' deliveries first: a filter DuckDB applies as it reads, where the
+            -- join would hash all 27.1M of a 1M-pod what-if run's, 1.4 s against 0.9 s)
+            FROM deliveries WHERE watcher IN (SELECT watcher FROM kubelets)
+        ) AS deliveries ON deliveries.rv = bindings.rv AND deliveries.watcher = bindings.watcher
         LEFT JOIN failed ON failed.rv = bindings.rv AND failed.watcher = bindings.watcher""")
     run.table("kubelet_nodes", f"""
         -- each change of a node's allocatable as its kubelet counts it: the node's, but for a
