@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -592,19 +593,6 @@ def swapped_in_a_stream(column: str):
     return edit
 
 
-@pytest.mark.parametrize("model, edit, problem", [
-    ("godel", deliver_twice, "rv delivered twice"),
-    ("godel", swapped_in_a_stream("sent_ts"), "sent_ts before the previous delivery's"),
-    ("godel", swapped_in_a_stream("received_ts"), "received_ts before the previous delivery's"),
-    ("godel", swap_applied, "applied_ts before the previous delivery's (fifo)"),
-    ("load", object_reordered, "applied_ts before the previous delivery's of its object"),
-], ids=lambda value: getattr(value, "__name__", None))
-def test_stream_order_names_each_problem(base, tmp_path, model, edit, problem):
-    (finding,) = [f for f in check_run(corrupt(base[model], tmp_path, edit))
-                  if f.invariant == "stream_order"]
-    assert problem in [example["problem"] for example in finding.examples]
-
-
 def shared_stage_apart(column: str):
     """One of a pod write's deliveries (of several, through the pipeline) with its shared stage
     ``column`` a microsecond earlier than its partners'."""
@@ -636,19 +624,136 @@ def delivery_of_no_event(where: str, rv):
     return edit
 
 
-@pytest.mark.parametrize("edit, problem", [
-    (shared_stage_apart("cached_ts"), "cached_ts differs from the write's first delivery's"),
-    (shared_stage_apart("dispatched_ts"), "dispatched_ts differs from the write's first delivery's"),
-    (commit_not_the_events, "commit_ts is not the event's"),
-    (unknown_source, "source is not watch, rewatch, relist or list"),
-    (piped_list_row, "a list row not applied at its commit"),
-    (delivery_of_no_event("past_the_last", lambda last: last + 7), "no such event"),
-    (delivery_of_no_event("before_the_first", lambda last: 0), "no such event"),  # (rvs from 1)
-], ids=lambda value: getattr(value, "__name__", None))
-def test_delivery_matches_event_names_each_problem(base, tmp_path, edit, problem):
-    (finding,) = [f for f in check_run(corrupt(base["godel"], tmp_path, edit))
-                  if f.invariant == "delivery_matches_event"]
-    assert problem in [example["problem"] for example in finding.examples]
+def pod_edited(pod: str, **change):
+    """The pods table with ``pod``'s row changed: ``column=f`` sets the column to ``f(row)``."""
+    def edit(t):
+        p = t["pods"]
+        i = row_of(p, pl.col("pod") == pod)
+        return {"pods": at(p, i, **{c: f(p.row(i, named=True)) for c, f in change.items()})}
+    edit.__name__ = f"{pod.split('/')[-1]}_{'_'.join(change)}_edited"
+    return edit
+
+
+def a_bound_at(rv):
+    """The pods table says a was bound by the write ``rv(events, a's writes)``."""
+    def edit(t):
+        e, a = t["events"], t["events"].filter(pl.col("name") == "a")
+        return {"pods": pod_edited("ns/a", bound_rv=lambda row: rv(e, a))(t)["pods"]}
+    return edit
+
+
+def a_bound_by_its_create(t):
+    """The pods table's bound_rv of a is its create: no binding (and a's binding is in no row)."""
+    return a_bound_at(lambda e, a: a.filter(pl.col("verb") == "create",
+                                            pl.col("subresource").is_null())["rv"][0])(t)
+
+
+def a_bound_by_its_second_binding(t):
+    """a is bound again (``second_binding``), and the pods table says by that binding."""
+    events = second_binding(t)["events"]
+    return {"events": events, **a_bound_at(lambda e, a: events["rv"].max())(t)}
+
+
+def huge_bound_after_its_delete(t):
+    """huge (pending: it fits no node) is deleted, then bound to n0."""
+    e = t["events"]
+    huge = e.filter(pl.col("name") == "huge", pl.col("verb") == "create")
+    last, at_ts = e["rv"].max(), e["commit_ts"].max()
+    gone = huge.with_columns(rv=pl.lit(last + 1, dtype=pl.Int64), commit_ts=at_ts + MS,
+                             verb=pl.lit("delete"))
+    bound = huge.with_columns(rv=pl.lit(last + 2, dtype=pl.Int64), commit_ts=at_ts + 2 * MS,
+                              subresource=pl.lit("binding"), node=pl.lit("n0"))
+    return {"events": pl.concat([e, gone, bound])}
+
+
+def kubelet_sent_another_nodes_write(t):
+    """kubelet/n1 receives n0's kubelet's delivery of a's binding."""
+    d = t["deliveries"]
+    return {"deliveries": pl.concat([d, d[row_of(d, pl.col("watcher") == "kubelet/n0")]
+                                     .with_columns(watcher=pl.lit("kubelet/n1"))])}
+
+
+def delivery_set(watcher: str, rv: int, **values):
+    """``watcher``'s delivery of ``rv`` with ``values``: in the ``load`` run, second-scheduler's
+    pods watch is terminated at rv 7 (the writes from rv 5 missed), re-lists to rv 23 and 26,
+    then re-watches rvs 27 and 28 and watches from 29 on."""
+    def edit(t):
+        d = t["deliveries"]
+        return {"deliveries": at(d, row_of(d, (pl.col("watcher") == watcher)
+                                           & (pl.col("rv") == rv)), **values)}
+    edit.__name__ = f"{watcher}s_{rv}_{'_'.join(f'{k}_{v}' for k, v in values.items())}"
+    return edit
+
+
+PROBLEMS = [
+    ("delivery_matches_event", "godel", shared_stage_apart("cached_ts"),
+     "cached_ts differs from the write's first delivery's"),
+    ("delivery_matches_event", "godel", shared_stage_apart("dispatched_ts"),
+     "dispatched_ts differs from the write's first delivery's"),
+    ("delivery_matches_event", "godel", commit_not_the_events, "commit_ts is not the event's"),
+    ("delivery_matches_event", "godel", unknown_source,
+     "source is not watch, rewatch, relist or list"),
+    ("delivery_matches_event", "godel", piped_list_row, "a list row not applied at its commit"),
+    ("delivery_matches_event", "godel",
+     delivery_of_no_event("past_the_last", lambda last: last + 7), "no such event"),
+    ("delivery_matches_event", "godel",  # (rvs start at 1)
+     delivery_of_no_event("before_the_first", lambda last: 0), "no such event"),
+    ("exactly_once", "godel", drop_a_delivery, "missing"),
+    ("exactly_once", "godel", deliver_twice, "delivered 2 times"),
+    ("exactly_once", "godel", kubelet_sent_another_nodes_write, "not a recipient"),
+    ("missed_writes_recovered", "load", delivery_set("kube-scheduler", 3, source="rewatch"),
+     "rewatch without a termination before it"),
+    ("missed_writes_recovered", "load", sent_on_the_closed_watch,
+     "the write the watch could not take, sent on it"),
+    ("missed_writes_recovered", "load", delivery_set("second-scheduler", 10, source="rewatch"),
+     "missed while terminated, not covered by the re-list"),
+    ("missed_writes_recovered", "load", delivery_set("second-scheduler", 30, source="rewatch"),
+     "re-sent after the new watch had sent a later write"),
+    ("missed_writes_recovered", "load", relist_forgotten, "outside every re-list of its stream"),
+    ("coalesced_shares_handling", "load",  # (re-listed with its object's other write: shared)
+     delivery_set("second-scheduler", 6, coalesced=True), "coalesced by a fifo client queue"),
+    ("coalesced_shares_handling", "load", coalesced_apart,
+     "applied apart from every other delivery of its object"),
+    ("stream_order", "godel", deliver_twice, "rv delivered twice"),
+    ("stream_order", "godel", swapped_in_a_stream("sent_ts"),
+     "sent_ts before the previous delivery's"),
+    ("stream_order", "godel", swapped_in_a_stream("received_ts"),
+     "received_ts before the previous delivery's"),
+    ("stream_order", "godel", swap_applied, "applied_ts before the previous delivery's (fifo)"),
+    ("stream_order", "load", object_reordered,
+     "applied_ts before the previous delivery's of its object"),
+    ("one_binding_per_incarnation", "godel", second_binding, "bound 2 times"),
+    ("one_binding_per_incarnation", "godel", huge_bound_after_its_delete,
+     "bound after its delete (rv {})"),
+    ("one_binding_per_incarnation", "godel", a_bound_by_its_create,
+     "pods has no row with this bound_rv"),
+    ("one_binding_per_incarnation", "godel", a_bound_by_its_create,
+     "bound_rv is not a binding of this pod"),
+    ("one_binding_per_incarnation", "godel", a_bound_by_its_second_binding,
+     "bound_rv is not the first binding"),
+    ("one_binding_per_incarnation", "godel", pod_edited("ns/a", node=lambda row: "n1"),
+     "node is not the binding's"),
+    ("one_binding_per_incarnation", "godel",
+     pod_edited("ns/a", bound_ts=lambda row: row["bound_ts"] + US), "bound_ts is not the binding's"),
+    ("one_binding_per_incarnation", "godel",
+     pod_edited("ns/c", deleted_rv=lambda row: row["deleted_rv"] - 1),
+     "deleted_rv is not the last delete"),
+    ("one_binding_per_incarnation", "godel",
+     pod_edited("ns/c", deleted_ts=lambda row: row["deleted_ts"] + US),
+     "deleted_ts is not the last delete's"),
+]
+
+
+@pytest.mark.parametrize("invariant, model, edit, problem", PROBLEMS,
+                         ids=[f"{p[0]}-{p[2].__name__}-{p[3]}" for p in PROBLEMS])
+def test_the_finding_names_each_problem(base, tmp_path, invariant, model, edit, problem):
+    """Each problem an invariant tells apart is named, in its examples, from a run corrupted
+    for it ({} in a problem: the rv it names)."""
+    (finding,) = [f for f in check_run(corrupt(base[model], tmp_path, edit))
+                  if f.invariant == invariant]
+    named = [example["problem"] for example in finding.examples]
+    assert any(re.fullmatch(re.escape(problem).replace(r"\{\}", r"\d+"), name)
+               for name in named), named
 
 
 def test_a_check_that_stops_drops_the_steps_its_lanes_have_not_begun(base, monkeypatch):
