@@ -650,8 +650,9 @@ def delivery_matches_event(run: RunTables) -> Finding:
 def _event_problems(at, known, event_commit, source, piped, commit, cached, dispatched,
                     listed):  # pragma: no cover - compiled
     """Per delivery, the number (from 1) of its last problem in ``EVENT_PROBLEMS``, 0 for
-    none.  A write's shared stages are compared with its first delivery's (in the file's
-    order) that went through the pipeline."""
+    none.  A write's shared stages are compared with those of its first delivery through the
+    pipeline in the deliveries' order (by watcher, then rv); a delivery of no event with no
+    other."""
     first = np.full(len(event_commit), -1, np.int64)
     problem = np.zeros(len(at), np.int8)
     for i in range(len(at)):
