@@ -667,7 +667,8 @@ def huge_bound_after_its_delete(t):
 
 
 def kubelet_sent_another_nodes_write(t):
-    """kubelet/n1 receives n0's kubelet's delivery of a's binding."""
+    """kubelet/n1 also receives kubelet/n0's first delivery, n0's create (a kubelet watches its
+    own node and its pods only)."""
     d = t["deliveries"]
     return {"deliveries": pl.concat([d, d[row_of(d, pl.col("watcher") == "kubelet/n0")]
                                      .with_columns(watcher=pl.lit("kubelet/n1"))])}
