@@ -634,24 +634,17 @@ def pod_edited(pod: str, **change):
     return edit
 
 
-def a_bound_at(rv):
-    """The pods table says a was bound by the write ``rv(events, a's writes)``."""
-    def edit(t):
-        e, a = t["events"], t["events"].filter(pl.col("name") == "a")
-        return {"pods": pod_edited("ns/a", bound_rv=lambda row: rv(e, a))(t)["pods"]}
-    return edit
-
-
 def a_bound_by_its_create(t):
     """The pods table's bound_rv of a is its create: no binding (and a's binding is in no row)."""
-    return a_bound_at(lambda e, a: a.filter(pl.col("verb") == "create",
-                                            pl.col("subresource").is_null())["rv"][0])(t)
+    create = t["events"].filter(pl.col("name") == "a", pl.col("verb") == "create",
+                                pl.col("subresource").is_null())["rv"][0]
+    return pod_edited("ns/a", bound_rv=lambda row: create)(t)
 
 
 def a_bound_by_its_second_binding(t):
     """a is bound again (``second_binding``), and the pods table says by that binding."""
     events = second_binding(t)["events"]
-    return {"events": events, **a_bound_at(lambda e, a: events["rv"].max())(t)}
+    return {"events": events, **pod_edited("ns/a", bound_rv=lambda row: events["rv"].max())(t)}
 
 
 def huge_bound_after_its_delete(t):
