@@ -7,17 +7,18 @@ Scale 1.0 is production: 1M pods on 20k nodes and a 2 GiB audit log; 0.05 is a t
 pods on 1,000 nodes, a 102 MiB log).  Pods arrive proportionally slower at a smaller scale (2,400
 a second for observe, 800 for the what-if models at 1.0), so that every scale has the same load
 per node and the same span of time: a smaller run is a smaller cluster, not a more crowded one.  The
-scenarios, in order: ``synth``; ``ingest`` (of a log ``make_audit_log.py`` writes first, not
-timed); ``observe`` (Gödel's five watchers, ``godel-watchers.toml``); the what-if models
-``whatif-godel``, ``whatif-kube``, ``whatif-omega``, ``whatif-peer``; ``derive-observe`` and
-``derive-godel`` (``replay derive`` on the observe run and on the Gödel what-if run);
-``check-observe`` and ``check-godel`` (``replay check`` of each, every invariant); ``queries``
-(every shipped query, on both runs); ``report`` (``replay report`` of the Gödel what-if run, the
-page's bytes as ``page_bytes``); ``compile`` (``compile.py``: numba's compilation of every
-kernel, as a user's first commands on a fresh machine pay it; the bundled sample at every
-scale); ``simpy`` (the SimPy baseline, checked equal to replay on the observe trace, then
-timed, and the ratio).  The traces are synthesized before the first
-repetition, not timed.
+scenarios, in order: ``machine`` (``machine.py``: how fast the machine itself is now, to tell
+its changes from the code's; the same at every scale); ``synth``; ``ingest`` (of a log
+``make_audit_log.py`` writes first, not timed); ``observe`` (Gödel's five watchers,
+``godel-watchers.toml``); the what-if models ``whatif-godel``, ``whatif-kube``,
+``whatif-omega``, ``whatif-peer``; ``derive-observe`` and ``derive-godel`` (``replay derive``
+on the observe run and on the Gödel what-if run); ``check-observe`` and ``check-godel``
+(``replay check`` of each, every invariant); ``queries`` (every shipped query, on both runs);
+``report`` (``replay report`` of the Gödel what-if run, the page's bytes as ``page_bytes``);
+``compile`` (``compile.py``: numba's compilation of every kernel, as a user's first commands on
+a fresh machine pay it; the bundled sample at every scale); ``simpy`` (the SimPy baseline,
+checked equal to replay on the observe trace, then timed, and the ratio).  The traces are
+synthesized before the first repetition, not timed.
 
 Each scenario runs as its own child process (``python benchmarks/X.py``), watched by a small
 process of its own, so that its figures are its alone: wall time; CPU time (user + system of the
@@ -85,7 +86,10 @@ def scenarios(scale: float) -> list[Scenario]:
     pods, nodes = scaled(scale)
     observe_rate, what_if_rate = rate_for(pods, OBSERVE_RATE), rate_for(pods, WHAT_IF_RATE)
     log_size = max(round(AUDIT_LOG_BYTES * scale), 2**20)
-    out = []
+    out = [Scenario(
+        "machine", "the machine itself (benchmarks/machine.py): a Python event loop of 1M "
+        "timers, 512 MiB of fresh memory taken and copied (the same at every scale)",
+        lambda w: script("machine.py"), "loop_s", "timers_per_s", "timers/s")]
     out.append(Scenario(
         "synth", f"replay synth: {pods:,} pods on {nodes:,} nodes, {observe_rate:g} pods/s, "
         "least-allocated bindings",
@@ -267,6 +271,15 @@ def markdown(meta: dict, chosen: list[Scenario], results: dict[str, dict]) -> st
                   "fresh connection each, the whole result fetched), seconds:", "",
                   "| query | seconds |", "| --- | --- |"]
         lines += [f"| {q} | {fmt(f)} |" for q, f in results["queries"]["queries"].items()]
+    if "machine" in results:
+        r = results["machine"]
+        lines += ["", f"The machine (`benchmarks/machine.py`, run first in each repetition): a "
+                  f"Python event loop {rate(r.get('timers_per_s'), 'timers/s')}, fresh memory "
+                  f"{fmt(r.get('fault_us'))} µs a page fault, copies "
+                  f"{fmt(r.get('copy_gib_per_s'), 1)} GiB/s. Compare these before comparing "
+                  "another table's figures with this one's: a what-if replay moves with the "
+                  "event loop's rate, an observe run and a derivation with the page faults' "
+                  "cost as well."]
     if "simpy" in results:
         r = results["simpy"]
         lines += ["", f"SimPy baseline (`benchmarks/simpy_baseline.py`, equal delivery times "

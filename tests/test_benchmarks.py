@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 from hypothesis import given
@@ -20,6 +21,7 @@ from conftest import REPO, SAMPLE_TRACE, budget, settings
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import lookahead  # noqa: E402
+import machine  # noqa: E402
 import pairs  # noqa: E402
 import run_all  # noqa: E402
 
@@ -100,6 +102,35 @@ def test_pairs_refuse_a_revision_that_is_none(tmp_path, monkeypatch, capsys):
     assert pairs.main(["no-such-revision", "--", sys.executable, "-c", "pass"]) == 1
     said = capsys.readouterr().err.strip().splitlines()
     assert said == [f"pairs: 'no-such-revision' names no commit of {repo}"]
+
+
+def huge_page() -> int | None:
+    """The size of the pages the kernel gives fresh anonymous memory unasked, if huge."""
+    try:
+        enabled = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return 2 << 20 if "[always]" in enabled else None
+
+
+def test_the_machine_figures_are_measured_and_tabled(capsys):
+    """machine.py's loop fires its timers in five rounds whose median is its figure; taking 4
+    MiB of fresh memory faults at least once per page (per huge page, where the kernel gives
+    them); the results table says the machine's figures."""
+    assert machine.main(["--timers", "5000", "--size-mib", "4"]) == 0
+    figures = run_all.read_result(capsys.readouterr().out)
+    assert 0 < figures["loop_min_s"] <= figures["loop_s"] <= figures["loop_max_s"]
+    assert figures["timers_per_s"] == 5000 / figures["loop_s"]
+    assert figures["faults"] >= (4 << 20) // (huge_page() or machine.PAGE)
+    assert figures["fault_us"] > 0
+    assert figures["copy_gib_per_s"] > 0
+    chosen = [s for s in run_all.scenarios(0.01) if s.name == "machine"]
+    results = {"machine": run_all.aggregate(chosen[0], [{**figures, "wall_s": 1.0}])}
+    meta = {"command": "run_all.py", "date": "today", "scale": 0.01, "pods": 1, "nodes": 1,
+            "repeat": 1, "commit": "c", "python": "3", "cpus": 2, "memory_gib": 1, "load": 0}
+    table = run_all.markdown(meta, chosen, results)
+    assert f"fresh memory {figures['fault_us']:,.2f} µs a page fault" in table
+    assert "| machine | the machine itself" in table
 
 
 def test_a_section_is_replaced_and_the_rest_kept(tmp_path):
