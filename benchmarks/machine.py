@@ -3,8 +3,8 @@
     python benchmarks/machine.py [--timers 1000000] [--size-mib 512]
 
 The same commit's figures differ from one machine, and one hour, to the next. Issue 17's rounds
-saw the 100k-pod Gödel what-if replay take 14.5 s on one day's machine and 26 s on the next
-day's, and the 1M-pod observe run's system time double within an hour (its page faults costing
+saw the 100k-pod Gödel what-if replay take 14.5 s on one machine and 26 s on another three hours
+later, and the 1M-pod observe run's system time double within an hour (its page faults costing
 more: the thirty-fourth round). Without a figure of the machine itself, a results table cannot
 say whether the code or the machine changed. These figures measure the machine only, each the
 way one part of replay spends its time:
@@ -69,14 +69,15 @@ def event_loop(timers: int) -> float:
 def fresh_memory(size: int) -> tuple[float, int]:
     """Seconds to write one byte to each page of ``size`` bytes of fresh memory, and the page
     faults that took."""
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     with mmap.mmap(-1, size) as memory:
         pages = np.frombuffer(memory, dtype=np.uint8)
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
         start = time.perf_counter()
         pages[::PAGE] = 1
         elapsed = time.perf_counter() - start
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
         del pages  # (the mapping cannot close while an array holds it)
-    return elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return elapsed, faults
 
 
 def copy_seconds(size: int, tries: int = 3) -> float:
