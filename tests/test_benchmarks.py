@@ -1,5 +1,6 @@
 """benchmarks/run_all.py's measurement of a child process, and its results file's sections;
-benchmarks/pairs.py's runs of two commits in turn; benchmarks/timeline.py's phases.
+benchmarks/pairs.py's runs of two commits in turn; benchmarks/timeline.py's phases;
+benchmarks/machine.py's figures of the machine itself.
 
 The figures are only as good as the measurement: a child whose two workers hold 300 MiB each at
 once must show their sum as its peak memory (no one process's peak is that large), and its CPU
