@@ -106,15 +106,16 @@ def main(argv: list[str] | None = None) -> int:
     loop_s = rounds[2]
     fresh_s, faults = fresh_memory(size)
     copy_s = copy_seconds(size)
-    print(f"event loop: {args.timers:,} timers in {loop_s:.3f} s "
-          f"({rounds[0]:.3f}-{rounds[-1]:.3f} s; {args.timers / loop_s / 1e6:.2f}M timers/s)")
+    figures = {"loop_s": loop_s, "loop_min_s": rounds[0], "loop_max_s": rounds[-1],
+               "timers_per_s": args.timers / loop_s, "faults": faults,
+               "fault_us": fresh_s / max(faults, 1) * 1e6,
+               "fresh_gib_per_s": size / fresh_s / 2**30, "copy_gib_per_s": size / copy_s / 2**30}
+    print(f"event loop: {args.timers:,} timers in {loop_s:.3f} s ({rounds[0]:.3f}-"
+          f"{rounds[-1]:.3f} s; {figures['timers_per_s'] / 1e6:.2f}M timers/s)")
     print(f"fresh memory: {args.size_mib:,} MiB in {fresh_s:.3f} s, {faults:,} page faults "
-          f"({fresh_s / max(faults, 1) * 1e6:.2f} µs each)")
-    print(f"copy: {args.size_mib:,} MiB in {copy_s:.3f} s ({size / copy_s / 2**30:.1f} GiB/s)")
-    emit(loop_s=loop_s, loop_min_s=rounds[0], loop_max_s=rounds[-1],
-         timers_per_s=args.timers / loop_s, faults=faults,
-         fault_us=fresh_s / max(faults, 1) * 1e6, fresh_gib_per_s=size / fresh_s / 2**30,
-         copy_gib_per_s=size / copy_s / 2**30)
+          f"({figures['fault_us']:.2f} µs each)")
+    print(f"copy: {args.size_mib:,} MiB in {copy_s:.3f} s ({figures['copy_gib_per_s']:.1f} GiB/s)")
+    emit(**figures)
     return 0
 
 
