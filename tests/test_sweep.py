@@ -250,6 +250,38 @@ def test_the_fork_server_has_numba_started_the_views_kernels_loaded_and_all_froz
     assert done.stdout.split() == ["1", "1", "True"], done.stderr
 
 
+# A Ray task's body (``run_on_worker``) run twice in one process, as a Ray worker serves tasks:
+# the points are replayed in children of the process's fork server, so the process itself loads
+# none of a replay's modules (its kernels, numba's compiler), however many points it serves.
+RAY_WORKER = """
+import sys
+from pathlib import Path
+from replay.sweep import load_sweep
+from replay.sweep.distributed import run_on_worker
+from replay.sweep.driver import LOCK, task_of
+
+out = Path(sys.argv[2])
+out.mkdir()
+(out / LOCK).write_text("token")
+tasks = [task_of(point, out, "token") for point in load_sweep(Path(sys.argv[1])).points]
+loaded = set(sys.modules)
+for task in tasks:
+    outcome, files = run_on_worker(task)
+    print(outcome.status.value, files, (task.out / "manifest.json").is_file())
+print(sorted(m for m in set(sys.modules) - loaded if m.startswith(("replay.", "numba."))))
+"""
+
+def test_a_ray_worker_replays_each_point_in_a_child_and_loads_no_replay(folder, tmp_path):
+    """A Ray worker serves task after task; each point runs in a child forked by the worker's
+    own fork server, as the local executor runs each, so the point's memory goes back when the
+    child ends and the worker starts Python, Ray and numba once, not once a point."""
+    sweep = sweep_file(folder, 'trace = "tiny.parquet"\nseeds = [1, 2]\n[matrix]\n'
+                               'model = ["omega"]\n', "worker.toml")
+    done = subprocess.run([sys.executable, "-c", RAY_WORKER, str(sweep), str(tmp_path / "out")],
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert done.stdout.splitlines() == ["done None True", "done None True", "[]"], done.stderr
+
+
 # --- running: failures, resuming, killing --------------------------------------------------------
 
 def test_a_failed_point_does_not_stop_the_sweep_and_resume_runs_it_again(folder, tmp_path,

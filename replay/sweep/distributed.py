@@ -1,8 +1,10 @@
 """The Ray executor: each point a Ray task, on a local Ray instance or on a running cluster.
 
 Each task asks for one CPU and the point's estimated memory (``replay.sweep.memory``), so Ray's
-scheduler places as many on a node as fit, and runs in a worker process that serves only that
-task (``max_calls=1``: its memory goes back to the node when it ends).  A worker writes the run
+scheduler places as many on a node as fit.  A Ray worker serves task after task, and runs each
+point in a child process forked by its own fork server, as the local executor runs each
+(``replay.sweep.local``): the point's memory goes back to the node when the child ends, and the
+worker starts Python, Ray and numba once rather than once a point.  A worker writes the run
 directory into the sweep's directory when it sees it (a file system every node mounts at the
 same path, e.g. NFS or a Kubernetes volume): it tells by the token in the sweep's lock file.
 One that does not see it replays into a temporary directory and returns the files to the driver,
@@ -12,6 +14,7 @@ which writes them.  Ray's usage statistics are switched off (these machines have
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -27,8 +30,8 @@ from replay.atomic import atomic_dir
 from replay.errors import ReplayError
 from replay.sweep.driver import LOCK
 from replay.sweep.index import Outcome, Status
-from replay.sweep.local import STOP_SECONDS
-from replay.sweep.point import Task, remove_partial, run_point
+from replay.sweep.local import STOP_SECONDS, LocalExecutor
+from replay.sweep.point import Task, remove_partial
 from replay.trace.io import first_line
 
 Files = dict[str, bytes]
@@ -50,7 +53,7 @@ class RayExecutor:
             ray.shutdown()
 
     def _run(self, ray, tasks: list[Task]) -> Iterator[Outcome]:
-        remote = ray.remote(num_cpus=1, max_calls=1, max_retries=0)(run_on_worker)
+        remote = ray.remote(num_cpus=1, max_retries=0)(run_on_worker)
         largest = _largest_node_memory(ray)
         most = max((task.memory_bytes for task in tasks), default=0)
         if largest and most > largest:
@@ -77,13 +80,20 @@ def run_on_worker(task: Task) -> tuple[Outcome, Files | None]:
     """A Ray task: run the point into the sweep's directory if this machine sees it; else into
     a temporary directory, returning the run directory's files for the driver to write."""
     if _sees_sweep(task):
-        return run_point(task), None
+        return _in_child(task), None
     with tempfile.TemporaryDirectory(prefix="replay-sweep-") as scratch:
         run_dir = Path(scratch) / task.name
-        outcome = run_point(dataclasses.replace(task, out=run_dir))
+        outcome = _in_child(dataclasses.replace(task, out=run_dir))
         files = ({p.name: p.read_bytes() for p in sorted(run_dir.iterdir())}
                  if outcome.status is Status.DONE else None)
     return outcome, files
+
+
+def _in_child(task: Task) -> Outcome:
+    """The point run in a child process, as the local executor runs each: forked by this
+    worker's fork server, started with the worker's first point and kept for the next."""
+    with contextlib.closing(LocalExecutor(jobs=1, memory_bytes=None).run([task])) as outcomes:
+        return next(outcomes)
 
 
 def _sees_sweep(task: Task) -> bool:

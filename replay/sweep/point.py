@@ -1,8 +1,9 @@
 """Running one point: exactly what ``replay run`` does with the point's configuration and seed,
 in whatever process an executor gives it, reporting an ``Outcome`` instead of raising.
 
-A point runs in a process of its own (a local child process, or a Ray worker that serves one
-task), so the memory a replay held is given back when it ends, and its peak memory is its own.
+A point runs in a child process of its own (``replay.sweep.local``, in the sweep's process or in
+a Ray worker), so the memory a replay held is given back when it ends, and its peak memory is its
+own.
 """
 
 from __future__ import annotations
