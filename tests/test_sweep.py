@@ -271,6 +271,7 @@ for task in tasks:
 print(sorted(m for m in set(sys.modules) - loaded if m.startswith(("replay.", "numba."))))
 """
 
+
 def test_a_ray_worker_replays_each_point_in_a_child_and_loads_no_replay(folder, tmp_path):
     """A Ray worker serves task after task; each point runs in a child forked by the worker's
     own fork server, as the local executor runs each, so the point's memory goes back when the
